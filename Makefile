@@ -1,0 +1,107 @@
+# firescale: one-command set-up, the test suite and the embedded sweep.
+#   make sweep   set up what is missing, then run the speedup sweep on the embedded `local` site
+#   make test    set up what is missing, then run the whole test suite
+# Every step leaves a stamp in .venv/.firescale and is skipped when its stamp is newer than its inputs.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMPS := $(VENV)/.firescale
+HOROVOD_VERSION := 0.28.1
+# What the stack needs from the operating system (Debian 12 names).
+DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv
+# Optional: Fashion-MNIST shipped as a Debian package; used when present.
+DEB_OPTIONAL := dataset-fashion-mnist
+SITES := $(notdir $(patsubst %/,%,$(dir $(wildcard site/*/config.yaml))))
+PROFILE_HOME ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
+PYTEST_ARGS ?=
+
+.PHONY: help setup system stack horovod package profiles test sweep lint clean
+
+help:
+	@echo "make sweep   set up, then run the speedup sweep on the local site"
+	@echo "make test    set up, then run the test suite"
+	@echo "make setup   only the set-up (system packages, virtualenv, Horovod, Snakemake profiles)"
+
+setup: system stack horovod package profiles
+
+system: $(STAMPS)/system
+stack: $(STAMPS)/stack
+horovod: $(STAMPS)/horovod
+package: $(STAMPS)/package
+
+$(STAMPS)/system:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	optional=""; \
+	for p in $(DEB_OPTIONAL); do \
+	  dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "ok installed" || optional="$$optional $$p"; \
+	done; \
+	if [ -n "$$missing$$optional" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "firescale: installing Debian packages:$$missing$$optional"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq; \
+	  apt-get install -y -qq --no-install-recommends $$missing; \
+	  [ -z "$$optional" ] || apt-get install -y -qq --no-install-recommends $$optional \
+	    || echo "firescale: optional packages$$optional could not be installed; continuing without them"; \
+	elif [ -n "$$missing" ]; then \
+	  echo "firescale: these system packages are missing:$$missing"; \
+	  echo "  install them as root, e.g.: sudo apt-get install$$missing"; \
+	  echo "  (on other systems: an MPI with its compiler wrappers, cmake, a C++17 compiler, Python 3.11 headers and venv)"; \
+	  exit 1; \
+	fi
+	@command -v mpicxx >/dev/null || { echo "firescale: mpicxx not found; install libopenmpi-dev (or your MPI's development package)"; exit 1; }
+	@mkdir -p $(STAMPS) && touch $@
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
+	  || { echo "firescale: Python 3.11 is required; set PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "setuptools>=68,<75" wheel
+
+$(STAMPS)/stack: pyproject.toml $(STAMPS)/system | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+# Horovod is built from source against the venv's TensorFlow and the system Open MPI.
+$(STAMPS)/horovod: $(STAMPS)/stack
+	@if $(BIN)/python -c 'import horovod, horovod.tensorflow as h, sys; sys.exit(not (horovod.__version__ == "$(HOROVOD_VERSION)" and h.mpi_built() and h.gloo_built()))' 2>/dev/null; then \
+	  echo "firescale: horovod $(HOROVOD_VERSION) with MPI and Gloo already built"; \
+	else \
+	  echo "firescale: building horovod $(HOROVOD_VERSION) (TensorFlow, MPI, Gloo); about 4 minutes on 2 cores"; \
+	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=MPI \
+	  MAKEFLAGS="-j$$(nproc)" \
+	  $(BIN)/python -m pip install -q --no-build-isolation "horovod==$(HOROVOD_VERSION)"; \
+	fi
+	@touch $@
+
+$(STAMPS)/package: $(STAMPS)/horovod $(wildcard src/firescale/schemas/*.json)
+	$(BIN)/firescale --version
+	@touch $@
+
+# Install every site's Snakemake profile where Snakemake looks for it (never site/ itself).
+profiles: $(addprefix $(PROFILE_HOME)/,$(addsuffix /config.yaml,$(SITES)))
+
+$(PROFILE_HOME)/%/config.yaml: site/%/config.yaml
+	@mkdir -p $(dir $@)
+	@cp $< $@.tmp && mv $@.tmp $@
+	@echo "firescale: installed Snakemake profile '$*' in $(dir $@)"
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/snakemake --lint
+
+sweep: setup
+	$(BIN)/snakemake --profile local speedup_sweep
+
+clean:
+	rm -rf $(VENV) .pytest_cache .snakemake

@@ -1,0 +1,81 @@
+"""Atomic writing: a file is either absent, the old version, or complete; never half-written."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], *, directory: bool = False) -> Iterator[Path]:
+    """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds.
+
+    With `directory=True` the temporary is a directory (for an LMDB environment, a report folder);
+    an existing directory at `path` is replaced.  On any exception the temporary is removed and
+    `path` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{target.name}.tmp-"
+    if directory:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        yield tmp
+        if directory:
+            old = None
+            if target.exists():
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                target.rename(old)
+            tmp.rename(target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        else:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        if directory:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write `data` to `path` atomically and return the path."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically and return the path."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write `obj` as indented, key-sorted JSON to `path` atomically and return the path."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,95 @@
+"""The `firescale` command line: a table of commands, each a module imported only when chosen."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from . import __version__
+from .errors import FirescaleError
+
+# group -> {subcommand -> (module, one-line help)}; a group whose only key is None takes no subcommand.
+# Every module exposes `add_arguments(parser)` and `run(args) -> int`.  Modules are imported lazily
+# so that `firescale site lint` does not pay for importing TensorFlow.
+COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
+    "site": {
+        "lint": ("firescale.commands.site_lint", "validate a site profile, render and check its job scripts"),
+        "render": ("firescale.commands.site_render", "render one job script for a site"),
+    },
+}
+
+GROUP_HELP = {
+    "site": "site profiles: lint, render job scripts",
+    "data": "datasets: ingest, verify",
+    "train": "train with Horovod (run as N ranks by a launcher)",
+    "predict": "performance model: layers, sweep predictions",
+    "bench": "benchmarks that print numbers",
+    "report": "the reproducibility report",
+    "sweep": "sweep points: plan, run and watch jobs",
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="firescale",
+        description="Measure, predict and report how deep-network training scales.",
+        epilog="Commands: " + "; ".join(f"{g} ({GROUP_HELP.get(g, '')})" for g in COMMANDS),
+    )
+    parser.add_argument("--version", action="version", version=f"firescale {__version__}")
+    parser.add_argument("command", choices=sorted(COMMANDS), help="command group")
+    return parser
+
+
+def build_parser(group: str) -> argparse.ArgumentParser:
+    """The parser of one command group, with its subcommands' arguments."""
+    table = COMMANDS[group]
+    parser = argparse.ArgumentParser(prog=f"firescale {group}", description=GROUP_HELP.get(group))
+    if list(table) == [None]:
+        module, _ = table[None]
+        mod = importlib.import_module(module)
+        mod.add_arguments(parser)
+        parser.set_defaults(_run=mod.run)
+        return parser
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+    for name, (module, help_text) in table.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not argv or argv[0].startswith("-"):
+        top.parse_args(argv or ["--help"])
+        return 0
+    group, rest = argv[0], argv[1:]
+    if group not in COMMANDS:
+        top.error(f"unknown command {group!r}; known: {', '.join(sorted(COMMANDS))}")
+    parser = build_parser(group)
+    table = COMMANDS[group]
+    if list(table) != [None]:
+        # Resolve the subcommand first, then import only its module and parse its arguments.
+        if not rest or rest[0].startswith("-") or rest[0] not in table:
+            parser.parse_args(rest)  # prints usage and exits for a missing or unknown subcommand
+            return 2
+        module, help_text = table[rest[0]]
+        mod = importlib.import_module(module)
+        parser = argparse.ArgumentParser(prog=f"firescale {group} {rest[0]}", description=help_text)
+        mod.add_arguments(parser)
+        parser.set_defaults(_run=mod.run)
+        rest = rest[1:]
+    args = parser.parse_args(rest)
+    try:
+        return int(args._run(args) or 0)
+    except FirescaleError as exc:
+        print(f"firescale: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("firescale: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
