@@ -12,6 +12,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMPS := $(VENV)/.firescale
 HOROVOD_VERSION := 0.28.1
+# tensorflow-cpu on this kind of machine; set TENSORFLOW=tensorflow==2.15.1 on a GPU site.
+TENSORFLOW ?= tensorflow-cpu==2.15.1
 # What the stack needs from the operating system (Debian 12 names).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv
 # Optional: Fashion-MNIST shipped as a Debian package; used when present.
@@ -66,7 +68,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "setuptools>=68,<75" wheel
 
 $(STAMPS)/stack: pyproject.toml $(STAMPS)/system | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,tensorflow]'
+	$(BIN)/python -m pip install -q --no-deps "$(TENSORFLOW)"
 	@touch $@
 
 # Horovod is built from source against the venv's TensorFlow and the system Open MPI.
