@@ -1,0 +1,165 @@
+"""LMDB environments of Caffe Datums: writing them as convert_imageset does, reading them safely.
+
+Readers open with readonly=True, lock=False and readahead=False.  Read-only with no lock file means
+no writes at all to a shared filesystem (Lustre and GPFS handle the shared-memory reader table in
+lock.mdb badly, and many ranks would contend on it); it is safe because nothing writes a dataset
+once ingest has renamed it into place.  Without readahead the kernel reads only the pages a record
+touches: with random access by many ranks, readahead would fetch neighbouring pages that this rank
+never uses and multiply the traffic to the file servers.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import lmdb
+import numpy as np
+
+from ..errors import FirescaleError
+from .datum import DatumError, RawDatumCodec, datum_to_image, decode_datum, encode_datum, image_to_datum
+
+DATA_FILE = "data.mdb"
+
+
+class LmdbWriter:
+    """Append raw Datums under keys "%08d" to a new LMDB environment directory."""
+
+    def __init__(self, path: str | os.PathLike[str], *, estimated_bytes: int, commit_every: int = 1000) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.map_size = max(64 << 20, int(estimated_bytes * 2))
+        self.env = lmdb.open(str(self.path), map_size=self.map_size, subdir=True, meminit=False,
+                             map_async=False, sync=True)
+        self.commit_every = commit_every
+        self.count = 0
+        self._txn = self.env.begin(write=True)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        try:
+            self._txn.put(key, value, append=True)
+        except lmdb.MapFullError:
+            self._txn.abort()
+            raise
+        self.count += 1
+        if self.count % self.commit_every == 0:
+            self._txn.commit()
+            self._txn = self.env.begin(write=True)
+
+    def put_image(self, index: int, image: np.ndarray, label: int) -> None:
+        from .datum import datum_key
+
+        self.put(datum_key(index), encode_datum(image_to_datum(image, label)))
+
+    def close(self) -> None:
+        self._txn.commit()
+        self.env.sync(True)
+        self.env.close()
+
+    def __enter__(self) -> "LmdbWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._txn.abort()
+            self.env.close()
+
+
+def open_lmdb_readonly(path: str | os.PathLike[str]) -> lmdb.Environment:
+    """Open an LMDB directory read-only, lock-free, without readahead; a truncated data.mdb is an error."""
+    path = Path(path)
+    data = path / DATA_FILE
+    if not data.is_file():
+        raise FirescaleError(f"{data} does not exist; an LMDB dataset is a directory holding {DATA_FILE}")
+    try:
+        env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True,
+                        max_readers=1, max_spare_txns=1)
+    except lmdb.Error as exc:
+        raise FirescaleError(f"{data} is not a readable LMDB environment ({exc})") from exc
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    have = data.stat().st_size
+    if have < needed:
+        env.close()
+        raise FirescaleError(f"{data} is truncated: {have} bytes but its pages need {needed}; "
+                             "records stored past the end cannot be read")
+    return env
+
+
+def iter_lmdb(path: str | os.PathLike[str]) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) in key order; the environment is opened read-only as above."""
+    env = open_lmdb_readonly(path)
+    try:
+        with env.begin() as txn:
+            for key, value in txn.cursor():
+                yield key, value
+    finally:
+        env.close()
+
+
+class LmdbReader:
+    """Random access to the Datums of one LMDB by record index."""
+
+    def __init__(self, path: str | os.PathLike[str], *, keys: list[bytes] | None = None,
+                 shape: tuple[int, int, int] | None = None) -> None:
+        self.path = Path(path)
+        self.env = open_lmdb_readonly(self.path)
+        if keys is None:
+            with self.env.begin() as txn:
+                keys = list(txn.cursor().iternext(keys=True, values=False))
+        self.keys = keys
+        if not keys:
+            raise FirescaleError(f"{self.path / DATA_FILE} holds no records")
+        first, _ = self.decode(keys[0], self._get(keys[0]))
+        self.dtype = first.dtype
+        self.shape = tuple(shape) if shape else tuple(first.shape)
+        if first.shape != self.shape:
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {keys[0].decode()} has shape "
+                                 f"{first.shape}, expected {self.shape}")
+        self.codec = RawDatumCodec(self.shape)
+
+    def _get(self, key: bytes) -> bytes:
+        with self.env.begin() as txn:
+            value = txn.get(key)
+        if value is None:
+            raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {key.decode()}")
+        return value
+
+    def decode(self, key: bytes, value: bytes) -> tuple[np.ndarray, int]:
+        """(image, label) of one record; an undecodable record is an error naming file and key."""
+        try:
+            return datum_to_image(decode_datum(value))
+        except DatumError as exc:
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: {exc}") from exc
+
+    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(images (N, H, W, C), labels int64) of the records at `indices`, in that order."""
+        n = len(indices)
+        images = np.empty((n, *self.shape), self.dtype)
+        labels = np.empty(n, np.int64)
+        keys = self.keys
+        fast = self.dtype == np.uint8
+        with self.env.begin() as txn:
+            get = txn.get
+            for j, i in enumerate(indices.tolist()):
+                key = keys[i]
+                value = get(key)
+                if value is None:
+                    raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {key.decode()}")
+                try:
+                    if fast:
+                        labels[j] = self.codec.decode_into(value, images[j])
+                        continue
+                    image, labels[j] = datum_to_image(decode_datum(value))
+                except DatumError as exc:
+                    raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                                         f"{exc}") from exc
+                if image.shape != self.shape:
+                    raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode()} has shape "
+                                         f"{image.shape}, expected {self.shape}")
+                images[j] = image
+        return images, labels
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,182 @@
+"""The readers the trainer uses: open a dataset, shard it across ranks, feed tf.data with prefetch.
+
+Contract (kept stable for the trainer):
+    open_dataset(path, split, fmt=None) -> Dataset with .num_records, .shape (H, W, C), .num_classes,
+        .manifest_sha256, .read(indices) -> (images NHWC, labels int64)
+    Transform(scale=1/255, mean=None, crop=None, mirror=False)
+    global_order(num_records, seed, epoch), shard_indices(num_records, seed, start_sample, global_batch,
+        rank, size): the sharding policy, documented in firescale.data.shard
+    train_batches(ds, transform, *, seed, rank, size, batch_per_rank, start_sample=0, prefetch=2)
+    test_batches(ds, transform, *, rank, size, batch)
+Images are uint8 for our datasets and Caffe's raw Datums, float32 for float Datums and Caffe HDF5.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..errors import FirescaleError
+from .manifest import MANIFEST, load_manifest
+from .shard import EpochOrders, global_order, rank_positions, shard_indices
+from .transforms import BatchTransformer, Transform
+
+__all__ = ["Dataset", "Transform", "global_order", "open_dataset", "shard_indices", "test_batches",
+           "train_batches"]
+
+
+@dataclass
+class Dataset:
+    """One split of a dataset in one format, readable by record index."""
+
+    path: Path
+    split: str
+    fmt: str
+    num_records: int
+    shape: tuple[int, int, int]
+    num_classes: int
+    manifest_sha256: str | None
+    classes: list[str]
+    reader: Any
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.reader.dtype)
+
+    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(images (N, H, W, C), labels int64) of the records at `indices`, in that order."""
+        indices = np.asarray(indices, np.int64)
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.num_records):
+            raise FirescaleError(f"{self.path}: record indices must lie in 0..{self.num_records - 1}")
+        return self.reader.read(indices)
+
+    def close(self) -> None:
+        close = getattr(self.reader, "close", None)
+        if close is not None:
+            close()
+
+
+def _classes_from_labels(labels: np.ndarray) -> list[str]:
+    return [str(i) for i in range(int(labels.max()) + 1 if len(labels) else 0)]
+
+
+def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Dataset:
+    """Open split `split` of the dataset folder `path` (ours, a Caffe LMDB, or a Caffe HDF5 list file).
+
+    `path` may be our dataset folder (manifest.json, SPLIT.lmdb, SPLIT.h5), an LMDB directory written by
+    Caffe (holding data.mdb; `split` is then ignored), or a text file listing Caffe HDF5Data files.
+    The format is LMDB when both exist, unless `fmt` is "lmdb" or "hdf5".
+    """
+    from .hdf5_io import CaffeHdf5Reader, Hdf5Reader
+    from .lmdb_io import LmdbReader
+
+    path = Path(path)
+    if fmt not in (None, "lmdb", "hdf5"):
+        raise FirescaleError(f"format {fmt!r} is not lmdb or hdf5")
+    if path.is_file():  # Caffe HDF5Data list
+        reader = CaffeHdf5Reader(path)
+        return Dataset(path, split, "hdf5", reader.num_records, reader.shape,
+                       len(_classes_from_labels(reader.labels)), None, _classes_from_labels(reader.labels), reader)
+    if (path / "data.mdb").is_file():  # a bare Caffe LMDB
+        reader = LmdbReader(path)
+        labels = _scan_labels(reader)
+        classes = _classes_from_labels(labels)
+        return Dataset(path, split, "lmdb", len(reader.keys), reader.shape, len(classes), None, classes, reader)
+    if not (path / MANIFEST).is_file():
+        raise FirescaleError(f"{path} is neither a dataset folder with {MANIFEST}, an LMDB directory, nor a "
+                             "Caffe HDF5 list file")
+    manifest = load_manifest(path)
+    digest = hashlib.sha256((path / MANIFEST).read_bytes()).hexdigest()
+    if split not in manifest["splits"]:
+        raise FirescaleError(f"{path / MANIFEST} has no split {split!r}; it has {', '.join(manifest['splits'])}")
+    formats = manifest["formats"]
+    chosen = fmt or ("lmdb" if "lmdb" in formats else "hdf5")
+    if chosen not in formats:
+        raise FirescaleError(f"{path / MANIFEST} lists formats {formats}, not {chosen}")
+    info = manifest["splits"][split]
+    shape = tuple(manifest["shape"])
+    if chosen == "lmdb":
+        from .datum import datum_key
+
+        reader = LmdbReader(path / f"{split}.lmdb", keys=[datum_key(i) for i in range(info["records"])], shape=shape)
+    else:
+        reader = Hdf5Reader(path / f"{split}.h5")
+        if reader.num_records != info["records"]:
+            raise FirescaleError(f"{reader.path} holds {reader.num_records} records, the manifest says {info['records']}")
+    return Dataset(path, split, chosen, info["records"], shape, len(manifest["classes"]), digest,
+                   list(manifest["classes"]), reader)
+
+
+def _scan_labels(reader: Any) -> np.ndarray:
+    out = []
+    for start in range(0, len(reader.keys), 4096):
+        _, labels = reader.read(np.arange(start, min(start + 4096, len(reader.keys))))
+        out.append(labels)
+    return np.concatenate(out)
+
+
+def iter_train_arrays(ds: Dataset, transform: Transform, *, seed: int, rank: int, size: int,
+                      batch_per_rank: int, start_sample: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The training batches of one rank as numpy arrays, forever (the generator behind train_batches)."""
+    transformer = BatchTransformer(transform, ds.shape)
+    orders = EpochOrders(ds.num_records, seed)
+    global_batch = batch_per_rank * size
+    position = start_sample
+    while True:
+        positions = rank_positions(position, global_batch, rank, size)
+        images, labels = ds.read(orders.records_at(positions))
+        yield transformer(images, train=True, seed=seed, positions=positions), labels
+        position += global_batch
+
+
+def iter_test_arrays(ds: Dataset, transform: Transform, *, rank: int, size: int,
+                     batch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Records rank, rank+size, ... once, in batches of `batch`, centre-cropped and not mirrored."""
+    transformer = BatchTransformer(transform, ds.shape)
+    mine = np.arange(rank, ds.num_records, size, dtype=np.int64)
+    for start in range(0, len(mine), batch):
+        images, labels = ds.read(mine[start:start + batch])
+        yield transformer(images, train=False), labels
+
+
+def _tf_dataset(generator, image_shape: tuple[int, ...], prefetch: int):
+    import tensorflow as tf
+
+    signature = (tf.TensorSpec(shape=(None, *image_shape), dtype=tf.float32),
+                 tf.TensorSpec(shape=(None,), dtype=tf.int64))
+    return tf.data.Dataset.from_generator(generator, output_signature=signature).prefetch(prefetch)
+
+
+def train_batches(ds: Dataset, transform: Transform, *, seed: int, rank: int, size: int, batch_per_rank: int,
+                  start_sample: int = 0, prefetch: int = 2):
+    """A tf.data.Dataset of (float32 NHWC images, int64 labels) for rank `rank`, endless, prefetched."""
+    out_shape = BatchTransformer(transform, ds.shape).out_shape
+    rank_positions(start_sample, batch_per_rank * size, rank, size)  # validate before TF sees it
+
+    def generate():
+        return iter_train_arrays(ds, transform, seed=seed, rank=rank, size=size,
+                                 batch_per_rank=batch_per_rank, start_sample=start_sample)
+
+    return _tf_dataset(generate, out_shape, prefetch)
+
+
+def test_batches(ds: Dataset, transform: Transform, *, rank: int, size: int, batch: int, prefetch: int = 2):
+    """A tf.data.Dataset over records rank::size once, centre crop, no mirror."""
+    if not 0 <= rank < size or batch < 1:
+        raise FirescaleError(f"rank {rank} of {size} with batch {batch} is not a valid test reader")
+    out_shape = BatchTransformer(transform, ds.shape).out_shape
+
+    def generate():
+        return iter_test_arrays(ds, transform, rank=rank, size=size, batch=batch)
+
+    return _tf_dataset(generate, out_shape, prefetch)
+
+
+def describe(ds: Dataset) -> str:
+    """One line for logs."""
+    return json.dumps({"path": str(ds.path), "split": ds.split, "format": ds.fmt, "records": ds.num_records,
+                       "shape": list(ds.shape), "classes": ds.num_classes})

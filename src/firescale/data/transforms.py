@@ -1,0 +1,122 @@
+"""Caffe's data transformations: crop, mirror, mean subtraction and scale, reproducible per sample.
+
+As in Caffe's DataTransformer the value of a pixel is `(x - mean) * scale`, computed after cropping
+(a mean image is cropped at the same offset) and mirroring.  Random crop offsets and mirror flips for
+training are a hash of (seed, stream position of the sample), so they do not depend on the number of
+ranks or on which rank reads the sample, and a resumed run draws the same ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FirescaleError
+
+
+@dataclass
+class Transform:
+    """What to do to each image: scale, mean (per-channel values or a .npy/.binaryproto file), crop, mirror."""
+
+    scale: float = 1 / 255
+    mean: tuple[float, ...] | str | None = None
+    crop: int | None = None
+    mirror: bool = False
+
+
+def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None, shape: tuple[int, int, int]) -> np.ndarray | None:
+    """The mean as a float32 array broadcastable to (H, W, C): per-channel values or a full image."""
+    if mean is None:
+        return None
+    h, w, c = shape
+    if isinstance(mean, (str, Path)):
+        path = Path(mean)
+        try:
+            if path.suffix == ".npy":
+                array = np.load(path).astype(np.float32)
+            elif path.suffix == ".binaryproto":
+                from .datum import DatumError, parse_blobproto_mean
+                try:
+                    array = parse_blobproto_mean(path.read_bytes())
+                except DatumError as exc:
+                    raise FirescaleError(f"{path}: {exc}") from exc
+            else:
+                raise FirescaleError(f"mean file {path} must end in .npy or .binaryproto")
+        except OSError as exc:
+            raise FirescaleError(f"mean file {path} cannot be read ({exc.strerror})") from exc
+        if array.ndim == 1:
+            array = array.reshape(1, 1, -1)
+        if array.ndim == 2:
+            array = array[:, :, None]
+        if array.shape not in ((h, w, c), (1, 1, c)):
+            raise FirescaleError(f"mean file {path} has shape {array.shape}; the dataset's images are {shape}")
+        return array
+    values = np.asarray(mean, np.float32).reshape(-1)
+    if len(values) == 1:
+        values = np.repeat(values, c)
+    if len(values) != c:
+        raise FirescaleError(f"mean has {len(values)} values but the images have {c} channels")
+    return values.reshape(1, 1, c)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a well-spread 64-bit hash of each element."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def sample_random(seed: int, positions: np.ndarray, stream: int) -> np.ndarray:
+    """Uniform uint64 draws, one per stream position, for draw kind `stream` (0 crop y, 1 crop x, 2 mirror)."""
+    with np.errstate(over="ignore"):
+        key = _mix(np.asarray([(seed * 0x9E3779B97F4A7C15 + stream * 0xD1B54A32D192ED03) % 2**64], np.uint64))
+        return _mix(positions.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + key)
+
+
+class BatchTransformer:
+    """Apply a Transform to uint8 (or float) NHWC batches from a dataset of one image shape."""
+
+    def __init__(self, transform: Transform, shape: tuple[int, int, int]) -> None:
+        self.transform = transform
+        self.shape = tuple(shape)
+        h, w, c = self.shape
+        crop = transform.crop
+        if crop is not None and not 0 < crop <= min(h, w):
+            raise FirescaleError(f"crop {crop} must be between 1 and the image size {min(h, w)}")
+        self.mean = load_mean(transform.mean, self.shape)
+        self.out_shape = (crop, crop, c) if crop else (h, w, c)
+
+    def __call__(self, images: np.ndarray, *, train: bool, seed: int = 0,
+                 positions: np.ndarray | None = None) -> np.ndarray:
+        """Float32 (N, h, w, C): random crop and mirror when `train` (drawn per position), else centre crop."""
+        n, h, w, c = images.shape
+        t = self.transform
+        crop = t.crop
+        x = images.astype(np.float32)
+        mean = self.mean
+        if crop and (crop != h or crop != w):
+            if train:
+                if positions is None:
+                    raise ValueError("training transforms need the stream positions of the samples")
+                ys = (sample_random(seed, positions, 0) % np.uint64(h - crop + 1)).astype(np.int64)
+                xs = (sample_random(seed, positions, 1) % np.uint64(w - crop + 1)).astype(np.int64)
+            else:
+                ys = np.full(n, (h - crop) // 2)
+                xs = np.full(n, (w - crop) // 2)
+            rows = ys[:, None] + np.arange(crop)
+            cols = xs[:, None] + np.arange(crop)
+            x = x[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+            if mean is not None and mean.shape[0] != 1:
+                mean = mean[rows[:, :, None], cols[:, None, :]]
+        if mean is not None:
+            x -= mean
+        if train and t.mirror:
+            if positions is None:
+                raise ValueError("training transforms need the stream positions of the samples")
+            flip = (sample_random(seed, positions, 2) & np.uint64(1)).astype(bool)
+            x[flip] = x[flip, :, ::-1]
+        if t.scale != 1:
+            x *= np.float32(t.scale)
+        return x
