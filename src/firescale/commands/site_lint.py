@@ -1,0 +1,82 @@
+"""`firescale site lint NAME|PATH`: schema, every job script rendered and `bash -n`-checked, sweep limits."""
+from __future__ import annotations
+
+import argparse
+import copy
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import FirescaleError
+from ..site import SiteProfile, _apply_defaults, find_site_file, read_site_yaml, site_schema, validation_errors
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("site", help="a site name (site/<name>/site.yaml) or a path to a site folder or site.yaml")
+    parser.add_argument("--config", default=None, help="experiments file whose sweep is checked (default: workflow/config.yaml)")
+
+
+def bash_syntax_error(script: str) -> str | None:
+    """bash -n's complaint about `script`, or None when it parses."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
+        fh.write(script)
+    try:
+        proc = subprocess.run(["bash", "-n", fh.name], capture_output=True, text=True)
+    finally:
+        Path(fh.name).unlink()
+    return proc.stderr.strip() or f"bash -n exited {proc.returncode}" if proc.returncode else None
+
+
+def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
+    """Every problem with a site: schema, rendering, bash syntax, and its sweep against its limits."""
+    from ..jobs import job_for_point
+    from ..render import JobSpec, render_job_script
+    from ..sweep import experiments_for, limit_errors, load_config, plan_sweep, repo_root, solver_base_lr, sweep_walltime
+
+    path = find_site_file(site_arg)
+    raw = read_site_yaml(path)
+    config = _apply_defaults(site_schema(), copy.deepcopy(raw), site_schema()) if isinstance(raw, dict) else raw
+    problems = validation_errors(config, path)
+    if problems:
+        return problems
+    site = SiteProfile(name=config["name"], source=path.resolve(), config=config)
+
+    jobs = [JobSpec(name=f"lint-{n}", ranks=n, walltime_s=60, command=["firescale", "--version"],
+                    workdir=Path("/tmp/firescale-lint"), log_file=Path("/tmp/firescale-lint/job.log"),
+                    status_file=Path("/tmp/firescale-lint/status.json"))
+            for n in sorted({1, site.gpus_per_node})]
+    cfg_file = Path(config_path) if config_path else repo_root() / "workflow" / "config.yaml"
+    if cfg_file.exists():
+        cfg = load_config(cfg_file, {"site": site.name})
+        for experiment in experiments_for(cfg, site.name):
+            points = plan_sweep(cfg, experiment, site.name, solver_base_lr(cfg, experiment))
+            walltime = sweep_walltime(cfg, experiment, site.name)
+            limits = limit_errors(points, site, walltime)
+            problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]
+            if not limits:
+                jobs += [job_for_point(site, cfg, experiment, p, walltime) for p in points]
+    elif config_path:
+        raise FirescaleError(f"{cfg_file}: no such experiments file")
+    for job in jobs:
+        try:
+            script = render_job_script(site, job)
+        except FirescaleError as exc:
+            problems.append(f"{path}: rendering job {job.name}: {exc}")
+            continue
+        error = bash_syntax_error(script)
+        if error:
+            problems.append(f"{path}: the job script for {job.name} does not parse: {error}")
+    print(f"site {site.name}: {len(jobs)} job script(s) rendered and checked with bash -n"
+          + (" (archival: rendered, never submitted)" if site.archival else ""))
+    return problems
+
+
+def run(args: argparse.Namespace) -> int:
+    problems = lint_site(args.site, args.config)
+    for problem in problems:
+        print(f"error: {problem}")
+    if problems:
+        print(f"site lint: {len(problems)} problem(s)")
+        return 1
+    print("site lint: OK")
+    return 0

@@ -1,0 +1,61 @@
+"""Launchers place N ranks inside an allocation: srun, aprun, mpirun, horovodrun wrap a command."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .errors import FirescaleError
+
+
+class EnvRef(str):
+    """An argv element that is the value of a variable set by the job body at run time (`"${NAME}"`)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where ranks go: how many in all, per node, and cores for each."""
+
+    ranks: int
+    ranks_per_node: int
+    cores_per_rank: int
+    nodes: int
+
+
+def srun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
+    return ["srun", f"--nodes={p.nodes}", f"--ntasks={p.ranks}", f"--ntasks-per-node={p.ranks_per_node}",
+            f"--cpus-per-task={p.cores_per_rank}", "--kill-on-bad-exit=1", *options, *cmd]
+
+
+def aprun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
+    # -n ranks in all, -N per node, -d cores (depth) for each rank's threads.
+    return ["aprun", "-n", str(p.ranks), "-N", str(p.ranks_per_node), "-d", str(p.cores_per_rank),
+            *options, *cmd]
+
+
+def mpirun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
+    # The host list comes from the scheduler's allocation (Open MPI reads Slurm and PBS itself);
+    # FIRESCALE_* and the MPI/NCCL variables are exported to every rank.
+    return ["mpirun", "-np", str(p.ranks), "--map-by", f"ppr:{p.ranks_per_node}:node:PE={p.cores_per_rank}",
+            "--bind-to", "core", "-x", "PATH", "-x", "FIRESCALE_ALLREDUCE", *options, *cmd]
+
+
+def horovodrun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
+    # The job body computes the allocation's "host:slots,..." list at run time.
+    return ["horovodrun", "-np", str(p.ranks), "-H", EnvRef("FIRESCALE_HOSTS_SLOTS"), *options, *cmd]
+
+
+LAUNCHERS: dict[str, Callable[[Sequence[str], Placement, Sequence[str]], list[str]]] = {
+    "srun": srun,
+    "aprun": aprun,
+    "mpirun": mpirun,
+    "horovodrun": horovodrun,
+}
+
+
+def wrap(launcher: str, cmd: Sequence[str], placement: Placement, options: Sequence[str] = ()) -> list[str]:
+    """argv that runs `cmd` as `placement.ranks` ranks with the named launcher."""
+    try:
+        fn = LAUNCHERS[launcher]
+    except KeyError:
+        raise FirescaleError(f"unknown launcher {launcher!r}; known launchers: {', '.join(sorted(LAUNCHERS))}") from None
+    return fn(cmd, placement, options)

@@ -1,0 +1,173 @@
+"""Job scripts from Jinja templates: strict (a missing value is an error) and shell-quoted throughout."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jinja2
+
+from .collectives import allreduce_environment
+from .errors import FirescaleError
+from .launchers import EnvRef, Placement, wrap
+from .schedulers import get_scheduler
+from .site import SiteProfile
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DIRECTIVE = re.compile(r"^#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+$")
+# ${NAME} or $NAME inside a profile value: the only thing the shell may expand in one.
+_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class Shell(str):
+    """Text built by firescale itself from quoted parts; the template writes it as it is."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job: N ranks of one command, with where its log and status file go."""
+
+    name: str
+    ranks: int
+    walltime_s: int
+    command: Sequence[str]
+    workdir: Path
+    log_file: Path
+    status_file: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise FirescaleError(f"job name {self.name!r}: use letters, digits and _.- only")
+        if int(self.ranks) < 1:
+            raise FirescaleError(f"job {self.name}: ranks must be at least 1, got {self.ranks}")
+        if int(self.walltime_s) < 1:
+            raise FirescaleError(f"job {self.name}: walltime must be positive, got {self.walltime_s} s")
+        for key in self.env:
+            if not _VAR.match(key):
+                raise FirescaleError(f"job {self.name}: environment variable name {key!r} is not a shell name")
+
+
+def quote(value: Any) -> str:
+    """One shell word that stands for `value` literally."""
+    if value is None:
+        raise FirescaleError("a null value cannot be written into a job script")
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    return shlex.quote(str(value))
+
+
+def quote_expanding(value: Any) -> Shell:
+    """One shell word for `value` in which only a leading `~/` and `$NAME`/`${NAME}` expand at run time.
+
+    Everything else (spaces, `;`, backquotes, `$(...)`) stays literal.
+    """
+    text = str(value)
+    parts: list[str] = []
+    if text == "~" or text.startswith("~/"):
+        parts.append('"${HOME}"')
+        text = text[1:]
+    pos = 0
+    for match in _REF.finditer(text):
+        if match.start() > pos:
+            parts.append(shlex.quote(text[pos:match.start()]))
+        parts.append('"${%s}"' % (match.group(1) or match.group(2)))
+        pos = match.end()
+    if pos < len(text) or not parts:
+        parts.append(shlex.quote(text[pos:]))
+    return Shell("".join(parts))
+
+
+def shell_command(argv: Sequence[str]) -> Shell:
+    """A command line from argv: every word quoted; EnvRef words expand their variable."""
+    return Shell(" ".join(f'"${{{a}}}"' if isinstance(a, EnvRef) else quote(a) for a in argv))
+
+
+def _directive(line: str) -> Shell:
+    if not _DIRECTIVE.match(line):
+        raise FirescaleError(
+            f"scheduler directive {line!r} may contain only letters, digits, spaces and _.:/@%+=,-; "
+            "check the site's account, queue, partition, directives and the job's paths"
+        )
+    return Shell(line)
+
+
+def _finalize(value: Any) -> Any:
+    return value if isinstance(value, Shell) else quote(value)
+
+
+def templates_dir() -> Path:
+    """$FIRESCALE_TEMPLATES, or the repository's templates/."""
+    override = os.environ.get("FIRESCALE_TEMPLATES")
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "templates"
+    if not path.is_dir():
+        raise FirescaleError(f"templates folder {path} not found; set FIRESCALE_TEMPLATES to the repository's templates/")
+    return path
+
+
+@lru_cache(maxsize=4)
+def environment(folder: str) -> jinja2.Environment:
+    """The Jinja environment: StrictUndefined, every {{ value }} shell-quoted unless built as Shell."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        finalize=_finalize,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["expanding"] = quote_expanding
+    env.filters["directive"] = _directive
+    env.filters["command"] = shell_command
+    env.filters["trusted"] = Shell
+    return env
+
+
+def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
+    """Everything a template may use, computed here so the templates stay declarative."""
+    c = site.config
+    scheduler = get_scheduler(site.scheduler)
+    placement = Placement(
+        ranks=job.ranks,
+        ranks_per_node=min(job.ranks, site.gpus_per_node),
+        cores_per_rank=site.cores_per_rank,
+        nodes=site.nodes_for(job.ranks),
+    )
+    command = list(job.command)
+    container = c["environment"]["container"]
+    if container:
+        command = [container["runtime"], "exec", *container["options"], container["image"], *command]
+    launch = wrap(site.launcher, command, placement, c["launcher_options"])
+    collectives = allreduce_environment(site.allreduce, site.device_kind, c["allreduce"]["tree"])
+    threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
+    return {
+        "site": c,
+        "job": job,
+        "placement": placement,
+        "directives": [_directive(d) for d in scheduler.directives(site, job)],
+        "scheduler": scheduler.name,
+        "hosts_command": Shell(scheduler.hosts_command),
+        "job_id_variable": Shell(scheduler.job_id_variable or "FIRESCALE_NO_JOB_ID"),
+        "environment": c["environment"],
+        "exports": {**threads, **collectives, **{k: str(v) for k, v in job.env.items()}},
+        "launch": shell_command(launch),
+    }
+
+
+def render_job_script(site: SiteProfile, job: JobSpec, *, templates: Path | None = None) -> str:
+    """The job script for `job` on `site`; a pure function of its arguments and the templates."""
+    folder = templates or templates_dir()
+    scheduler = get_scheduler(site.scheduler)
+    env = environment(str(folder))
+    try:
+        return env.get_template(scheduler.template).render(job_context(site, job))
+    except jinja2.UndefinedError as exc:
+        raise FirescaleError(f"template {folder / scheduler.template}: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        raise FirescaleError(f"template {exc.name} not found in {folder}") from None

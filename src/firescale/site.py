@@ -1,0 +1,277 @@
+"""SiteProfile: load a site's site.yaml, apply the schema's defaults, validate, and name every error."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import yaml
+
+from .errors import FirescaleError
+
+SITE_FILE = "site.yaml"
+_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)$")
+
+
+@lru_cache(maxsize=None)
+def site_schema() -> dict[str, Any]:
+    """The JSON Schema of site.yaml (package data)."""
+    text = resources.files("firescale").joinpath("schemas/site.schema.json").read_text()
+    return json.loads(text)
+
+
+def parse_walltime(text: str, *, where: str = "walltime") -> int:
+    """Seconds in a `[D-]HH:MM:SS` walltime; `where` names the key in the error."""
+    match = _WALLTIME.match(str(text))
+    if not match:
+        raise FirescaleError(f"{where}: {text!r} is not a walltime; use [D-]HH:MM:SS, e.g. 02:00:00")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def format_walltime(seconds: int) -> str:
+    """`HH:MM:SS` (hours may exceed 24), as PBS and Slurm both accept."""
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+@dataclass(frozen=True)
+class SitePaths:
+    """The site's shared-filesystem paths, with ~ and ${VAR} expanded."""
+
+    datasets: Path
+    scratch: Path
+    results: Path
+
+
+@dataclass(frozen=True)
+class SiteProfile:
+    """One cluster, validated, with the schema's defaults filled in."""
+
+    name: str
+    source: Path
+    config: dict[str, Any]
+
+    @property
+    def scheduler(self) -> str:
+        return self.config["scheduler"]
+
+    @property
+    def launcher(self) -> str:
+        return self.config["launcher"]
+
+    @property
+    def archival(self) -> bool:
+        return bool(self.config["archival"])
+
+    @property
+    def gpus_per_node(self) -> int:
+        return int(self.config["node"]["gpus"])
+
+    @property
+    def cores_per_rank(self) -> int:
+        return max(1, self.config["node"]["cores"] // self.gpus_per_node)
+
+    @property
+    def max_nodes(self) -> int:
+        return int(self.config["limits"]["max_nodes"])
+
+    @property
+    def max_walltime_s(self) -> int:
+        return parse_walltime(self.config["limits"]["max_walltime"])
+
+    @property
+    def allreduce(self) -> str:
+        return self.config["allreduce"]["algorithm"]
+
+    @property
+    def device_kind(self) -> str:
+        return self.config["device"]["kind"]
+
+    @property
+    def device_peak_flops(self) -> float:
+        return float(self.config["device"]["peak_tflops"]) * 1e12
+
+    @property
+    def device_memory_bandwidth(self) -> float:
+        return float(self.config["device"]["memory_bandwidth_gbs"]) * 1e9
+
+    @property
+    def device_memory(self) -> float:
+        return float(self.config["device"]["memory_gb"]) * 1e9
+
+    @property
+    def link_bandwidth(self) -> float:
+        """Bytes per second of one interconnect link."""
+        return float(self.config["interconnect"]["bandwidth_gbits"]) * 1e9 / 8
+
+    @property
+    def link_latency(self) -> float:
+        return float(self.config["interconnect"]["latency_us"]) * 1e-6
+
+    @property
+    def paths(self) -> SitePaths:
+        expand = lambda p: Path(os.path.expandvars(os.path.expanduser(p)))  # noqa: E731
+        p = self.config["paths"]
+        return SitePaths(expand(p["datasets"]), expand(p["scratch"]), expand(p["results"]))
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the validated profile, for provenance."""
+        blob = json.dumps(self.config, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def nodes_for(self, ranks: int) -> int:
+        """Nodes needed for `ranks` ranks, one per device."""
+        return -(-int(ranks) // self.gpus_per_node)
+
+
+def _apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) -> Any:
+    """Fill in `default`s of object properties, recursively, without touching given values."""
+    if "$ref" in schema:
+        schema = _resolve(root, schema["$ref"])
+    if isinstance(value, dict) and "properties" in schema:
+        for key, sub in schema["properties"].items():
+            sub_resolved = _resolve(root, sub["$ref"]) if "$ref" in sub else sub
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                value[key] = _apply_defaults(sub_resolved, value[key], root)
+    if isinstance(value, dict) and "anyOf" in schema:
+        for option in schema["anyOf"]:
+            if option.get("type") == "object":
+                value = _apply_defaults(option, value, root)
+    return value
+
+
+def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:
+    node: Any = root
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """One sentence: which key, what is wrong, what is allowed."""
+    key = _key_path(error)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        where = f"under '{key}'" if error.absolute_path else "at the top level"
+        return f"unknown key {', '.join(repr(e) for e in extra)} {where}; allowed keys: {', '.join(allowed)}"
+    if error.validator == "required":
+        missing = [r for r in error.validator_value if r not in error.instance]
+        where = f"'{key}'" if error.absolute_path else "the top level"
+        return f"missing required key {', '.join(repr(m) for m in missing)} in {where}"
+    if error.validator == "enum":
+        known = ", ".join(str(v) for v in error.validator_value)
+        return f"key '{key}': {error.instance!r} is not allowed; known values: {known}"
+    if error.validator == "pattern":
+        desc = schema.get("description") or f"text matching {error.validator_value}"
+        return f"key '{key}': {error.instance!r} is not allowed; expected {desc}"
+    if error.validator == "anyOf":
+        hints = [s.get("description") for s in error.validator_value if isinstance(s, dict)]
+        refs = [s["$ref"] for s in error.validator_value if isinstance(s, dict) and "$ref" in s]
+        for ref in refs:
+            hints.append(_resolve(site_schema(), ref).get("description"))
+        hint = "; ".join(h for h in hints if h) or "see the schema"
+        return f"key '{key}': {error.instance!r} is not allowed; expected {hint} (or null)"
+    return f"key '{key}': {error.message}"
+
+
+def validation_errors(config: Any, source: str | os.PathLike[str]) -> list[str]:
+    """Every problem with a site profile, each one sentence naming the file and the key path."""
+    schema = site_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    if not isinstance(config, dict):
+        return [f"{source}: a site profile must be a YAML mapping of keys, got {type(config).__name__}"]
+    errors = sorted(validator.iter_errors(config), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    messages = [f"{source}: {_describe(e)}" for e in errors]
+    if not messages:
+        messages += [f"{source}: {m}" for m in _semantic_errors(config, Path(source))]
+    return messages
+
+
+def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
+    folder = source.parent.name
+    if source.name == SITE_FILE and folder and config["name"] != folder:
+        yield f"key 'name': {config['name']!r} must equal the site's folder name {folder!r}"
+    scheduler = config["scheduler"]
+    if scheduler == "slurm" and config.get("queue"):
+        yield "key 'queue': Slurm sites name a 'partition', not a 'queue'"
+    if scheduler in ("pbs", "torque") and (config.get("partition") or config.get("qos")):
+        yield "key 'partition'/'qos': PBS/Torque sites name a 'queue', not a Slurm partition or qos"
+    if scheduler == "local" and config["limits"]["max_nodes"] != 1:
+        yield "key 'limits.max_nodes': a site without a scheduler runs on one node; set it to 1"
+    if config["launcher"] == "srun" and scheduler != "slurm":
+        yield f"key 'launcher': srun needs the slurm scheduler, this site uses {scheduler!r}"
+    limits = config["limits"]
+    if parse_walltime(limits["default_walltime"]) > parse_walltime(limits["max_walltime"]):
+        yield "key 'limits.default_walltime': longer than limits.max_walltime"
+    if config["node"]["cores"] < config["node"]["gpus"]:
+        yield "key 'node.cores': fewer cores than GPUs per node; each rank needs at least one core"
+
+
+def site_search_path() -> list[Path]:
+    """Folders searched for site/<name>: ./site, $FIRESCALE_SITE_PATH (colon-separated), the repository's site/."""
+    paths = [Path.cwd() / "site"]
+    paths += [Path(p) for p in os.environ.get("FIRESCALE_SITE_PATH", "").split(":") if p]
+    repo_sites = Path(__file__).resolve().parents[2] / "site"
+    if repo_sites.is_dir():
+        paths.append(repo_sites)
+    return paths
+
+
+def find_site_file(name_or_path: str | os.PathLike[str]) -> Path:
+    """The site.yaml a name or path refers to."""
+    candidate = Path(name_or_path)
+    if candidate.is_file():
+        return candidate
+    if candidate.is_dir():
+        if (candidate / SITE_FILE).is_file():
+            return candidate / SITE_FILE
+        raise FirescaleError(f"{candidate}: no {SITE_FILE} in this folder")
+    name = str(name_or_path)
+    searched = site_search_path()
+    for folder in searched:
+        if (folder / name / SITE_FILE).is_file():
+            return folder / name / SITE_FILE
+    known = sorted({p.parent.name for f in searched if f.is_dir() for p in f.glob(f"*/{SITE_FILE}")})
+    raise FirescaleError(
+        f"no site named {name!r} (looked in {', '.join(str(f) for f in searched)}); known sites: {', '.join(known) or 'none'}"
+    )
+
+
+def read_site_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise FirescaleError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
+def load_site(name_or_path: str | os.PathLike[str]) -> SiteProfile:
+    """Load and validate a site by name (site/<name>/site.yaml) or by path; errors name file and key."""
+    path = find_site_file(name_or_path)
+    raw = read_site_yaml(path)
+    config = _apply_defaults(site_schema(), copy.deepcopy(raw), site_schema()) if isinstance(raw, dict) else raw
+    errors = validation_errors(config, path)
+    if errors:
+        more = f" (and {len(errors) - 1} more problem(s); run `firescale site lint {path}`)" if len(errors) > 1 else ""
+        raise FirescaleError(errors[0] + more)
+    return SiteProfile(name=config["name"], source=path.resolve(), config=config)

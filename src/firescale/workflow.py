@@ -1,0 +1,52 @@
+"""What the Snakefile asks of the package: the site, its experiments, their points and file names."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import FirescaleError
+from .site import SiteProfile, load_site
+from .sweep import SweepPoint, experiments_for, limit_errors, plan_sweep, solver_base_lr, sweep_walltime
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The site and, per experiment, its sweep points; refused before any job if a point exceeds a limit."""
+
+    site: SiteProfile
+    points: dict[str, list[SweepPoint]]
+    config: dict[str, Any]
+
+    @classmethod
+    def build(cls, config: dict[str, Any]) -> "Plan":
+        from .sweep import validate_config
+
+        config = validate_config(config)
+        site = load_site(config["site"])
+        points: dict[str, list[SweepPoint]] = {}
+        experiments = experiments_for(config, site.name)
+        if not experiments:
+            raise FirescaleError(f"workflow/config.yaml: no experiment lists site {site.name!r} under its 'sites'")
+        for experiment in experiments:
+            plan = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment))
+            errors = limit_errors(plan, site, sweep_walltime(config, experiment, site.name))
+            if errors:
+                raise FirescaleError("; ".join(errors))
+            points[experiment] = plan
+        return cls(site=site, points=points, config=config)
+
+    def point_names(self, experiment: str) -> list[str]:
+        return [p.name for p in self.points[experiment]]
+
+    def dataset(self, experiment: str) -> dict[str, Any]:
+        return self.config["experiments"][experiment]["dataset"]
+
+    def dataset_dir(self, experiment: str) -> Path:
+        return (self.site.paths.datasets / self.dataset(experiment)["name"]).resolve()
+
+    def files(self, pattern: str, experiment: str | None = None) -> list[str]:
+        """`pattern` filled in for every point (of one experiment, or of all)."""
+        names = [experiment] if experiment else list(self.points)
+        return [pattern.format(site=self.site.name, experiment=e, point=p)
+                for e in names for p in self.point_names(e)]

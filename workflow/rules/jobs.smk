@@ -1,0 +1,11 @@
+# Render one job script per sweep point from the site's scheduler template.
+
+
+rule render_job:
+    output:
+        JOB_SCRIPT,
+    log:
+        "results/{site}/{experiment}/logs/render-{point}.log",
+    shell:
+        "firescale site render {wildcards.site:q} --experiment {wildcards.experiment:q}"
+        " --point {wildcards.point:q} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,18 @@
+# Run one sweep point: submit its job (or run it here), watch it, resubmit from its snapshot when
+# walltime ends it, and collect its status file and result.
+
+
+rule run_point:
+    input:
+        script=JOB_SCRIPT,
+        dataset=dataset_manifest,
+        baseline=baseline_result,
+    output:
+        result=RUN_RESULT,
+        status=RUN_STATUS,
+    log:
+        "results/{site}/{experiment}/logs/run-{point}.log",
+    shell:
+        "firescale sweep run {wildcards.site:q} --experiment {wildcards.experiment:q}"
+        " --point {wildcards.point:q} --script {input.script:q}"
+        " --collect {output.result:q} {output.status:q} > {log:q} 2>&1"
