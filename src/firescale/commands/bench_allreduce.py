@@ -1,0 +1,78 @@
+"""`firescale bench allreduce`: parameter server vs reduction tree vs ring, measured beside predicted."""
+from __future__ import annotations
+
+import argparse
+
+from ..atomic import atomic_write_json
+from ..perf.bench_allreduce import BENCH_ALGORITHMS, measure_allreduce
+from ..perf.cli_args import add_platform_arguments, float_list, platform_from_args
+from ..perf.comm import Link, allreduce_time
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes-mb", type=float_list, default=[30.0],
+                        help="gradient sizes in MB (default 30, NiN's |W|)")
+    parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
+    parser.add_argument("--algorithms", default="ps,tree,ring",
+                        help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default ps,tree,ring)")
+    parser.add_argument("--reduce-gbs", type=float,
+                        help="rate at which a rank sums received gradients, GB/s (default: none modelled, "
+                             "or the site's memory bandwidth / 3)")
+    parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
+    add_platform_arguments(parser, device=False)
+    parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
+                     "MPI_Allreduce as configured by the environment (OMPI_MCA_coll_tuned_*), which must "
+                     "be set before launch; ps, tree and ring are explicit point-to-point implementations.")
+
+
+def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
+    if not (args.site or args.bandwidth_gbits):
+        return None, "tree"
+    platform = platform_from_args(args)
+    link = platform.link
+    if args.reduce_gbs:
+        from dataclasses import replace
+        link = replace(link, reduce_rate=args.reduce_gbs * 1e9)
+    elif args.site:
+        from dataclasses import replace
+        from ..site import load_site
+        link = replace(link, reduce_rate=load_site(args.site).device_memory_bandwidth / 3)
+    return link, platform.algorithm
+
+
+def run(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+
+    from ..errors import FirescaleError
+
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]
+    if unknown:
+        raise FirescaleError(f"--algorithms: unknown {', '.join(unknown)}; known: {', '.join(BENCH_ALGORITHMS)}")
+    if args.reps < 1:
+        raise FirescaleError("--reps must be at least 1")
+    comm = MPI.COMM_WORLD
+    link, site_algorithm = _link(args)
+    results = []
+    for size_mb in args.sizes_mb:
+        for algo in algorithms:
+            m = measure_allreduce(comm, algo, int(size_mb * 1e6), args.reps)
+            model = site_algorithm if algo == "mpi" else algo
+            predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
+            results.append((m, predicted))
+    if comm.Get_rank() != 0:
+        return 0
+    print(f"{comm.Get_size()} ranks, {args.reps} repetitions; times are the slowest rank's")
+    head = f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} {'meas/pred':>10}"
+    print(head)
+    for m, pred in results:
+        ratio = f"{m.median_s / pred:.2f}" if pred else "-"
+        print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.2f} {m.median_s * 1e3:>10.3f} {m.min_s * 1e3:>9.3f} "
+              f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
+    if args.json:
+        atomic_write_json(args.json, {
+            "ranks": comm.Get_size(), "reps": args.reps,
+            "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
+                                               "ppp": link.ppp, "reduce_rate": link.reduce_rate},
+            "measurements": [{**m.to_dict(), "predicted_s": pred} for m, pred in results]})
+    return 0

@@ -1,0 +1,39 @@
+"""`firescale predict paleo`: Paleo's FireCaffe/NiN case (Table 3) reproduced, with FireCaffe's measurements."""
+from __future__ import annotations
+
+import argparse
+
+from ..atomic import atomic_write_json
+from ..netspec import get_net
+from ..perf.paleo import firecaffe_case, firecaffe_platform, paleo_nin
+from ..perf.cli_args import describe
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--caffe-shapes", action="store_true",
+                        help="use NiN with Caffe's ceil-rounded pooling instead of Paleo's floor rounding")
+    parser.add_argument("--json", help="write the rows to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = get_net("nin") if args.caffe_shapes else paleo_nin()
+    rows = firecaffe_case(spec)
+    base = rows[0][1].time_to_accuracy_s
+    print(describe(firecaffe_platform()))
+    print(f"net {spec.name}, 47 epochs of 1,200,000 images, strong scaling, no overlap")
+    head = (f"{'gpus':>5} {'batch':>6} {'iter ms':>8} {'ours':>9} {'Paleo':>9} {'ours/Paleo':>10} "
+            f"{'FireCaffe':>10} {'ours/FireCaffe':>14} {'speedup':>8} {'Paleo sp.':>9} {'FireCaffe sp.':>13}")
+    print(head)
+    out = []
+    for row, p in rows:
+        ours = p.time_to_accuracy_s
+        speedup = base / ours
+        print(f"{row.gpus:>5} {row.batch:>6} {p.iteration_s * 1e3:>8.1f} {ours / 3600:>8.2f}h {row.paleo_s / 3600:>8.2f}h "
+              f"{ours / row.paleo_s:>10.3f} {row.firecaffe_s / 3600:>9.2f}h {ours / row.firecaffe_s:>14.3f} "
+              f"{speedup:>8.1f} {row.paleo_speedup:>9.1f} {row.firecaffe_speedup:>13.1f}")
+        out.append({**p.to_dict(), "paleo_s": row.paleo_s, "firecaffe_s": row.firecaffe_s,
+                    "ratio_to_paleo": ours / row.paleo_s, "ratio_to_firecaffe": ours / row.firecaffe_s,
+                    "speedup_vs_1gpu_256": speedup})
+    if args.json:
+        atomic_write_json(args.json, {"platform": describe(firecaffe_platform()), "rows": out})
+    return 0

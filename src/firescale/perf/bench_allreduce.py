@@ -1,0 +1,142 @@
+"""FireCaffe's Figure 4 experiment: time parameter-server, tree and ring gradient aggregation with MPI."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from ..errors import FirescaleError
+
+BENCH_ALGORITHMS = ("ps", "tree", "ring", "mpi")
+
+
+def ps_allreduce(comm: Any, send: Any, recv: Any) -> None:
+    """Parameter server on rank 0: receive every worker's gradient in turn, sum, send the sum to each."""
+    import numpy as np
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank == 0:
+        np.copyto(recv, send)
+        incoming = np.empty_like(send)
+        for worker in range(1, size):
+            comm.Recv(incoming, source=worker, tag=11)
+            recv += incoming
+        for worker in range(1, size):
+            comm.Send(recv, dest=worker, tag=12)
+    else:
+        comm.Send(send, dest=0, tag=11)
+        comm.Recv(recv, source=0, tag=12)
+
+
+def tree_allreduce(comm: Any, send: Any, recv: Any) -> None:
+    """Binomial tree: reduce to rank 0 in ceil(log2 p) rounds, then broadcast back down the same tree."""
+    import numpy as np
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    np.copyto(recv, send)
+    incoming = np.empty_like(send)
+    mask = 1
+    while mask < size:                      # reduce: at round k, ranks with bit k set send and stop
+        if rank & mask:
+            comm.Send(recv, dest=rank - mask, tag=21)
+            break
+        if rank + mask < size:
+            comm.Recv(incoming, source=rank + mask, tag=21)
+            recv += incoming
+        mask <<= 1
+    # broadcast: walk the same tree from the root outwards
+    mask = 1
+    while mask < size:
+        mask <<= 1
+    mask >>= 1
+    while mask >= 1:
+        if rank % (2 * mask) == 0 and rank + mask < size:
+            comm.Send(recv, dest=rank + mask, tag=22)
+        elif rank % (2 * mask) == mask:
+            comm.Recv(recv, source=rank - mask, tag=22)
+        mask >>= 1
+
+
+def ring_allreduce(comm: Any, send: Any, recv: Any) -> None:
+    """Ring: p-1 reduce-scatter steps then p-1 allgather steps, each passing one 1/p chunk on."""
+    import numpy as np
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    np.copyto(recv, send)
+    if size == 1:
+        return
+    bounds = np.linspace(0, recv.size, size + 1).astype(int)
+    chunk = [recv[bounds[i]:bounds[i + 1]] for i in range(size)]
+    right, left = (rank + 1) % size, (rank - 1) % size
+    scratch = np.empty(max(len(c) for c in chunk), dtype=recv.dtype)
+    for step in range(size - 1):            # reduce-scatter
+        out_i, in_i = (rank - step) % size, (rank - step - 1) % size
+        buf = scratch[:len(chunk[in_i])]
+        comm.Sendrecv(chunk[out_i], dest=right, sendtag=31, recvbuf=buf, source=left, recvtag=31)
+        chunk[in_i] += buf
+    for step in range(size - 1):            # allgather
+        out_i, in_i = (rank + 1 - step) % size, (rank - step) % size
+        buf = scratch[:len(chunk[in_i])]
+        comm.Sendrecv(chunk[out_i], dest=right, sendtag=32, recvbuf=buf, source=left, recvtag=32)
+        chunk[in_i][...] = buf
+
+
+def mpi_allreduce(comm: Any, send: Any, recv: Any) -> None:
+    """MPI_Allreduce with whatever algorithm the MPI library (and its MCA settings) chooses."""
+    from mpi4py import MPI
+
+    comm.Allreduce(send, recv, op=MPI.SUM)
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
+    "ps": ps_allreduce, "tree": tree_allreduce, "ring": ring_allreduce, "mpi": mpi_allreduce,
+}
+
+
+@dataclass(frozen=True)
+class AllreduceMeasurement:
+    """Seconds for one allreduce of `bytes` over `ranks` ranks: the slowest rank, per repetition."""
+
+    algorithm: str
+    ranks: int
+    bytes: int
+    seconds: list[float]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "median_s": self.median_s, "min_s": self.min_s}
+
+
+def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1) -> AllreduceMeasurement:
+    """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum."""
+    import numpy as np
+    from mpi4py import MPI
+
+    if algorithm not in IMPLEMENTATIONS:
+        raise FirescaleError(f"unknown benchmark algorithm {algorithm!r}; known: {', '.join(BENCH_ALGORITHMS)}")
+    rank, size = comm.Get_rank(), comm.Get_size()
+    count = max(1, nbytes // 4)
+    send = np.full(count, float(rank + 1), dtype=np.float32)
+    recv = np.empty_like(send)
+    run = IMPLEMENTATIONS[algorithm]
+    seconds = []
+    for rep in range(warmup + reps):
+        comm.Barrier()
+        start = time.perf_counter()
+        run(comm, send, recv)
+        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        if rep >= warmup:
+            seconds.append(elapsed)
+    expected = size * (size + 1) / 2
+    if not (recv[0] == expected and recv[-1] == expected):
+        raise FirescaleError(f"{algorithm} allreduce on {size} ranks gave {recv[0]} and {recv[-1]}, "
+                             f"expected {expected}: the implementation is wrong")
+    return AllreduceMeasurement(algorithm, size, count * 4, seconds)

@@ -1,0 +1,90 @@
+"""Command-line arguments shared by the predict and bench commands: which platform to model."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from ..errors import FirescaleError
+from .comm import Link
+from .paleo import Device, Platform, platform_from_site
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, not {text!r}")
+    return values
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, not {text!r}")
+    return values
+
+
+def add_platform_arguments(parser: argparse.ArgumentParser, *, device: bool = True) -> None:
+    g = parser.add_argument_group("platform (a site, or explicit numbers that override it)")
+    g.add_argument("--site", help="site name or path to a site.yaml")
+    if device:
+        g.add_argument("--peak-tflops", type=float, help="device peak, TFLOP/s")
+        g.add_argument("--memory-gbs", type=float, help="device memory bandwidth, GB/s")
+        g.add_argument("--ppp-compute", type=float, help="compute percent of peak, 0-1 (default 1)")
+    g.add_argument("--bandwidth-gbits", type=float, help="link bandwidth, Gbit/s")
+    g.add_argument("--latency-us", type=float, help="link latency, microseconds")
+    g.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (default 1)")
+    g.add_argument("--algorithm", help="allreduce model: ps, tree, butterfly, ring, rabenseifner")
+
+
+def platform_from_args(args: argparse.Namespace) -> Platform:
+    """The site's platform with any explicit numbers applied; explicit numbers alone need no site."""
+    site = None
+    if args.site:
+        from ..site import load_site
+        site = load_site(args.site)
+        platform = platform_from_site(site)
+    else:
+        need = ["bandwidth_gbits"] + (["peak_tflops", "memory_gbs"] if hasattr(args, "peak_tflops") else [])
+        missing = [n for n in need if getattr(args, n, None) is None]
+        if missing:
+            raise FirescaleError("give --site or all of " + ", ".join("--" + m.replace("_", "-") for m in missing))
+        platform = Platform("command line", Device("device", 1.0, 1.0), Link(1.0), "tree")
+    device, link = platform.device, platform.link
+    if getattr(args, "peak_tflops", None) is not None:
+        device = replace(device, peak_flops=args.peak_tflops * 1e12)
+    if getattr(args, "memory_gbs", None) is not None:
+        device = replace(device, memory_bandwidth=args.memory_gbs * 1e9)
+    if getattr(args, "ppp_compute", None) is not None:
+        device = replace(device, ppp=args.ppp_compute)
+    if args.bandwidth_gbits is not None:
+        link = replace(link, bandwidth=args.bandwidth_gbits * 1e9 / 8)
+    if args.latency_us is not None:
+        link = replace(link, latency=args.latency_us * 1e-6)
+    if args.ppp_comm is not None:
+        link = replace(link, ppp=args.ppp_comm)
+    platform = replace(platform, device=device, link=link)
+    if args.algorithm:
+        from .comm import canonical_algorithm
+        platform = replace(platform, algorithm=canonical_algorithm(args.algorithm))
+    return platform
+
+
+def describe(platform: Platform) -> str:
+    d, l = platform.device, platform.link
+    return (f"{platform.name}: {d.peak_flops / 1e12:.4g} TFLOP/s x {d.ppp:.3g}, {d.memory_bandwidth / 1e9:.4g} GB/s; "
+            f"link {l.bandwidth * 8 / 1e9:.4g} Gbit/s x {l.ppp:.3g}, {l.latency * 1e6:.3g} us; "
+            f"allreduce {platform.algorithm}")
+
+
+def site_or_none(args: Any) -> Any:
+    if getattr(args, "site", None):
+        from ..site import load_site
+        return load_site(args.site)
+    return None
