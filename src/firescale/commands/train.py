@@ -1,0 +1,71 @@
+"""`firescale train`: one rank of a Horovod data-parallel training run (launch N of them)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import FirescaleError
+
+
+def _mean(text: str) -> tuple[float, ...] | str:
+    """--mean: comma-separated per-channel values, or a .npy/.binaryproto file."""
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, type=Path,
+                        help="dataset folder (manifest.json + train/test LMDB or HDF5), e.g. DATA/digits")
+    parser.add_argument("--net", required=True, help="lenet, nin, alexnet, googlenet or vgg19")
+    parser.add_argument("--solver", required=True, type=Path, help="solver in Caffe keys: SOLVER.yaml or solver.prototxt")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a solver key (repeatable), e.g. --set base_lr=0.02")
+    parser.add_argument("--out", required=True, type=Path, help="run directory: result.json, mllog.txt, snapshots/")
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument("--batch-per-rank", type=int, help="images per rank per iteration (default 64)")
+    batch.add_argument("--total-batch", type=int, help="images per iteration over all ranks (split evenly)")
+    parser.add_argument("--reference-batch", type=int,
+                        help="the batch base_lr was tuned for (default: the per-rank batch with --batch-per-rank, "
+                             "the total with --total-batch)")
+    parser.add_argument("--lr-scaling", choices=("none", "linear", "sqrt"), default="none",
+                        help="scale base_lr with effective batch / reference batch (FireCaffe: linear)")
+    parser.add_argument("--warmup-iters", type=int, default=0, help="linear learning-rate warm-up over K updates")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--target", type=float, help="stop at the first evaluation with top-1 >= this")
+    target.add_argument("--target-from", type=Path, metavar="BASELINE_RESULT.json",
+                        help="target = the baseline run's final top-1 minus --tolerance")
+    parser.add_argument("--tolerance", type=float, default=0.01, help="with --target-from (default 0.01)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest snapshot in OUT/snapshots")
+    parser.add_argument("--seed", type=int, help="seed for weights, data order and dropout (default: the "
+                                                 "solver's random_seed, else 1)")
+    parser.add_argument("--eval-batch", type=int, default=256, help="test images per evaluation step, all ranks")
+    parser.add_argument("--profile-layers", action="store_true",
+                        help="also time every layer's forward and backward pass into OUT/layers.json")
+    parser.add_argument("--data-format", choices=("lmdb", "hdf5"), help="which copy of the dataset to read")
+    parser.add_argument("--scale", type=float, default=1 / 255, help="pixel scale after mean subtraction")
+    parser.add_argument("--mean", type=_mean, help="per-channel mean values (comma-separated) or a mean file")
+    parser.add_argument("--crop", type=int, help="crop size (random in training, centre in test)")
+    parser.add_argument("--mirror", action="store_true", help="random horizontal flips in training")
+    parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank (default 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.trainer import TrainOptions, run_training
+
+    if args.batch_per_rank is None and args.total_batch is None:
+        args.batch_per_rank = 64
+    if args.threads < 1:
+        raise FirescaleError(f"--threads must be at least 1, not {args.threads}")
+    opts = TrainOptions(
+        dataset=args.dataset, net=args.net, solver=args.solver, out=args.out, overrides=list(args.overrides),
+        batch_per_rank=args.batch_per_rank, total_batch=args.total_batch, reference_batch=args.reference_batch,
+        lr_scaling=args.lr_scaling, warmup_iters=args.warmup_iters, target=args.target,
+        target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
+        eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
+        scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
+        command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
+    )
+    return run_training(opts)

@@ -1,0 +1,136 @@
+"""Training result records (result.json): dataclasses, atomic writing, reading with clear errors."""
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .atomic import atomic_write_json
+from .errors import FirescaleError
+
+RESULT_FORMAT = "firescale.train.result/1"
+
+
+@dataclass
+class EvalPoint:
+    """One evaluation on the whole test set; wall_s counts training time since the start (all segments)."""
+
+    iter: int
+    epoch: float
+    wall_s: float
+    top1: float
+    top5: float
+    loss: float
+
+
+@dataclass
+class Segment:
+    """One launch of the job (a resumed run has several): its iterations and where its time went."""
+
+    start_iter: int
+    end_iter: int
+    startup_s: float      # process start to training start (init, data open, graph tracing)
+    train_s: float        # training start to stop, eval included (what time-to-accuracy counts)
+    eval_s: float         # of which evaluating
+    images: int           # training images processed in this segment (all ranks)
+    status: str           # finished | target_reached | interrupted
+    hostnames: list[str] = field(default_factory=list)
+
+
+@dataclass
+class IterationSplit:
+    """Mean seconds per iteration spent waiting for data, computing, and in the gradient allreduce."""
+
+    data_wait_s: float
+    compute_s: float
+    allreduce_s: float
+    iterations: int
+
+
+@dataclass
+class TrainResult:
+    """Everything one training run reports; written by rank 0 as RUNDIR/result.json."""
+
+    net: str
+    dataset: str
+    dataset_manifest_sha256: str
+    ranks: int
+    solver: dict[str, Any]
+    batch: dict[str, Any]
+    seed: int
+    data_seed: int
+    target_top1: float | None
+    target_source: str
+    reached_target: bool
+    time_to_accuracy_s: float | None
+    train_time_s: float
+    iterations: int
+    epochs: float
+    images_per_s: float
+    per_iteration: IterationSplit
+    allreduce: dict[str, Any]
+    hostnames: list[str]
+    versions: dict[str, str]
+    evals: list[EvalPoint]
+    segments: list[Segment]
+    status: str
+    command: list[str] = field(default_factory=list)
+    format: str = RESULT_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def final_top1(self) -> float | None:
+        return self.evals[-1].top1 if self.evals else None
+
+
+def write_result(path: str | Path, result: TrainResult) -> Path:
+    """Write `result` as key-sorted JSON, atomically."""
+    return atomic_write_json(path, result.to_dict())
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise FirescaleError(f"{where}: expected an object, found {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    required = [f.name for f in fields(cls)
+                if f.name not in data and f.default is MISSING and f.default_factory is MISSING]
+    if required:
+        raise FirescaleError(f"{where}: missing key {required[0]!r}")
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise FirescaleError(f"{where}: unknown key {unknown[0]!r}")
+    return cls(**{k: v for k, v in data.items()})
+
+
+def result_from_dict(data: dict[str, Any], where: str = "result") -> TrainResult:
+    """Rebuild a TrainResult from its JSON form, naming the first missing or unknown key."""
+    result = _build(TrainResult, data, where)
+    if result.format != RESULT_FORMAT:
+        raise FirescaleError(f"{where}: format {result.format!r} is not {RESULT_FORMAT!r}")
+    result.per_iteration = _build(IterationSplit, result.per_iteration, f"{where} per_iteration")
+    result.evals = [_build(EvalPoint, e, f"{where} evals[{i}]") for i, e in enumerate(result.evals)]
+    result.segments = [_build(Segment, s, f"{where} segments[{i}]") for i, s in enumerate(result.segments)]
+    return result
+
+
+def read_result(path: str | Path) -> TrainResult:
+    """Read a result.json written by `firescale train`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FirescaleError(f"cannot read result file {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise FirescaleError(f"result file {path} is not valid JSON (line {exc.lineno})") from None
+    return result_from_dict(data, str(path))
+
+
+def baseline_top1(path: str | Path) -> float:
+    """The top-1 accuracy a baseline run ended with (its last evaluation), the target for scaled runs."""
+    result = read_result(path)
+    if result.final_top1 is None:
+        raise FirescaleError(f"baseline result {path} has no evaluation points, so it gives no target accuracy")
+    return float(result.final_top1)

@@ -1,0 +1,167 @@
+"""Horovod set-up for one rank: init, device and thread pinning, determinism, sums, and the allreduce in use."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+# Open MPI's coll/tuned algorithm numbers (ompi_info --param coll tuned --level 9).
+OMPI_ALLREDUCE = {0: "default (decision rules)", 1: "basic linear", 2: "nonoverlapping (reduce + bcast)",
+                  3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "rabenseifner"}
+OMPI_REDUCE = {0: "default", 1: "linear", 2: "chain", 3: "pipeline", 4: "binary", 5: "binomial",
+               6: "in-order binary", 7: "rabenseifner"}
+OMPI_BCAST = {0: "default", 1: "basic linear", 2: "chain", 3: "pipeline", 4: "split binary tree",
+              5: "binary tree", 6: "binomial", 7: "knomial", 8: "scatter-allgather", 9: "scatter-allgather-ring"}
+
+
+@dataclass
+class Rank:
+    """This process's place in the job and the handle to Horovod's collectives."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    device: str
+    pinned_cpus: list[int]
+    hvd: Any
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def sum(self, tensors: Sequence[Any]) -> list[Any]:
+        """Element-wise sums over all ranks of each tensor (one grouped Horovod allreduce, op=Sum)."""
+        if self.size == 1:
+            return list(tensors)
+        return list(self.hvd.grouped_allreduce(list(tensors), op=self.hvd.Sum))
+
+    def sum_numbers(self, values: Sequence[float]) -> np.ndarray:
+        """Sums over all ranks of a few float64 numbers (exact for counts)."""
+        import tensorflow as tf
+
+        t = tf.constant(np.asarray(values, np.float64))
+        if self.size > 1:
+            t = self.hvd.allreduce(t, op=self.hvd.Sum)
+        return t.numpy()
+
+    def barrier(self) -> None:
+        self.sum_numbers([0.0])
+
+    def broadcast_variables(self, variables: Sequence[Any]) -> None:
+        if self.size > 1:
+            self.hvd.broadcast_variables(list(variables), root_rank=0)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        return obj if self.size == 1 else self.hvd.broadcast_object(obj, root_rank=0)
+
+    def gather_object(self, obj: Any) -> list[Any]:
+        return [obj] if self.size == 1 else list(self.hvd.allgather_object(obj))
+
+
+def _pin_cpus(local_rank: int, local_size: int) -> list[int]:
+    """Pin this rank to one core of those available when there are enough; FIRESCALE_PIN_CPUS=0 turns it off."""
+    if os.environ.get("FIRESCALE_PIN_CPUS", "1") == "0" or not hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cpus = sorted(os.sched_getaffinity(0))
+    if local_size > len(cpus):
+        return cpus
+    per_rank = len(cpus) // local_size
+    mine = cpus[local_rank * per_rank:(local_rank + 1) * per_rank][:1]
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
+def init_rank(threads: int = 1) -> Rank:
+    """hvd.init(), one device per local rank, `threads` TF threads per rank, deterministic ops."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[hvd.local_rank() % len(gpus)]
+        tf.config.set_visible_devices([gpu], "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
+        device, pinned = f"GPU:{hvd.local_rank() % len(gpus)}", []
+    else:
+        pinned = _pin_cpus(hvd.local_rank(), hvd.local_size())
+        device = "CPU:0"
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.experimental.enable_op_determinism()
+    return Rank(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device, pinned, hvd)
+
+
+def describe_allreduce(rank: Rank, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Which allreduce ran: what the job asked for (FIRESCALE_ALLREDUCE) and what reached MPI/NCCL/Gloo."""
+    env = dict(os.environ if env is None else env)
+    hvd = rank.hvd
+    controller = "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "none")
+    cpu_ops = env.get("HOROVOD_CPU_OPERATIONS", "").lower() or controller
+    tuned = {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items()) if k.startswith("OMPI_MCA_coll_tuned_")}
+    out: dict[str, Any] = {
+        "requested": env.get("FIRESCALE_ALLREDUCE", "default"),
+        "controller": controller,
+        "cpu_operations": cpu_ops,
+        "device": rank.device,
+        "ompi_coll_tuned": tuned,
+        "nccl_algo": env.get("NCCL_ALGO"),
+        "ranks": rank.size,
+    }
+
+    def number(key: str) -> int | None:
+        value = tuned.get(key)
+        return int(value) if value is not None and re.fullmatch(r"\d+", value) else None
+
+    if rank.size == 1:
+        algorithm = "none (one rank)"
+    elif rank.device.startswith("GPU"):
+        algorithm = f"nccl {env['NCCL_ALGO'].lower()}" if env.get("NCCL_ALGO") else "nccl default"
+    elif cpu_ops == "gloo":
+        algorithm = "gloo ring"
+    elif cpu_ops == "mpi" and tuned.get("coll_tuned_use_dynamic_rules") == "1" and number("coll_tuned_allreduce_algorithm"):
+        code = number("coll_tuned_allreduce_algorithm")
+        algorithm = f"mpi {OMPI_ALLREDUCE.get(code, f'algorithm {code}')}"
+        if code == 2:
+            red, bc = number("coll_tuned_reduce_algorithm"), number("coll_tuned_bcast_algorithm")
+            algorithm += (f", reduce {OMPI_REDUCE.get(red, 'default') if red is not None else 'default'}"
+                          f", bcast {OMPI_BCAST.get(bc, 'default') if bc is not None else 'default'}")
+    else:
+        algorithm = "mpi default (Open MPI decision rules)" if cpu_ops == "mpi" else f"{cpu_ops} default"
+    out["algorithm"] = algorithm
+    out["tree"] = ("nonoverlapping" in algorithm or "nccl tree" in algorithm)
+    return out
+
+
+def versions(hvd: Any) -> dict[str, str]:
+    """Versions of the stack that produced a result."""
+    import platform
+
+    import tensorflow as tf
+
+    from .. import __version__
+
+    out = {"firescale": __version__, "python": platform.python_version(), "tensorflow": tf.__version__,
+           "numpy": np.__version__}
+    try:
+        import horovod
+
+        out["horovod"] = horovod.__version__
+    except ImportError:  # pragma: no cover - horovod is part of the stack
+        pass
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        try:
+            text = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20).stdout
+            out["mpi"] = text.strip().splitlines()[0] if text.strip() else "unknown"
+        except (OSError, subprocess.SubprocessError):
+            out["mpi"] = "unknown"
+    out["hostname"] = socket.gethostname()
+    return out

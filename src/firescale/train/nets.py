@@ -1,0 +1,165 @@
+"""TensorFlow models built from firescale.netspec with Caffe's layer semantics and fillers."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from ..netspec import (FC, LRN, Conv, Dropout, Inception, Init, Layer, NetSpec, Pool, ReLU, Softmax,
+                       pool_extra_padding, pool_output_size)
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One learnable blob: its layer, which blob (weights or bias) and its shape."""
+
+    layer: str
+    blob: str  # "weights" | "bias"
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.layer}/{self.blob}"
+
+
+def fill(init: Init, shape: tuple[int, ...], fan_in: int, rng: np.random.Generator) -> np.ndarray:
+    """Caffe's fillers: gaussian(std), xavier (uniform +-sqrt(3/fan_in)), msra (std sqrt(2/fan_in)), constant."""
+    if init.kind == "gaussian":
+        return rng.normal(0.0, init.std, size=shape).astype(np.float32)
+    if init.kind == "xavier":
+        scale = math.sqrt(3.0 / fan_in)
+        return rng.uniform(-scale, scale, size=shape).astype(np.float32)
+    if init.kind == "msra":
+        return rng.normal(0.0, math.sqrt(2.0 / fan_in), size=shape).astype(np.float32)
+    if init.kind == "constant":
+        return np.full(shape, init.value, dtype=np.float32)
+    raise ValueError(f"unknown filler {init.kind!r}")
+
+
+class CaffeNet(tf.Module):
+    """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN, grouped conv, dropout."""
+
+    def __init__(self, spec: NetSpec, seed: int) -> None:
+        super().__init__(name=spec.name)
+        self.spec = spec
+        self.infos: list[ParamInfo] = []
+        self.params: list[tf.Variable] = []
+        self._index: dict[str, int] = {}
+        rng = np.random.default_rng(seed)
+        self._build(spec.layers, spec.input_shape, "", rng)
+
+    # ------------------------------------------------------------ variables
+    def _add(self, info: ParamInfo, value: np.ndarray) -> None:
+        self._index[info.name] = len(self.params)
+        self.infos.append(info)
+        self.params.append(tf.Variable(value, name=info.name.replace("/", "_"), dtype=tf.float32))
+
+    def _build(self, layers: tuple[Layer, ...], shape: tuple[int, int, int], prefix: str,
+               rng: np.random.Generator) -> tuple[int, int, int]:
+        for layer in layers:
+            h, w, c = shape
+            name = prefix + layer.name
+            if isinstance(layer, Conv):
+                per_group = c // layer.groups
+                wshape = (layer.kernel, layer.kernel, per_group, layer.out)
+                fan_in = per_group * layer.kernel * layer.kernel
+                self._add(ParamInfo(name, "weights", wshape), fill(layer.weight_init, wshape, fan_in, rng))
+                self._add(ParamInfo(name, "bias", (layer.out,)), fill(layer.bias_init, (layer.out,), fan_in, rng))
+                size = lambda n: (n + 2 * layer.pad - layer.kernel) // layer.stride + 1  # noqa: E731
+                shape = (size(h), size(w), layer.out)
+            elif isinstance(layer, FC):
+                fan_in = h * w * c
+                wshape = (fan_in, layer.out)
+                self._add(ParamInfo(name, "weights", wshape), fill(layer.weight_init, wshape, fan_in, rng))
+                self._add(ParamInfo(name, "bias", (layer.out,)), fill(layer.bias_init, (layer.out,), fan_in, rng))
+                shape = (1, 1, layer.out)
+            elif isinstance(layer, Pool):
+                shape = (pool_output_size(h, layer), pool_output_size(w, layer), c)
+            elif isinstance(layer, Inception):
+                outs = [self._build(branch, shape, name + "/", rng) for branch in layer.branches]
+                shape = (outs[0][0], outs[0][1], sum(o[2] for o in outs))
+        return shape
+
+    def param(self, name: str) -> tf.Variable:
+        return self.params[self._index[name]]
+
+    # ------------------------------------------------------------ forward
+    def __call__(self, x: tf.Tensor, training: bool = False, dropout_seed: tf.Tensor | None = None) -> tf.Tensor:
+        """Logits of a float32 NHWC batch; dropout (training only) draws from a stateless seed [2] int64."""
+        x = self._forward(self.spec.layers, x, "", training, dropout_seed, [0])
+        return tf.reshape(x, (tf.shape(x)[0], -1))
+
+    def _forward(self, layers: tuple[Layer, ...], x: tf.Tensor, prefix: str, training: bool,
+                 dropout_seed: tf.Tensor | None, counter: list[int]) -> tf.Tensor:
+        for layer in layers:
+            name = prefix + layer.name
+            if isinstance(layer, Conv):
+                x = self._conv(layer, name, x)
+            elif isinstance(layer, FC):
+                x = tf.reshape(x, (tf.shape(x)[0], -1))
+                x = tf.matmul(x, self.param(name + "/weights")) + self.param(name + "/bias")
+                x = tf.reshape(x, (tf.shape(x)[0], 1, 1, layer.out))
+            elif isinstance(layer, Pool):
+                x = _pool(layer, x)
+            elif isinstance(layer, ReLU):
+                x = tf.nn.relu(x)
+            elif isinstance(layer, LRN):
+                x = tf.nn.local_response_normalization(
+                    x, depth_radius=(layer.local_size - 1) // 2, bias=layer.k,
+                    alpha=layer.alpha / layer.local_size, beta=layer.beta)
+            elif isinstance(layer, Dropout):
+                counter[0] += 1
+                if training and layer.rate > 0:
+                    if dropout_seed is None:
+                        raise ValueError(f"layer {name!r}: dropout in training needs a dropout_seed")
+                    seed = tf.random.experimental.stateless_fold_in(dropout_seed, counter[0])
+                    keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= layer.rate
+                    x = tf.where(keep, x * (1.0 / (1.0 - layer.rate)), tf.zeros_like(x))
+            elif isinstance(layer, Inception):
+                x = tf.concat([self._forward(branch, x, name + "/", training, dropout_seed, counter)
+                               for branch in layer.branches], axis=-1)
+            elif isinstance(layer, Softmax):
+                break
+        return x
+
+    def _conv(self, layer: Conv, name: str, x: tf.Tensor) -> tf.Tensor:
+        if layer.pad:
+            x = tf.pad(x, [[0, 0], [layer.pad, layer.pad], [layer.pad, layer.pad], [0, 0]])
+        kernel, bias = self.param(name + "/weights"), self.param(name + "/bias")
+        strides = (1, layer.stride, layer.stride, 1)
+        if layer.groups == 1:
+            y = tf.nn.conv2d(x, kernel, strides, "VALID")
+        else:  # grouped convolution as Caffe's `group`, one conv per channel group
+            xs = tf.split(x, layer.groups, axis=-1)
+            ks = tf.split(kernel, layer.groups, axis=-1)
+            y = tf.concat([tf.nn.conv2d(a, k, strides, "VALID") for a, k in zip(xs, ks)], axis=-1)
+        return y + bias
+
+
+def _pool(layer: Pool, x: tf.Tensor) -> tf.Tensor:
+    h, w = int(x.shape[1]), int(x.shape[2])
+    if layer.global_pool:
+        return (tf.reduce_max if layer.mode == "max" else tf.reduce_mean)(x, axis=(1, 2), keepdims=True)
+    p, k, s = layer.pad, layer.kernel, layer.stride
+    eh, ew = pool_extra_padding(h, layer), pool_extra_padding(w, layer)
+    paddings = [[0, 0], [p, p + eh], [p, p + ew], [0, 0]]
+    if layer.mode == "max":  # Caffe takes the max over the part of the window inside the image
+        if p or eh or ew:
+            x = tf.pad(x, paddings, constant_values=float("-inf"))
+        return tf.nn.max_pool2d(x, k, s, "VALID")
+    # Caffe's average divides by the window clipped to the padded image (padding counts, overhang does not).
+    if p or eh or ew:
+        x = tf.pad(x, paddings)
+    summed = tf.nn.avg_pool2d(x, k, s, "VALID") * float(k * k)
+    oh, ow = pool_output_size(h, layer), pool_output_size(w, layer)
+    rows = np.array([min(i * s - p + k, h + p) - (i * s - p) for i in range(oh)], dtype=np.float32)
+    cols = np.array([min(j * s - p + k, w + p) - (j * s - p) for j in range(ow)], dtype=np.float32)
+    divisor = np.outer(rows, cols)[None, :, :, None]
+    return summed / tf.constant(divisor)
+
+
+def build_net(spec: NetSpec, seed: int) -> CaffeNet:
+    """The TF model of `spec` with weights drawn from Caffe's fillers by a NumPy generator seeded `seed`."""
+    return CaffeNet(spec, seed)

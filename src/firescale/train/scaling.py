@@ -1,0 +1,79 @@
+"""Batch and learning-rate scaling for sweeps: per-rank or total batch, none/linear/sqrt LR rules, warm-up."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import FirescaleError
+
+LR_SCALING_RULES = ("none", "linear", "sqrt")
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one run splits its batch and scales its learning rate (recorded in the result)."""
+
+    ranks: int
+    batch_per_rank: int
+    total_batch: int           # images per forward/backward across all ranks (ranks x batch_per_rank)
+    iter_size: int             # Caffe's gradient accumulation: one update averages iter_size batches
+    effective_batch: int       # images per update: total_batch x iter_size
+    reference_batch: int       # the batch the solver's base_lr was set for
+    lr_scaling: str            # none | linear | sqrt
+    lr_scale: float            # multiplies base_lr: 1, B/B_ref or sqrt(B/B_ref)
+    warmup_iters: int          # linear warm-up length in updates (0: none)
+    warmup_start_factor: float  # the warm-up multiplier at iteration 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def warmup_factor(self, iteration: int) -> float:
+        """Multiplier of the policy's rate at 0-based `iteration`: a linear ramp to 1 over warmup_iters."""
+        if iteration >= self.warmup_iters:
+            return 1.0
+        start = self.warmup_start_factor
+        return start + (1.0 - start) * iteration / self.warmup_iters
+
+
+def plan_batches(ranks: int, *, batch_per_rank: int | None = None, total_batch: int | None = None,
+                 iter_size: int = 1, reference_batch: int | None = None, lr_scaling: str = "none",
+                 warmup_iters: int = 0) -> BatchPlan:
+    """Resolve `--batch-per-rank b` or `--total-batch B` for `ranks` ranks and the LR rule.
+
+    The learning rate is scaled relative to `reference_batch` (default: the per-rank batch when the
+    per-rank batch is given, as with one worker's tuned batch in weak scaling; the total batch when the
+    total is given, so strong scaling keeps the rate).  FireCaffe: batch x4 -> LR x4 (linear).
+    A warm-up starts at 1/lr_scale of the scaled rate (the unscaled rate, Goyal et al.) or, without
+    scaling, at 1/warmup_iters, and grows linearly to the full rate at `warmup_iters`.
+    """
+    if ranks < 1:
+        raise FirescaleError(f"the number of ranks must be at least 1, not {ranks}")
+    if (batch_per_rank is None) == (total_batch is None):
+        raise FirescaleError("give exactly one of --batch-per-rank and --total-batch")
+    if batch_per_rank is not None:
+        if batch_per_rank < 1:
+            raise FirescaleError(f"--batch-per-rank must be at least 1, not {batch_per_rank}")
+        per_rank = batch_per_rank
+    else:
+        assert total_batch is not None
+        if total_batch < 1 or total_batch % ranks:
+            raise FirescaleError(f"--total-batch {total_batch} must be a positive multiple of the "
+                                 f"{ranks} ranks so that every rank gets the same batch")
+        per_rank = total_batch // ranks
+    total = per_rank * ranks
+    if reference_batch is None:
+        reference_batch = per_rank if batch_per_rank is not None else total
+    if reference_batch < 1:
+        raise FirescaleError(f"--reference-batch must be at least 1, not {reference_batch}")
+    if lr_scaling not in LR_SCALING_RULES:
+        raise FirescaleError(f"--lr-scaling must be one of {', '.join(LR_SCALING_RULES)}, not {lr_scaling!r}")
+    if warmup_iters < 0:
+        raise FirescaleError(f"--warmup-iters must not be negative, not {warmup_iters}")
+    ratio = total * iter_size / reference_batch
+    scale = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[lr_scaling]
+    start = 1.0 / scale if scale > 1.0 else (1.0 / warmup_iters if warmup_iters else 1.0)
+    return BatchPlan(ranks=ranks, batch_per_rank=per_rank, total_batch=total, iter_size=iter_size,
+                     effective_batch=total * iter_size, reference_batch=reference_batch,
+                     lr_scaling=lr_scaling, lr_scale=scale, warmup_iters=warmup_iters,
+                     warmup_start_factor=start)

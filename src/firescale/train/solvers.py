@@ -1,0 +1,108 @@
+"""Caffe's six update rules (SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam) on TensorFlow variables."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from .solver_config import SolverConfig
+
+
+class CaffeSolver:
+    """Applies Caffe's regularisation and update rule to a list of parameters, keeping Caffe's history blobs.
+
+    The gradients handed to `apply` are already normalised (the mean over the global batch and
+    `iter_size`), as after Caffe's `Normalize`.  Per parameter, as Caffe's SGDSolver::ApplyUpdate:
+    clip (all parameters together), add weight decay (L2: `decay * w`, L1: `decay * sign(w)`, with
+    `decay = weight_decay * decay_mult`), compute the update with `local_rate = rate * lr_mult` and
+    subtract it from the weights.
+    """
+
+    def __init__(self, config: SolverConfig, params: Sequence[tf.Variable], names: Sequence[str],
+                 lr_mults: Sequence[float] | None = None, decay_mults: Sequence[float] | None = None) -> None:
+        self.config = config
+        self.params = list(params)
+        self.names = list(names)
+        n = len(self.params)
+        self.lr_mults = [float(m) for m in (lr_mults or [1.0] * n)]
+        self.decay_mults = [float(m) for m in (decay_mults or [1.0] * n)]
+        zeros = [tf.Variable(tf.zeros_like(p), trainable=False) for p in self.params]
+        self.history = zeros
+        # AdaDelta keeps the history of updates, Adam the second moment, in a second set of blobs.
+        self.update_history = ([tf.Variable(tf.zeros_like(p), trainable=False) for p in self.params]
+                               if config.type in ("AdaDelta", "Adam") else [])
+
+    # ------------------------------------------------------------ the update
+    def apply(self, grads: Sequence[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor) -> None:
+        """One update with learning rate `rate` (float32) at 0-based `iteration` (int64); traceable."""
+        c = self.config
+        grads = [tf.convert_to_tensor(g, tf.float32) for g in grads]
+        if c.clip_gradients >= 0:
+            l2norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+            scale = tf.where(l2norm > c.clip_gradients, c.clip_gradients / l2norm, tf.constant(1.0))
+            grads = [g * scale for g in grads]
+        for i, (w, g) in enumerate(zip(self.params, grads)):
+            g = self._regularize(w, g, self.decay_mults[i])
+            local_rate = rate * tf.constant(self.lr_mults[i], tf.float32)
+            update = self._update_value(i, g, local_rate, iteration)
+            w.assign_sub(update)
+
+    def _regularize(self, w: tf.Variable, g: tf.Tensor, decay_mult: float) -> tf.Tensor:
+        local_decay = self.config.weight_decay * decay_mult
+        if local_decay == 0:
+            return g
+        if self.config.regularization_type == "L2":
+            return g + tf.constant(local_decay, tf.float32) * w
+        return g + tf.constant(local_decay, tf.float32) * tf.sign(w)
+
+    def _update_value(self, i: int, g: tf.Tensor, local_rate: tf.Tensor, iteration: tf.Tensor) -> tf.Tensor:
+        c = self.config
+        h = self.history[i]
+        f32 = lambda x: tf.constant(x, tf.float32)  # noqa: E731
+        if c.type == "SGD":
+            h.assign(local_rate * g + f32(c.momentum) * h)
+            return h.read_value()
+        if c.type == "Nesterov":
+            previous = h.read_value()
+            h.assign(local_rate * g + f32(c.momentum) * previous)
+            return f32(1.0 + c.momentum) * h - f32(c.momentum) * previous
+        if c.type == "AdaGrad":
+            h.assign_add(tf.square(g))
+            return local_rate * (g / (tf.sqrt(h) + f32(c.delta)))
+        if c.type == "RMSProp":
+            h.assign(f32(1.0 - c.rms_decay) * tf.square(g) + f32(c.rms_decay) * h)
+            return local_rate * (g / (tf.sqrt(h) + f32(c.delta)))
+        if c.type == "AdaDelta":
+            u = self.update_history[i]
+            h.assign(f32(1.0 - c.momentum) * tf.square(g) + f32(c.momentum) * h)
+            step = g * tf.sqrt((u + f32(c.delta)) / (h + f32(c.delta)))
+            u.assign(f32(1.0 - c.momentum) * tf.square(step) + f32(c.momentum) * u)
+            return local_rate * step
+        if c.type == "Adam":
+            v = self.update_history[i]
+            b1, b2 = c.momentum, c.momentum2
+            t = tf.cast(iteration + 1, tf.float64)
+            correction = tf.cast(tf.sqrt(1.0 - tf.pow(tf.constant(b2, tf.float64), t))
+                                 / (1.0 - tf.pow(tf.constant(b1, tf.float64), t)), tf.float32)
+            h.assign(f32(1.0 - b1) * g + f32(b1) * h)
+            v.assign(f32(1.0 - b2) * tf.square(g) + f32(b2) * v)
+            return local_rate * correction * (h / (tf.sqrt(v) + f32(c.delta)))
+        raise ValueError(f"unknown solver type {c.type!r}")
+
+    # ------------------------------------------------------------ state for snapshots
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Caffe's history blobs as NumPy arrays keyed `history/<param>` and `update_history/<param>`."""
+        out = {f"history/{n}": h.numpy() for n, h in zip(self.names, self.history)}
+        out.update({f"update_history/{n}": u.numpy() for n, u in zip(self.names, self.update_history)})
+        return out
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Restore the history blobs written by `state_arrays` (shapes must match)."""
+        pairs = [(f"history/{n}", h) for n, h in zip(self.names, self.history)]
+        pairs += [(f"update_history/{n}", u) for n, u in zip(self.names, self.update_history)]
+        for key, var in pairs:
+            if key not in arrays:
+                raise KeyError(key)
+            var.assign(arrays[key])
+
