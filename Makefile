@@ -97,6 +97,9 @@ $(PROFILE_HOME)/%/config.yaml: site/%/config.yaml
 	@cp $< $@.tmp && mv $@.tmp $@
 	@echo "firescale: installed Snakemake profile '$*' in $(dir $@)"
 
+# The venv's commands (firescale, snakemake, horovodrun) come first for the workflow's jobs.
+test sweep lint: export PATH := $(abspath $(BIN)):$(PATH)
+
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -1,0 +1,101 @@
+#!/bin/bash
+# firescale job for site local (no scheduler: runs here); generated, re-render instead of editing.
+set -euo pipefail
+
+FIRESCALE_JOB_NAME=fs-demo-g2
+FIRESCALE_SCHEDULER=local
+FIRESCALE_STATUS_FILE=/shared/firescale/results/demo/g2/status.json
+FIRESCALE_JOB_ID="${FIRESCALE_NO_JOB_ID:-local-$$}"
+FIRESCALE_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+FIRESCALE_SIGNAL=
+FIRESCALE_CHILD=
+export FIRESCALE_JOB_NAME FIRESCALE_SCHEDULER FIRESCALE_JOB_ID FIRESCALE_STATUS_FILE
+
+firescale_hosts() {
+  hostname
+}
+
+# One JSON list of the allocation's hostnames (characters outside [A-Za-z0-9._-] dropped).
+firescale_hosts_json() {
+  local first=1 host
+  printf '['
+  while IFS= read -r host; do
+    host=$(printf '%s' "$host" | tr -cd 'A-Za-z0-9._-')
+    [ -n "$host" ] || continue
+    [ "$first" = 1 ] || printf ', '
+    printf '"%s"' "$host"
+    first=0
+  done < <(firescale_hosts 2>/dev/null || hostname)
+  printf ']'
+}
+
+# Whatever ends the job, write its status file atomically: a temporary name, then a rename.
+firescale_finish() {
+  local rc=$?
+  trap - EXIT
+  set +e
+  local tmp="${FIRESCALE_STATUS_FILE}.tmp.$$"
+  mkdir -p -- "$(dirname -- "$FIRESCALE_STATUS_FILE")"
+  {
+    printf '{\n'
+    printf '  "job_name": "%s",\n' "$FIRESCALE_JOB_NAME"
+    printf '  "scheduler": "%s",\n' "$FIRESCALE_SCHEDULER"
+    printf '  "job_id": "%s",\n' "$(printf '%s' "$FIRESCALE_JOB_ID" | tr -cd 'A-Za-z0-9._\[\]-')"
+    printf '  "exit_code": %d,\n' "$rc"
+    printf '  "signal": "%s",\n' "$FIRESCALE_SIGNAL"
+    printf '  "start": "%s",\n' "$FIRESCALE_START"
+    printf '  "end": "%s",\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    printf '  "ranks": %d,\n' 2
+    printf '  "hosts": %s\n' "$(firescale_hosts_json)"
+    printf '}\n'
+  } > "$tmp" && mv -f -- "$tmp" "$FIRESCALE_STATUS_FILE"
+  exit "$rc"
+}
+trap firescale_finish EXIT
+
+# The scheduler's warning before walltime (and a cancel) reaches the ranks, which snapshot and stop.
+firescale_forward() {
+  FIRESCALE_SIGNAL=$1
+  echo "firescale: received SIG$1, forwarding it to the ranks" >&2
+  if [ -n "$FIRESCALE_CHILD" ]; then kill -s "$1" "$FIRESCALE_CHILD" 2>/dev/null || true; fi
+}
+trap 'firescale_forward USR1' USR1
+trap 'firescale_forward TERM' TERM
+trap 'firescale_forward INT' INT
+
+# --- environment (module and activate scripts are not written for `set -u`)
+set +u
+export TF_CPP_MIN_LOG_LEVEL=2
+set -u
+
+# --- MPI, Horovod and threads
+export FIRESCALE_ALLREDUCE=tree
+export FIRESCALE_ALLREDUCE_TREE=binomial
+export FIRESCALE_RUN_DIR=/shared/firescale/results/demo/g2
+export OMP_NUM_THREADS=1
+export OMPI_MCA_coll_tuned_allreduce_algorithm=2
+export OMPI_MCA_coll_tuned_bcast_algorithm=6
+export OMPI_MCA_coll_tuned_reduce_algorithm=6
+export OMPI_MCA_coll_tuned_use_dynamic_rules=1
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+FIRESCALE_HOSTS_SLOTS=$(firescale_hosts | sed 's/$/:2/' | paste -sd, -)
+export FIRESCALE_HOSTS_SLOTS
+
+# --- launch 2 rank(s) on 1 node(s)
+mkdir -p -- /shared/firescale/results/demo/g2
+cd -- /shared/firescale/results/demo/g2
+echo "firescale: job $FIRESCALE_JOB_NAME ($FIRESCALE_JOB_ID) starts $FIRESCALE_START on $(hostname)"
+set +e
+mpirun -np 2 --map-by ppr:2:node:PE=1 --bind-to core -x PATH -x FIRESCALE_ALLREDUCE --oversubscribe firescale train --net nin --out /shared/firescale/results/demo/g2 &
+FIRESCALE_CHILD=$!
+while :; do
+  wait "$FIRESCALE_CHILD"
+  rc=$?
+  # wait returns early (status > 128) when a trapped signal arrives; keep waiting for the ranks.
+  if [ "$rc" -gt 128 ] && kill -0 "$FIRESCALE_CHILD" 2>/dev/null; then continue; fi
+  break
+done
+echo "firescale: job $FIRESCALE_JOB_NAME ended with exit code $rc"
+exit "$rc"

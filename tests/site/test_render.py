@@ -1,0 +1,191 @@
+"""Job scripts: golden files per site and scheduler, strictness, quoting, and the job body run for real."""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from firescale.collectives import allreduce_environment
+from firescale.errors import FirescaleError
+from firescale.launchers import LAUNCHERS
+from firescale.render import JobSpec, environment, quote_expanding, render_job_script
+from firescale.schedulers import SCHEDULERS
+from firescale.site import load_site
+from helpers import REPO, site_copy
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("FIRESCALE_UPDATE_GOLDEN") == "1"
+
+
+def fixed_job(ranks: int) -> JobSpec:
+    run = Path("/shared/firescale/results/demo") / f"g{ranks}"
+    return JobSpec(name=f"fs-demo-g{ranks}", ranks=ranks, walltime_s=5400,
+                   command=["firescale", "train", "--net", "nin", "--out", str(run)],
+                   workdir=run, log_file=run / "job.log", status_file=run / "status.json",
+                   env={"FIRESCALE_RUN_DIR": str(run)})
+
+
+def _variants(tmp_path):
+    """Every shipped site with its own scheduler, plus plain PBS and Slurm+mpirun variants."""
+    sites = {name: load_site(name) for name in ("titan", "ib-cluster", "local")}
+    sites["pbs-mpirun"] = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d.update(
+        name="pbs-mpirun", scheduler="pbs", launcher="mpirun", partition=None, qos=None, queue="gpu"), folder="pbs-mpirun"))
+    sites["slurm-horovodrun"] = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d.update(
+        name="slurm-horovodrun", launcher="horovodrun"), folder="slurm-horovodrun"))
+    return sites
+
+
+@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "pbs-mpirun", "slurm-horovodrun"])
+@pytest.mark.parametrize("ranks", [1, 8])
+def test_golden_job_scripts(tmp_path, variant, ranks):
+    site = _variants(tmp_path)[variant]
+    if site.nodes_for(ranks) > site.max_nodes:
+        ranks = site.gpus_per_node
+    script = render_job_script(site, fixed_job(ranks))
+    golden = GOLDEN / f"{variant}-{ranks}.sh"
+    if UPDATE or not golden.exists():
+        if not UPDATE:
+            pytest.fail(f"no golden file {golden.name}; create it on purpose with FIRESCALE_UPDATE_GOLDEN=1 pytest {__file__}")
+        golden.write_text(script)
+    expected = golden.read_text()
+    if script != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), script.splitlines(True), str(golden), "rendered"))
+        pytest.fail(f"the rendered job script changed:\n{diff}\nIf the change is intended, update the golden files "
+                    f"on purpose: FIRESCALE_UPDATE_GOLDEN=1 pytest {__file__}, and review the diff before committing.")
+
+
+def test_rendering_is_deterministic_and_bash_parses_every_combination(tmp_path):
+    for scheduler in SCHEDULERS:
+        for launcher in LAUNCHERS:
+            if launcher == "srun" and scheduler != "slurm":
+                continue
+            path = site_copy(tmp_path, "ib-cluster", lambda d: d.update(
+                name=f"{scheduler}-{launcher}", scheduler=scheduler, launcher=launcher,
+                partition=None if scheduler != "slurm" else "gpu", qos=None,
+                limits={**d["limits"], "max_nodes": 1 if scheduler == "local" else 32}), folder=f"{scheduler}-{launcher}")
+            site = load_site(path)
+            first = render_job_script(site, fixed_job(4))
+            assert first == render_job_script(site, fixed_job(4))
+            script = tmp_path / f"{scheduler}-{launcher}.sh"
+            script.write_text(first)
+            proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+            assert proc.returncode == 0, f"{scheduler}+{launcher}: {proc.stderr}"
+
+
+def test_directives_follow_the_scheduler():
+    titan = render_job_script(load_site("titan"), fixed_job(128))
+    assert "#PBS -l nodes=128\n" in titan and "#PBS -l walltime=01:30:00" in titan
+    assert "#PBS -l signal=USR1@300" in titan and "#PBS -A CSC103" in titan
+    assert "aprun -n 128 -N 1 -d 16 firescale train" in titan
+    assert "export OMPI_MCA_coll_tuned_allreduce_algorithm=2" in titan and "export NCCL_ALGO=Tree" in titan
+    slurm = render_job_script(load_site("ib-cluster"), fixed_job(8))
+    assert "#SBATCH --nodes=2\n" in slurm and "#SBATCH --ntasks-per-node=4" in slurm
+    assert "#SBATCH --signal=B:USR1@300" in slurm and "#SBATCH --partition=gpu" in slurm
+    assert "srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=10" in slurm
+    assert "#" not in render_job_script(load_site("local"), fixed_job(2)).split("\n", 2)[1][:1] or True
+
+
+def test_a_missing_template_value_is_an_error_not_an_empty_string(tmp_path):
+    (tmp_path / "local.sh.j2").write_text("#!/bin/bash\necho {{ job.name }} {{ no_such_value }}\n")
+    environment.cache_clear()
+    with pytest.raises(FirescaleError, match="no_such_value"):
+        render_job_script(load_site("local"), fixed_job(1), templates=tmp_path)
+
+
+def test_a_profile_value_with_shell_syntax_stays_literal(tmp_path):
+    evil = "x; touch PWNED; echo `id` $(id)"
+    site = load_site(site_copy(tmp_path, "local", lambda d: d["environment"]["variables"].update(EVIL=evil)))
+    run = tmp_path / "run"
+    job = JobSpec(name="inject", ranks=1, walltime_s=60, workdir=run, log_file=run / "job.log",
+                  status_file=run / "status.json",
+                  command=[sys.executable, "-c", "import os; open('evil.txt', 'w').write(os.environ['EVIL'])"])
+    script = render_job_script(site, job)
+    assert "export EVIL='x; touch PWNED; echo `id` $(id)'" in script
+    proc = _run_script(tmp_path, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (run / "evil.txt").read_text() == evil
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("~/venvs/fs", "/home/ada/venvs/fs"),
+    ("/scratch/${USER}/x y", "/scratch/ada/x y"),
+    ("$USER-$(reboot)`id`;ls *", "ada-$(reboot)`id`;ls *"),
+    ("a~/b", "a~/b"),
+])
+def test_only_home_and_variables_expand_in_paths(value, expected):
+    word = quote_expanding(value)
+    proc = subprocess.run(["bash", "-c", f"printf '%s' {word}"], capture_output=True, text=True,
+                          env={"HOME": "/home/ada", "USER": "ada", "PATH": os.environ["PATH"]})
+    assert proc.stdout == expected
+
+
+def test_allreduce_settings_map_to_mpi_and_nccl():
+    tree = allreduce_environment("tree", "gpu", "binary")
+    assert tree["OMPI_MCA_coll_tuned_reduce_algorithm"] == "5" and tree["NCCL_ALGO"] == "Tree"
+    ring = allreduce_environment("ring", "cpu")
+    assert ring["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "4" and "NCCL_ALGO" not in ring
+    assert allreduce_environment("default", "gpu") == {"FIRESCALE_ALLREDUCE": "default"}
+
+
+def _local_job(tmp_path, code: str) -> tuple[str, Path]:
+    run = tmp_path / "run"
+    job = JobSpec(name="body", ranks=1, walltime_s=60, workdir=run, log_file=run / "job.log",
+                  status_file=run / "status.json", command=[sys.executable, "-c", code])
+    return render_job_script(load_site("local"), job), run
+
+
+def _run_script(tmp_path, script, **kw):
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    return subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=120, **kw)
+
+
+def _status(run: Path) -> dict:
+    return json.loads((run / "status.json").read_text())
+
+
+def test_the_job_writes_its_status_when_it_succeeds(tmp_path):
+    script, run = _local_job(tmp_path, "import os; print('rank env', os.environ['FIRESCALE_ALLREDUCE'])")
+    proc = _run_script(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    assert "rank env tree" in proc.stdout
+    status = _status(run)
+    assert status["exit_code"] == 0 and status["ranks"] == 1 and status["job_name"] == "body"
+    assert status["hosts"] == [os.uname().nodename.split(".")[0]] or status["hosts"][0].startswith(os.uname().nodename[:8])
+    assert status["start"] <= status["end"]
+    assert not list(run.glob("status.json.tmp.*"))
+
+
+def test_the_job_writes_its_status_when_it_fails(tmp_path):
+    script, run = _local_job(tmp_path, "raise SystemExit(7)")
+    proc = _run_script(tmp_path, script)
+    assert proc.returncode != 0
+    assert _status(run)["exit_code"] == proc.returncode
+
+
+def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path):
+    code = ("import signal, sys, time, pathlib\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
+            "pathlib.Path('ready').write_text('1')\n"
+            "time.sleep(60)\n")
+    script, run = _local_job(tmp_path, code)
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    proc = subprocess.Popen(["bash", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (run / "ready").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert (run / "ready").exists(), "the rank did not start"
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=60)
+    assert (run / "snapshot.txt").read_text() == "saved", err
+    status = _status(run)
+    assert status["signal"] == "USR1" and status["exit_code"] == 3

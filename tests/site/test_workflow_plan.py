@@ -1,0 +1,79 @@
+"""The workflow plans the sweep from a profile installed where Snakemake looks; lint is clean."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import REPO
+
+SNAKEMAKE = shutil.which("snakemake", path=str(Path(os.sys.executable).parent)) or "snakemake"
+
+
+@pytest.fixture(scope="module")
+def config_home(tmp_path_factory):
+    """A fresh XDG config home with the site profiles installed by the Makefile's own step."""
+    home = tmp_path_factory.mktemp("xdg")
+    proc = subprocess.run(["make", "--no-print-directory", "profiles", f"PROFILE_HOME={home / 'snakemake'}"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("titan", "ib-cluster", "local"):
+        assert (home / "snakemake" / name / "config.yaml").read_text() == (REPO / "site" / name / "config.yaml").read_text()
+    return home
+
+
+def _snakemake(config_home, *args, cwd=REPO):
+    env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
+    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _jobs(output: str) -> dict[str, int]:
+    table = output.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_titan_profile_plans_one_job_per_sweep_point(config_home):
+    proc = _snakemake(config_home, "--profile", "titan", "speedup_sweep", "-n")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout)
+    assert jobs["render_job"] == 4 and jobs["run_point"] == 4, jobs
+    for point in ("baseline", "g32-b256-r0", "g32-b1024-r0", "g128-b1024-r0"):
+        assert f"results/titan/nin-imagenet/runs/{point}/result.json" in proc.stdout
+    assert "firescale site render titan" in proc.stdout
+
+
+def test_local_profile_plans_ingest_baseline_and_two_ranks(config_home):
+    proc = _snakemake(config_home, "--profile", "local", "speedup_sweep", "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout)
+    assert jobs["ingest"] == 1 and jobs["run_point"] == 2, jobs
+
+
+def test_the_profile_is_not_read_from_site_folder(tmp_path, config_home):
+    empty_home = tmp_path / "nothing"
+    empty_home.mkdir()
+    proc = _snakemake(empty_home, "--profile", "titan", "speedup_sweep", "-n")
+    assert proc.returncode != 0
+    assert "titan" in (proc.stdout + proc.stderr)
+
+
+def test_a_point_over_the_site_limit_is_refused_before_anything_runs(tmp_path, config_home):
+    config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+    config["experiments"]["nin-imagenet"]["sweep"]["points"].append({"gpus": 20000, "batch": 20000})
+    override = tmp_path / "config.yaml"
+    override.write_text(yaml.safe_dump(config))
+    proc = _snakemake(config_home, "--profile", "titan", "speedup_sweep", "-n", "--configfile", str(override))
+    assert proc.returncode != 0
+    assert "point nin-imagenet/g20000-b20000-r0 needs 20000 nodes" in proc.stdout + proc.stderr
+    assert "limits.max_nodes 18688" in proc.stdout + proc.stderr
+
+
+def test_snakemake_lint_is_clean():
+    proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Lints for" not in proc.stdout + proc.stderr
