@@ -14,6 +14,15 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    site=SITE,
+    experiment="|".join(EXPERIMENTS),
+    point=r"baseline|g\d+-b\d+-r\d+",
+
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/jobs.smk"
 include: "workflow/rules/run.smk"

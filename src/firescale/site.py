@@ -178,7 +178,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
         where = f"'{key}'" if error.absolute_path else "the top level"
         return f"missing required key {', '.join(repr(m) for m in missing)} in {where}"
     if error.validator == "enum":
-        known = ", ".join(str(v) for v in error.validator_value)
+        known = ", ".join(sorted(str(v) for v in error.validator_value))
         return f"key '{key}': {error.instance!r} is not allowed; known values: {known}"
     if error.validator == "pattern":
         desc = schema.get("description") or f"text matching {error.validator_value}"

@@ -42,6 +42,17 @@ class Plan:
     def dataset(self, experiment: str) -> dict[str, Any]:
         return self.config["experiments"][experiment]["dataset"]
 
+    def dataset_source(self, name: str) -> str:
+        """The ingest source of the dataset called `name`."""
+        for experiment in self.points:
+            if self.dataset(experiment)["name"] == name:
+                return self.dataset(experiment)["source"]
+        raise FirescaleError(f"no experiment of site {self.site.name} uses dataset {name!r}")
+
+    def dataset_manifest_pattern(self) -> str:
+        """Where an ingested dataset's manifest lands: the site's datasets path, `{dataset}` left open."""
+        return str(self.site.paths.datasets.resolve() / "{dataset}" / "manifest.json")
+
     def dataset_dir(self, experiment: str) -> Path:
         return (self.site.paths.datasets / self.dataset(experiment)["name"]).resolve()
 

@@ -1,21 +1,19 @@
 # The plan of this run: the site the profile chose, its experiments and their sweep points.
 # A point larger than the site allows stops the workflow here, before anything is submitted.
+import os
+
 from firescale.workflow import Plan
 
 PLAN = Plan.build(config)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
+ENV = "../../environment.yml"
 
 JOB_SCRIPT = "results/{site}/{experiment}/jobs/{point}.sh"
 RUN_RESULT = "results/{site}/{experiment}/runs/{point}/result.json"
 RUN_STATUS = "results/{site}/{experiment}/runs/{point}/status.json"
-REPORT_DIR = "reports/{site}/{experiment}"
-
-
-wildcard_constraints:
-    site=SITE,
-    experiment="|".join(EXPERIMENTS),
-    point=r"baseline|g\d+-b\d+-r\d+",
+REPORT = "reports/{site}/{experiment}/report.md"
+DATASET_MANIFEST = PLAN.dataset_manifest_pattern()
 
 
 def dataset_manifest(wildcards):
@@ -33,4 +31,10 @@ def baseline_result(wildcards):
 
 
 def report_files():
-    return [REPORT_DIR.format(site=SITE, experiment=e) + "/report.md" for e in EXPERIMENTS]
+    return [REPORT.format(site=SITE, experiment=e) for e in EXPERIMENTS]
+
+
+def parent(path, levels=1):
+    for _ in range(levels):
+        path = os.path.dirname(path)
+    return path

@@ -6,6 +6,8 @@ rule render_job:
         JOB_SCRIPT,
     log:
         "results/{site}/{experiment}/logs/render-{point}.log",
+    conda:
+        ENV
     shell:
         "firescale site render {wildcards.site:q} --experiment {wildcards.experiment:q}"
         " --point {wildcards.point:q} --out {output:q} > {log:q} 2>&1"

@@ -6,13 +6,17 @@ rule experiment_report:
         lambda wc: PLAN.files(RUN_RESULT, wc.experiment),
     output:
         report(
-            REPORT_DIR + "/report.md",
+            REPORT,
             caption="../report/speedup.rst",
             category="Speedup",
         ),
     log:
         "results/{site}/{experiment}/logs/report.log",
+    params:
+        results=lambda wc, input: parent(input[0], 2),
+        out=lambda wc, output: parent(output[0]),
+    conda:
+        ENV
     shell:
         "firescale report {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --results results/{wildcards.site}/{wildcards.experiment}/runs"
-        " --out reports/{wildcards.site}/{wildcards.experiment} > {log:q} 2>&1"
+        " --results {params.results:q} --out {params.out:q} > {log:q} 2>&1"

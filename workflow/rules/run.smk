@@ -12,6 +12,8 @@ rule run_point:
         status=RUN_STATUS,
     log:
         "results/{site}/{experiment}/logs/run-{point}.log",
+    conda:
+        ENV
     shell:
         "firescale sweep run {wildcards.site:q} --experiment {wildcards.experiment:q}"
         " --point {wildcards.point:q} --script {input.script:q}"
