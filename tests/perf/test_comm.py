@@ -1,0 +1,55 @@
+"""Allreduce cost models: the papers' equations and how they grow with p."""
+from __future__ import annotations
+
+import pytest
+
+from firescale.errors import FirescaleError
+from firescale.perf.comm import ALGORITHMS, Link, allreduce_time, fit_comm_ppp, tree_height
+
+MB30 = 30e6
+BW = 70e9 / 8  # 70 Gbit/s
+
+
+def test_one_node_costs_nothing():
+    for algo in ALGORITHMS:
+        assert allreduce_time(algo, MB30, 1, Link(BW, 1e-6)) == 0.0
+
+
+def test_firecaffe_equations_3_and_4():
+    link = Link(BW)
+    for p in (2, 8, 32, 128):
+        # Eq. 4: 2 log2(p) |W| / BW
+        assert allreduce_time("tree", MB30, p, link) == pytest.approx(2 * tree_height(p) * MB30 / BW)
+        # Paleo's OneToAll, 2 (p-1) |W| / BW, is Eq. 3 (p |W| / BW) counted on a half-duplex link
+        assert allreduce_time("ps", MB30, p, link) == pytest.approx(2 * (p - 1) * MB30 / BW)
+    assert tree_height(3) == 2 and tree_height(128) == 7
+
+
+def test_parameter_server_grows_linearly_and_the_tree_logarithmically():
+    link = Link(BW, 2e-6)
+    ps = [allreduce_time("ps", MB30, p, link) for p in (2, 4, 8, 16)]
+    tree = [allreduce_time("tree", MB30, p, link) for p in (2, 4, 8, 16)]
+    assert ps[3] / ps[0] == pytest.approx(15, rel=0.01)
+    assert tree[3] / tree[0] == pytest.approx(4, rel=0.01)
+    # ring and Rabenseifner approach 2 |W| / BW for large p; butterfly sends the whole vector log2 p times
+    assert allreduce_time("ring", MB30, 128, Link(BW)) == pytest.approx(2 * 127 / 128 * MB30 / BW)
+    assert allreduce_time("rabenseifner", MB30, 128, Link(BW)) == pytest.approx(2 * 127 / 128 * MB30 / BW)
+    assert allreduce_time("butterfly", MB30, 8, Link(BW)) == pytest.approx(3 * MB30 / BW)
+
+
+def test_latency_reduction_and_percent_of_peak_terms():
+    base = allreduce_time("ring", MB30, 4, Link(BW))
+    assert allreduce_time("ring", MB30, 4, Link(BW, latency=1e-3)) == pytest.approx(base + 6e-3)
+    assert allreduce_time("ring", MB30, 4, Link(BW, ppp=0.5)) == pytest.approx(2 * base)
+    assert allreduce_time("ring", MB30, 4, Link(BW, reduce_rate=1e9)) == pytest.approx(base + 0.75 * MB30 / 1e9)
+
+
+def test_fitting_the_communication_percent_of_peak_recovers_it():
+    truth = Link(BW, latency=5e-6, ppp=0.56)
+    measured = allreduce_time("tree", MB30, 8, truth)
+    assert fit_comm_ppp("tree", MB30, 8, measured, Link(BW, latency=5e-6)) == pytest.approx(0.56, rel=1e-6)
+
+
+def test_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(FirescaleError, match="known: ps, tree"):
+        allreduce_time("hypercube", MB30, 4, Link(BW))
