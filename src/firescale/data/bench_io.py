@@ -1,0 +1,171 @@
+"""`firescale bench io`: reader throughput against a raw sequential read, and data wait per training step.
+
+For each format the same file is read three ways: raw (sequential 4 MiB reads of the whole file,
+repeated), and through the reader in training order (one rank's shuffled batches) and in record order.
+Rates are records/s and MB/s; a reader's `fraction_of_raw` compares records/s, i.e. the same file bytes
+per record.  The data wait is measured on the real tf.data pipeline (train_batches, prefetch 2) feeding
+a synthetic compute step, a TensorFlow matmul loop sized to take at least twice the reader's time per
+batch and at least 50 ms: the fraction of step time spent blocked on the next batch, next to the
+floor of the same loop over a constant in-memory batch (TensorFlow's own per-step iterator cost).  All reads are warm (page cache),
+since this measures the reader, not the file system; run it on the shared file system for that.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import FirescaleError
+from .manifest import load_manifest, split_files
+from .readers import Transform, open_dataset, train_batches
+from .shard import EpochOrders
+
+READER_TARGET = 0.8
+WAIT_TARGET = 0.02
+
+
+def raw_read(path: Path, seconds: float, block: int = 4 << 20) -> dict:
+    """Sequential reads of the whole file until `seconds` pass: passes, bytes, time."""
+    size = path.stat().st_size
+    buf = bytearray(block)
+    passes = 0
+    start = time.perf_counter()
+    while True:
+        with open(path, "rb", buffering=0) as fh:
+            while fh.readinto(buf):
+                pass
+        passes += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return {"passes": passes, "bytes": passes * size, "seconds": elapsed}
+
+
+def reader_rate(ds, batch: int, seconds: float, shuffled: bool) -> dict:
+    """Records read through ds.read in batches for `seconds`: records and time."""
+    orders = EpochOrders(ds.num_records, seed=0)
+    position = 0
+    records = 0
+    start = time.perf_counter()
+    while True:
+        positions = np.arange(position, position + batch, dtype=np.int64)
+        indices = orders.records_at(positions) if shuffled else positions % ds.num_records
+        ds.read(indices)
+        records += batch
+        position += batch
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return {"records": records, "seconds": elapsed}
+
+
+def _rates(records: float, seconds: float, bytes_per_record: float) -> dict:
+    return {"records_per_s": records / seconds, "MB_per_s": records * bytes_per_record / seconds / 1e6}
+
+
+def calibrate_compute(target_s: float):
+    """A TensorFlow step (repeated 256x256 matmuls) that takes about `target_s` seconds, and its time."""
+    import tensorflow as tf
+
+    a = tf.random.normal((256, 256))
+
+    def make(reps: int):
+        @tf.function
+        def step(images):
+            x = a
+            for _ in range(reps):
+                x = tf.tanh(tf.matmul(x, a) * 0.01)
+            return tf.reduce_sum(x) + tf.reduce_sum(images) * 0.0
+        return step
+
+    reps = 4
+    while True:
+        step = make(reps)
+        dummy = tf.zeros((1, 1, 1, 1))
+        step(dummy)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            step(dummy).numpy()
+        took = (time.perf_counter() - t0) / 5
+        if took >= target_s or reps >= 4096:
+            return step, took, reps
+        reps = max(reps + 1, int(reps * min(8.0, 1.2 * target_s / max(took, 1e-6))))
+
+
+def _timed_steps(it, step, seconds: float, min_steps: int) -> tuple[int, float, float]:
+    """Run steps pulling from `it`: (steps, seconds blocked in next(), seconds in total)."""
+    wait = total = 0.0
+    steps = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or steps < min_steps:
+        t0 = time.perf_counter()
+        images, _ = next(it)
+        t1 = time.perf_counter()
+        step(images).numpy()
+        t2 = time.perf_counter()
+        wait += t1 - t0
+        total += t2 - t0
+        steps += 1
+    return steps, wait, total
+
+
+def data_wait(ds, batch: int, seconds: float, read_s_per_batch: float, min_compute_s: float = 0.05) -> dict:
+    """Fraction of step time blocked on the next batch of train_batches, compute >= 2x read time.
+
+    Also measured: the same loop over a constant in-memory batch (tf.data from_tensors, prefetched), the
+    floor that TensorFlow's iterator costs per step with no I/O at all.
+    """
+    import tensorflow as tf
+
+    step, compute_s, reps = calibrate_compute(max(2.0 * read_s_per_batch, min_compute_s))
+    it = iter(train_batches(ds, Transform(), seed=0, rank=0, size=1, batch_per_rank=batch))
+    for _ in range(3):  # warm up the pipeline and the traced step
+        images, labels = next(it)
+        step(images).numpy()
+    steps, wait, total = _timed_steps(it, step, seconds, 10)
+    floor_it = iter(tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(2))
+    for _ in range(3):
+        next(floor_it)
+    f_steps, f_wait, f_total = _timed_steps(floor_it, step, min(seconds, 1.0), 10)
+    return {"steps": steps, "compute_s_per_step": compute_s, "matmul_reps": reps,
+            "read_s_per_batch": read_s_per_batch, "step_s": total / steps, "wait_s_per_step": wait / steps,
+            "wait_fraction": wait / total, "iterator_floor_wait_s_per_step": f_wait / f_steps,
+            "iterator_floor_wait_fraction": f_wait / f_total}
+
+
+def bench_io(dataset: str | Path, *, batch: int = 256, seconds: float = 3.0, split: str = "train",
+             formats: list[str] | None = None, measure_wait: bool = True) -> dict:
+    """Measure every format of a dataset folder; the result is JSON-ready."""
+    dataset = Path(dataset)
+    manifest = load_manifest(dataset)
+    formats = formats or manifest["formats"]
+    shape = tuple(manifest["shape"])
+    record_bytes = int(np.prod(shape))
+    out: dict = {"dataset": str(dataset), "split": split, "batch": batch, "seconds": seconds,
+                 "record_shape": list(shape), "record_bytes": record_bytes, "readers": {}, "data_wait": {},
+                 "targets": {"reader_fraction_of_raw": READER_TARGET, "wait_fraction": WAIT_TARGET}}
+    for fmt in formats:
+        if fmt not in manifest["formats"]:
+            raise FirescaleError(f"{dataset} has no {fmt} files; it has {', '.join(manifest['formats'])}")
+        file = dataset / split_files(split, fmt)
+        ds = open_dataset(dataset, split, fmt=fmt)
+        try:
+            per_record = file.stat().st_size / ds.num_records
+            raw = raw_read(file, seconds)
+            raw_rates = _rates(raw["bytes"] / per_record, raw["seconds"], per_record)
+            entry = {"file": str(file), "file_bytes": file.stat().st_size, "records": ds.num_records,
+                     "raw_sequential": raw_rates}
+            for name, shuffled in (("shuffled", True), ("sequential", False)):
+                r = reader_rate(ds, batch, seconds, shuffled)
+                rates = _rates(r["records"], r["seconds"], per_record)
+                rates["payload_MB_per_s"] = r["records"] * record_bytes / r["seconds"] / 1e6
+                rates["fraction_of_raw"] = rates["records_per_s"] / raw_rates["records_per_s"]
+                entry[name] = rates
+            entry["meets_reader_target"] = entry["shuffled"]["fraction_of_raw"] >= READER_TARGET
+            out["readers"][fmt] = entry
+            if measure_wait:
+                wait = data_wait(ds, batch, seconds, batch / entry["shuffled"]["records_per_s"])
+                wait["meets_wait_target"] = wait["wait_fraction"] < WAIT_TARGET
+                out["data_wait"][fmt] = wait
+        finally:
+            ds.close()
+    return out
