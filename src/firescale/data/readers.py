@@ -176,6 +176,9 @@ def test_batches(ds: Dataset, transform: Transform, *, rank: int, size: int, bat
     return _tf_dataset(generate, out_shape, prefetch)
 
 
+test_batches.__test__ = False  # a reader, not a pytest test, wherever tests import it
+
+
 def describe(ds: Dataset) -> str:
     """One line for logs."""
     return json.dumps({"path": str(ds.path), "split": ds.split, "format": ds.fmt, "records": ds.num_records,
