@@ -17,6 +17,7 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
         "lint": ("firescale.commands.site_lint", "validate a site profile, render and check its job scripts"),
         "render": ("firescale.commands.site_render", "render one job script for a site"),
     },
+    "sweep": {"run": ("firescale.commands.sweep_run", "submit a point's job, watch it, resubmit after walltime, collect")},
     "data": {"ingest": ("firescale.commands.data_ingest", "write a source as train/test LMDB and HDF5 with a manifest"), "verify": ("firescale.commands.data_verify", "re-hash a dataset and decode every record against its manifest")},
     "train": {None: ("firescale.commands.train", "train with Horovod: Caffe solvers, eval, snapshots, time-to-accuracy")},
     "bench": {"io": ("firescale.commands.bench_io", "records/s and MB/s of the LMDB and HDF5 readers, and data wait per step"), "allreduce": ("firescale.commands.bench_allreduce", "parameter server vs tree vs ring allreduce, measured beside predicted")},

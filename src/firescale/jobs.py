@@ -54,3 +54,13 @@ def job_for_point(site: SiteProfile, config: dict[str, Any], experiment: str, po
         status_file=out / "status.json",
         env={"FIRESCALE_RUN_DIR": str(out), "FIRESCALE_EXPERIMENT": experiment, "FIRESCALE_POINT": point.name},
     )
+
+
+def point_record(site: SiteProfile, config: dict[str, Any], experiment: str, point: SweepPoint, walltime: str) -> dict[str, Any]:
+    """What `firescale sweep run` needs to know of a point besides its script."""
+    return {
+        "site": site.name, "experiment": experiment, "point": point.name, "gpus": point.gpus,
+        "nodes": site.nodes_for(point.gpus), "batch": point.batch, "lr": point.lr, "repeat": point.repeat,
+        "baseline": point.baseline, "walltime": walltime, "run_dir": str(run_dir(site, experiment, point)),
+        "max_resubmits": int(config["experiments"][experiment]["max_resubmits"]),
+    }

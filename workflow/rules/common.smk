@@ -10,6 +10,7 @@ EXPERIMENTS = list(PLAN.points)
 ENV = "../../environment.yml"
 
 JOB_SCRIPT = "results/{site}/{experiment}/jobs/{point}.sh"
+POINT_FILE = "results/{site}/{experiment}/jobs/{point}.json"
 RUN_RESULT = "results/{site}/{experiment}/runs/{point}/result.json"
 RUN_STATUS = "results/{site}/{experiment}/runs/{point}/status.json"
 REPORT = "reports/{site}/{experiment}/report.md"

@@ -3,11 +3,12 @@
 
 rule render_job:
     output:
-        JOB_SCRIPT,
+        script=JOB_SCRIPT,
+        point=POINT_FILE,
     log:
         "results/{site}/{experiment}/logs/render-{point}.log",
     conda:
         ENV
     shell:
         "firescale site render {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --point {wildcards.point:q} --out {output:q} > {log:q} 2>&1"
+        " --point {wildcards.point:q} --out {output.script:q} > {log:q} 2>&1"

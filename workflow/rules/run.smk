@@ -5,6 +5,7 @@
 rule run_point:
     input:
         script=JOB_SCRIPT,
+        point=POINT_FILE,
         dataset=dataset_manifest,
         baseline=baseline_result,
     output:
@@ -15,6 +16,5 @@ rule run_point:
     conda:
         ENV
     shell:
-        "firescale sweep run {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --point {wildcards.point:q} --script {input.script:q}"
+        "firescale sweep run {wildcards.site:q} --script {input.script:q} --point-file {input.point:q}"
         " --collect {output.result:q} {output.status:q} > {log:q} 2>&1"

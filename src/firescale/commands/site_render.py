@@ -6,7 +6,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_json, atomic_write_text
 from ..errors import FirescaleError
 
 
@@ -15,11 +15,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--point", help="a point's name (baseline, g2-b64-r0, ...); default: every point")
     parser.add_argument("--config", default=None, help="experiments file (default: workflow/config.yaml)")
-    parser.add_argument("--out", help="file (with --point) or folder to write to; default: standard output")
+    parser.add_argument("--out", help="file (with --point) or folder to write to; default: standard output. "
+                        "Beside each script, NAME.json describes the point for `firescale sweep run`.")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import job_for_point
+    from ..jobs import job_for_point, point_record
     from ..render import render_job_script
     from ..site import load_site
     from ..sweep import limit_errors, load_config, plan_sweep, repo_root, solver_base_lr, sweep_walltime
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         target = Path(args.out) if args.point else Path(args.out) / f"{point.name}.sh"
         atomic_write_text(target, script)
         target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP)
+        atomic_write_json(target.with_suffix(".json"), point_record(site, cfg, args.experiment, point, walltime))
     return 0
 
 

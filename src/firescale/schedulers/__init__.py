@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import FirescaleError
-from .base import Scheduler
+from .base import JobState, Runner, Scheduler, run_command
 
 # name -> "module:Class", imported only when asked for.
 SCHEDULERS = {
@@ -15,14 +15,14 @@ SCHEDULERS = {
 }
 
 
-def get_scheduler(name: str) -> Scheduler:
+def get_scheduler(name: str, runner: Runner = run_command) -> Scheduler:
     """The scheduler registered as `name`; an unknown name lists the known ones."""
     try:
         target = SCHEDULERS[name]
     except KeyError:
         raise FirescaleError(f"unknown scheduler {name!r}; known schedulers: {', '.join(sorted(SCHEDULERS))}") from None
     module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)()
+    return getattr(importlib.import_module(module), cls)(runner)
 
 
-__all__ = ["SCHEDULERS", "Scheduler", "get_scheduler"]
+__all__ = ["SCHEDULERS", "JobState", "Runner", "Scheduler", "get_scheduler", "run_command"]

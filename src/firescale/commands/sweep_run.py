@@ -1,0 +1,50 @@
+"""`firescale sweep run`: submit one point's job script (or run it here), watch it, resubmit, collect."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import FirescaleError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("site", help="site name or path")
+    parser.add_argument("--script", required=True, type=Path, help="the rendered job script")
+    parser.add_argument("--point-file", required=True, type=Path, help="the point's JSON, written beside the script by `site render`")
+    parser.add_argument("--collect", nargs=2, required=True, type=Path, metavar=("RESULT", "STATUS"),
+                        help="where to write the point's run record and the job's status file")
+    parser.add_argument("--poll-seconds", type=float, default=None,
+                        help="first polling interval (default 10 s on a scheduler, 2 s here); it grows to 120 s")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..schedulers import get_scheduler
+    from ..site import load_site
+    from ..sweep_run import Polling, PointRun, collect, install_cancel_handlers, read_json
+
+    site = load_site(args.site)
+    if site.archival:
+        raise FirescaleError(
+            f"site {site.name} is archival (a retired machine): its job scripts are rendered "
+            f"(`snakemake --profile {site.name} render`) and predicted, never submitted")
+    point = read_json(args.point_file)
+    if point is None:
+        raise FirescaleError(f"{args.point_file}: no such point file; render the point first")
+    if not args.script.is_file():
+        raise FirescaleError(f"{args.script}: no such job script")
+    run_dir = Path(point["run_dir"])
+    first = args.poll_seconds if args.poll_seconds is not None else (2.0 if site.scheduler == "local" else 10.0)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    point_run = PointRun(scheduler=get_scheduler(site.scheduler), script=args.script.resolve(), run_dir=run_dir,
+                         max_resubmits=int(point["max_resubmits"]), polling=Polling(first=first), log=log)
+    install_cancel_handlers(point_run)
+    try:
+        verdict, submissions = point_run.run()
+    except KeyboardInterrupt:
+        print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
+        return 130
+    record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
+    if record["outcome"] != "succeeded":
+        print(f"firescale: point {point['point']} FAILED: {record['reason']}\n{record['log_tail']}", flush=True)
+    return 0

@@ -1,0 +1,203 @@
+"""Run one sweep point: submit, poll kindly, resubmit from the snapshot after walltime, collect the record."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .atomic import atomic_write_json
+from .errors import FirescaleError
+from .schedulers import Scheduler
+from .schedulers.base import CANCELLED, GONE, PREEMPTED, TIMEOUT, JobState
+
+RUN_FORMAT = "firescale.sweep.run/1"
+# Exit codes with which training says "I was interrupted and wrote a snapshot": resubmit with --resume.
+INTERRUPTED_EXIT_CODES = frozenset({143, 138, 130})
+WALLTIME_SIGNALS = frozenset({"USR1", "TERM"})
+
+
+@dataclass
+class Submission:
+    """One submission of a point's job: when it queued, ran and ended, and how."""
+
+    attempt: int
+    job_id: str
+    submitted: str
+    started: str | None = None
+    ended: str | None = None
+    queue_s: float | None = None
+    state: str = ""
+    exit_code: int | None = None
+    signal: str = ""
+
+
+@dataclass
+class Polling:
+    """How often to ask the scheduler: start at `first` seconds, grow by `factor`, never above `most`."""
+
+    first: float = 10.0
+    factor: float = 1.5
+    most: float = 120.0
+    status_wait: float = 60.0  # how long a finished job's status file may take to appear (shared FS)
+
+
+@dataclass
+class Verdict:
+    outcome: str  # succeeded | resubmit | failed
+    reason: str = ""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds_between(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    return max(0.0, (dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)).total_seconds())
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FirescaleError(f"{path}: not a readable JSON file ({exc})") from None
+
+
+def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any] | None) -> Verdict:
+    """From the job's own status file and the scheduler's last word: done, resubmit, or failed (and why)."""
+    if state.state == CANCELLED and not (status and status.get("signal") in WALLTIME_SIGNALS):
+        return Verdict("failed", f"cancelled (scheduler state {state.raw or state.state})")
+    if status is None:
+        if state.state in (TIMEOUT, PREEMPTED):
+            return Verdict("resubmit", f"scheduler state {state.state} before the job wrote status.json")
+        return Verdict("failed", f"the job ended (scheduler state {state.raw or state.state}) without writing status.json")
+    code = int(status.get("exit_code", -1))
+    if code == 0:
+        if result is None:
+            return Verdict("failed", "exit code 0 but training wrote no result.json")
+        if result.get("status") == "interrupted":
+            return Verdict("resubmit", "training stopped at a snapshot before finishing")
+        return Verdict("succeeded")
+    if state.state in (TIMEOUT, PREEMPTED) or status.get("signal") in WALLTIME_SIGNALS or code in INTERRUPTED_EXIT_CODES:
+        why = state.state if state.state in (TIMEOUT, PREEMPTED) else f"signal {status.get('signal') or code}"
+        return Verdict("resubmit", f"ended by {why}; resuming from the newest snapshot")
+    return Verdict("failed", f"exit code {code} (status.json), scheduler state {state.raw or state.state}")
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
+@dataclass
+class PointRun:
+    """Everything needed to run one point; `log` receives one line per submission and state change."""
+
+    scheduler: Scheduler
+    script: Path
+    run_dir: Path
+    max_resubmits: int
+    polling: Polling = field(default_factory=Polling)
+    log: Callable[[str], None] = print
+    sleep: Callable[[float], None] = time.sleep
+
+    def run(self) -> tuple[Verdict, list[Submission]]:
+        submissions: list[Submission] = []
+        for attempt in range(self.max_resubmits + 1):
+            sub, verdict = self._attempt(attempt)
+            submissions.append(sub)
+            if verdict.outcome != "resubmit":
+                return verdict, submissions
+            self.log(f"{_now()} resubmitting: {verdict.reason} ({attempt + 1} of {self.max_resubmits} resubmissions)")
+        return Verdict("failed", f"still unfinished after {self.max_resubmits} resubmissions"), submissions
+
+    def _attempt(self, attempt: int) -> tuple[Submission, Verdict]:
+        status_file = self.run_dir / "status.json"
+        if status_file.exists():  # the previous attempt's; keep it for the record
+            status_file.replace(self.run_dir / f"status.attempt-{attempt - 1 if attempt else 'old'}.json")
+        job_id = self.scheduler.submit(self.script, self.run_dir)
+        sub = Submission(attempt=attempt, job_id=job_id, submitted=_now())
+        self.current = job_id
+        self.log(f"{sub.submitted} submitted {self.script.name} as job {job_id} (attempt {attempt})")
+        state = self._watch(sub)
+        status = self._wait_for_status(status_file)
+        sub.ended = (status or {}).get("end") or _now()
+        if status:
+            sub.started = status.get("start") or sub.started
+            sub.exit_code = status.get("exit_code")
+            sub.signal = status.get("signal", "")
+        sub.queue_s = _seconds_between(sub.submitted, sub.started)
+        sub.state = state.raw or state.state
+        verdict = decide(status, state, read_json(self.run_dir / "result.json"))
+        self.log(f"{_now()} job {job_id}: {verdict.outcome}" + (f" ({verdict.reason})" if verdict.reason else ""))
+        self.current = None
+        return sub, verdict
+
+    def _watch(self, sub: Submission) -> JobState:
+        interval, last = self.polling.first, ""
+        while True:
+            state = self.scheduler.poll(sub.job_id)
+            if state.state != last:
+                self.log(f"{_now()} job {sub.job_id}: {state.state}" + (f" ({state.raw})" if state.raw and state.raw != state.state else ""))
+                last = state.state
+            if state.state == "RUNNING" and sub.started is None:
+                sub.started = _now()
+            if not state.active:
+                return state
+            self.sleep(interval)
+            interval = min(self.polling.most, interval * self.polling.factor)
+
+    def _wait_for_status(self, status_file: Path) -> dict[str, Any] | None:
+        waited = 0.0
+        while (status := read_json(status_file)) is None and waited < self.polling.status_wait:
+            self.sleep(1.0)
+            waited += 1.0
+        return status
+
+    def cancel_current(self) -> None:
+        job_id = getattr(self, "current", None)
+        if job_id:
+            self.log(f"{_now()} cancelling job {job_id}")
+            self.scheduler.cancel(job_id)
+
+
+def collect(point: dict[str, Any], verdict: Verdict, submissions: list[Submission], run_dir: Path,
+            result_out: Path, status_out: Path) -> dict[str, Any]:
+    """Write the point's run record (and the job's status file) where the workflow expects them."""
+    status = read_json(run_dir / "status.json")
+    train = read_json(run_dir / "result.json") if verdict.outcome == "succeeded" else None
+    record = {
+        "format": RUN_FORMAT,
+        **{k: point[k] for k in ("site", "experiment", "point", "gpus", "nodes", "batch", "lr", "repeat", "baseline")},
+        "outcome": verdict.outcome,
+        "reason": verdict.reason,
+        "log_tail": "" if verdict.outcome == "succeeded" else log_tail(run_dir / "job.log"),
+        "queue_s": sum(s.queue_s or 0.0 for s in submissions),
+        "submissions": [asdict(s) for s in submissions],
+        "train": train,
+        "status": status,
+    }
+    atomic_write_json(status_out, status if status is not None else {"exit_code": None, "reason": verdict.reason})
+    atomic_write_json(result_out, record)
+    return record
+
+
+def install_cancel_handlers(run: PointRun) -> None:
+    """Ctrl-C or a TERM from Snakemake cancels the submitted job before this process ends."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        run.cancel_current()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
