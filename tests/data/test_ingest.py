@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -163,3 +164,11 @@ def test_real_fashion_mnist(tmp_path):
     lm, h5 = read_all(result.path, "test", "lmdb"), read_all(result.path, "test", "hdf5")
     assert np.array_equal(lm[0], h5[0]) and np.array_equal(lm[0], source.splits["test"][0])
     assert np.array_equal(lm[1], source.splits["test"][1])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("size, fmt", [(2, "lmdb"), (3, "hdf5")])
+def test_real_ranks_read_disjoint_shards(digits, run_ranks, size, fmt):
+    script = str(Path(__file__).with_name("shard_ranks.py"))
+    proc = run_ranks(size, [sys.executable, script, str(digits), fmt, "16"], timeout=120)
+    assert f"OK {size} ranks read" in proc.stdout
