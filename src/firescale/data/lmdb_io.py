@@ -138,27 +138,28 @@ class LmdbReader:
         n = len(indices)
         images = np.empty((n, *self.shape), self.dtype)
         labels = np.empty(n, np.int64)
-        keys = self.keys
-        fast = self.dtype == np.uint8
+        keys = [self.keys[i] for i in indices.tolist()]
         with self.env.begin() as txn:
             get = txn.get
-            for j, i in enumerate(indices.tolist()):
-                key = keys[i]
-                value = get(key)
-                if value is None:
-                    raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {key.decode()}")
-                try:
-                    if fast:
-                        labels[j] = self.codec.decode_into(value, images[j])
-                        continue
-                    image, labels[j] = datum_to_image(decode_datum(value))
-                except DatumError as exc:
-                    raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
-                                         f"{exc}") from exc
-                if image.shape != self.shape:
-                    raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode()} has shape "
-                                         f"{image.shape}, expected {self.shape}")
-                images[j] = image
+            values = [get(key) for key in keys]
+        if None in values:
+            missing = keys[values.index(None)]
+            raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {missing.decode()}")
+        todo = self.codec.decode_batch(values, images, labels) if self.dtype == np.uint8 else range(n)
+        for j in todo:
+            key = keys[j]
+            try:
+                if self.dtype == np.uint8:
+                    labels[j] = self.codec.decode_into(values[j], images[j])
+                    continue
+                image, labels[j] = datum_to_image(decode_datum(values[j]))
+            except DatumError as exc:
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                                     f"{exc}") from exc
+            if image.shape != self.shape:
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode()} has shape "
+                                     f"{image.shape}, expected {self.shape}")
+            images[j] = image
         return images, labels
 
     def close(self) -> None:
