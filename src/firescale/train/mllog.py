@@ -14,6 +14,7 @@ class RunLog:
 
     def __init__(self, path: str | Path, enabled: bool = True) -> None:
         from mlperf_logging import mllog
+        from mlperf_logging.mllog import mllog as mllog_impl
 
         self.constants = mllog.constants
         self.enabled = enabled
@@ -32,7 +33,7 @@ class RunLog:
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(self._handler)
         self._logger = logger
-        self._mllogger = mllog.MLLogger(logger=logger, default_stack_offset=2)
+        self._mllogger = mllog_impl.MLLogger(logger=logger, default_stack_offset=2)
 
     def event(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
         if self._mllogger is not None:

@@ -299,7 +299,8 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
     clock.start_training()
     log.start(c.RUN_START, metadata={"segment": len(prior_segments), "start_iteration": start_iter})
     if solver_cfg.test_initialization and iteration == 0 and not evals:
-        reached = target is not None and run_eval().top1 >= target
+        top1 = run_eval().top1
+        reached = target is not None and top1 >= target
     speed_window = (now(), iteration)
     while iteration < solver_cfg.max_iter and not reached:
         rate = learning_rate(solver_cfg, iteration) * plan.lr_scale * plan.warmup_factor(iteration)
@@ -346,7 +347,8 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
         if solver_cfg.snapshot and iteration % solver_cfg.snapshot == 0:
             snapshot("running")
         if (solver_cfg.test_interval and iteration % solver_cfg.test_interval == 0) or iteration == solver_cfg.max_iter:
-            reached = target is not None and run_eval().top1 >= target
+            top1 = run_eval().top1
+            reached = target is not None and top1 >= target
 
     if status != "interrupted":
         status = "target_reached" if reached else "finished"

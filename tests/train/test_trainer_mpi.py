@@ -1,0 +1,149 @@
+"""`firescale train` as real MPI ranks on digits: N x b == 1 x N*b, bit-for-bit repeats, exact resume, 95%."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.mpi]
+
+SOLVER = """\
+type: SGD
+base_lr: 0.01
+momentum: 0.9
+weight_decay: 0.0005
+lr_policy: inv
+gamma: 0.0001
+power: 0.75
+max_iter: {max_iter}
+test_interval: {test_interval}
+display: 10
+snapshot: {snapshot}
+random_seed: 7
+"""
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("train")
+    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(root)],
+                   check=True, capture_output=True, text=True)
+    (root / "short.yaml").write_text(SOLVER.format(max_iter=100, test_interval=50, snapshot=5))
+    (root / "long.yaml").write_text(SOLVER.format(max_iter=600, test_interval=25, snapshot=0))
+    return root
+
+
+def train_args(work: Path, out: str, solver: str, *extra: str) -> list[str]:
+    return ["train", "--dataset", str(work / "digits"), "--net", "lenet", "--solver", str(work / solver),
+            "--out", str(work / out), *extra]
+
+
+def weights(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(work):
+    """An uninterrupted 2-rank run (2 x 16) of 100 iterations, snapshots every 5."""
+    return work / "a"
+
+
+def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank_run):
+    run_ranks(2, train_args(work, "a", "short.yaml", "--batch-per-rank", "16"), timeout=300)
+    run_ranks(1, train_args(work, "one", "short.yaml", "--batch-per-rank", "32"), timeout=300)
+    for k in (5, 10):
+        two = weights(two_rank_run / "snapshots" / f"snapshot_iter_{k}.npz")
+        one = weights(work / "one" / "snapshots" / f"snapshot_iter_{k}.npz")
+        start = weights(two_rank_run / "snapshots" / "snapshot_iter_5.npz")
+        for name in (n for n in two if n.startswith("weights/")):
+            scale = np.abs(one[name]).max()
+            assert np.abs(two[name] - one[name]).max() / scale < 1e-5, (k, name)
+        if k == 10:
+            assert any(not np.array_equal(two[n], start[n]) for n in two)  # it trained between 5 and 10
+    result = json.loads((two_rank_run / "result.json").read_text())
+    assert result["ranks"] == 2 and result["batch"]["total_batch"] == 32 and result["iterations"] == 100
+    assert result["status"] == "finished" and result["allreduce"]["controller"] in ("mpi", "gloo")
+    assert len(result["evals"]) == 2 and result["evals"][-1]["iter"] == 100
+    assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
+
+
+def test_same_seed_and_ranks_reproduce_bit_for_bit(work, run_ranks, two_rank_run):
+    run_ranks(2, train_args(work, "b", "short.yaml", "--batch-per-rank", "16"), timeout=300)
+    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.npz")
+    b = weights(work / "b" / "snapshots" / "snapshot_iter_100.npz")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+
+
+def _rank_pids(mpirun_pid: int) -> list[int]:
+    import psutil
+
+    kids = psutil.Process(mpirun_pid).children(recursive=True)
+    return [p.pid for p in kids if "firescale" in " ".join(p.cmdline())]
+
+
+def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, two_rank_run):
+    from conftest import mpirun_argv
+
+    out = work / "c"
+    argv = [sys.executable, "-m", "firescale", *train_args(work, "c", "short.yaml", "--batch-per-rank", "16")]
+    env = {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen(mpirun_argv(2, argv, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, **env})
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("iter 20/"):
+            pids = _rank_pids(proc.pid)
+            assert len(pids) == 2
+            os.kill(pids[-1], signal.SIGTERM)  # one rank only: the ranks must agree to stop together
+            break
+    rest = proc.communicate(timeout=120)[0]
+    text = "".join(seen) + rest
+    assert proc.returncode != 0, text
+    assert "stopped by" in text, text
+    result = json.loads((out / "result.json").read_text())
+    stopped_at = result["iterations"]
+    assert result["status"] == "interrupted" and 20 <= stopped_at < 100, text
+    assert (out / "snapshots" / f"snapshot_iter_{stopped_at}.npz").exists()
+
+    run_ranks(2, [*train_args(work, "c", "short.yaml", "--batch-per-rank", "16"), "--resume"], timeout=300)
+    resumed = json.loads((out / "result.json").read_text())
+    assert resumed["status"] == "finished" and resumed["iterations"] == 100
+    assert [s["start_iter"] for s in resumed["segments"]] == [0, stopped_at]
+    assert resumed["train_time_s"] == pytest.approx(sum(s["train_s"] for s in resumed["segments"]))
+    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.npz")
+    c = weights(out / "snapshots" / "snapshot_iter_100.npz")
+    for name in a:
+        assert np.array_equal(a[name], c[name]), name
+    log = (out / "mllog.txt").read_text()
+    assert log.count('"key": "run_start"') == 2 and '"key": "eval_accuracy"' in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_digits_reaches_95_percent(work, run_ranks, ranks):
+    out = work / f"acc{ranks}"
+    proc = run_ranks(ranks, train_args(work, f"acc{ranks}", "long.yaml", "--total-batch", "64",
+                                       "--target", "0.95"), timeout=300)
+    result = json.loads((out / "result.json").read_text())
+    assert result["reached_target"] and result["status"] == "target_reached", proc.stdout[-2000:]
+    assert result["evals"][-1]["top1"] >= 0.95 and result["iterations"] < 600
+    assert result["time_to_accuracy_s"] == result["evals"][-1]["wall_s"] > 0
+    assert result["dataset_manifest_sha256"] and result["hostnames"] and result["versions"]["horovod"]
+    assert "iter 10/600" in proc.stdout  # progress line every `display` iterations
+    log = [json.loads(line.split(" ", 1)[1]) for line in (out / "mllog.txt").read_text().splitlines()
+           if line.startswith(":::MLLOG")]
+    keys = [entry["key"] for entry in log]
+    assert keys.index("run_start") < keys.index("eval_accuracy") < keys.index("run_stop")
+    assert log[-1]["metadata"]["status"] == "success"
