@@ -21,6 +21,7 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
     "data": {"ingest": ("firescale.commands.data_ingest", "write a source as train/test LMDB and HDF5 with a manifest"), "verify": ("firescale.commands.data_verify", "re-hash a dataset and decode every record against its manifest")},
     "train": {None: ("firescale.commands.train", "train with Horovod: Caffe solvers, eval, snapshots, time-to-accuracy")},
     "bench": {"io": ("firescale.commands.bench_io", "records/s and MB/s of the LMDB and HDF5 readers, and data wait per step"), "allreduce": ("firescale.commands.bench_allreduce", "parameter server vs tree vs ring allreduce, measured beside predicted")},
+    "report": {None: ("firescale.commands.report", "the reproducibility report: tables, plots, parity, provenance")},
     "predict": {"layers": ("firescale.commands.predict_layers", "per-layer FLOPs, |W| and |D| of a net"), "sweep": ("firescale.commands.predict_sweep", "predicted iteration time, time-to-accuracy and speedup per sweep point"), "paleo": ("firescale.commands.predict_paleo", "Paleo's FireCaffe/NiN case (Table 3) beside FireCaffe's measurements"), "trace": ("firescale.commands.predict_trace", "replay a layer-wise trace through the DAG model"), "calibrate": ("firescale.commands.predict_calibrate", "fit percent-of-peak factors from measured runs")},
 }
 
