@@ -123,6 +123,7 @@ class PointRun:
 
     def _attempt(self, attempt: int) -> tuple[Submission, Verdict]:
         status_file = self.run_dir / "status.json"
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # the scheduler opens the job's log here
         if status_file.exists():  # the previous attempt's; keep it for the record
             status_file.replace(self.run_dir / f"status.attempt-{attempt - 1 if attempt else 'old'}.json")
         job_id = self.scheduler.submit(self.script, self.run_dir)

@@ -45,7 +45,7 @@ class Slurm(Scheduler):
         return proc.stdout.strip().split(";")[0]
 
     def poll(self, job_id: str) -> JobState:
-        queue = self.runner(["squeue", "--noheader", "--jobs", job_id, "--format=%T"])
+        queue = self.runner(["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T"])
         raw = queue.stdout.strip() if queue.returncode == 0 else ""
         if raw:
             return JobState(_SLURM_STATES.get(raw.split()[0], RUNNING), raw)
