@@ -1,0 +1,82 @@
+"""`firescale report`: the reproducibility report of one experiment on one site (tables, plots, provenance)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("site", help="site name (site/<name>/site.yaml) or path to a site.yaml")
+    parser.add_argument("--experiment", required=True, help="experiment name in the config")
+    parser.add_argument("--results", required=True, help="folder with one <point>/result.json per sweep point")
+    parser.add_argument("--out", required=True, help="folder to write report.md/.tex/.html/.csv/.json and plots")
+    parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml, else the repository's)")
+    parser.add_argument("--predictions", help="JSON from `firescale predict sweep --json`, shown beside measurements")
+    parser.add_argument("--tolerance", type=float,
+                        help="parity tolerance as a fraction (default: the experiment's target.tolerance)")
+
+
+def _config_path(given: str | None) -> Path:
+    from ..sweep import repo_root
+
+    if given:
+        return Path(given)
+    local = Path("workflow/config.yaml")
+    return local if local.is_file() else repo_root() / "workflow" / "config.yaml"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import FirescaleError
+    from ..report.build import write_report
+    from ..report.cells import ReportContext
+    from ..report.collect import RUN_FILE, collect_runs, missing_record
+    from ..report.provenance import collect_provenance
+    from ..report.summary import load_predictions, summarize
+    from ..site import load_site
+    from ..sweep import load_config, plan_sweep, repo_root, solver_base_lr
+
+    site = load_site(args.site)
+    config_path = _config_path(args.config)
+    config = load_config(config_path, {"site": site.name})
+    experiments = config["experiments"]
+    if args.experiment not in experiments:
+        raise FirescaleError(f"{config_path}: no experiment {args.experiment!r}; known: {', '.join(sorted(experiments))}")
+    exp = experiments[args.experiment]
+    tolerance = exp["target"]["tolerance"] if args.tolerance is None else args.tolerance
+    if not 0 <= tolerance <= 1:
+        raise FirescaleError(f"--tolerance {tolerance} is not a fraction between 0 and 1")
+
+    results = Path(args.results)
+    records = collect_runs(results, args.experiment)
+    for record in records:
+        if record.site and record.site != site.name:
+            raise FirescaleError(f"{record.source}: key 'site' is {record.site!r}, but this report is for site {site.name!r}")
+    if site.name in exp["sites"]:
+        # Points the sweep plans but that have no record still get a row that says so.
+        have = {r.point for r in records}
+        planned = plan_sweep(config, args.experiment, site.name, solver_base_lr(config, args.experiment))
+        records += [missing_record(p, site.name, site.nodes_for(p.gpus), results / p.name / RUN_FILE)
+                    for p in planned if p.name not in have]
+
+    predictions = load_predictions(args.predictions) if args.predictions else None
+    summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"),
+                        predictions=predictions, predictions_source=args.predictions or "")
+    provenance = collect_provenance(
+        records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
+        repo=repo_root(), command=["firescale", *sys.argv[1:]])
+    ctx = ReportContext(experiment=args.experiment, site=site.name, device=site.config["device"]["name"],
+                        net=exp["net"], site_digest=site.digest, site_source=str(site.source),
+                        description=exp.get("description", ""), provenance=provenance)
+    written = write_report(summary, ctx, args.out)
+    for row in summary.rows:
+        verdict = "baseline" if row.baseline else (row.parity.verdict if row.parity else "no baseline")
+        speedup = f"{row.speedup.mean:.2f}x" if row.speedup else "n/a"
+        print(f"{row.group:<16} top-1 {row.top1.mean * 100:5.1f}%  time {row.time_s.mean:9.2f} s  "
+              f"speedup {speedup:>7}  {verdict}")
+    for record in summary.failures:
+        print(f"{record.point:<16} {record.outcome.upper()}: {record.reason}")
+    if summary.baseline_note:
+        print(summary.baseline_note)
+    print(f"wrote {len(written)} files to {args.out}")
+    return 0

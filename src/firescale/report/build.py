@@ -1,0 +1,30 @@
+"""Write every output of the report into one folder, each file atomically, report.md last."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cells import ReportContext
+from .files import publish_json, publish_text
+from .html import to_html
+from .plots import write_plots
+from .provenance import provenance_lines
+from .summary import Summary
+from .tables import to_csv, to_json, to_latex, to_markdown
+
+OUTPUTS = ("report.md", "report.tex", "report.html", "report.csv", "report.json",
+           "speedup.png", "speedup.pdf", "accuracy_vs_time.png", "accuracy_vs_time.pdf",
+           "time_split.png", "time_split.pdf")
+
+
+def write_report(summary: Summary, ctx: ReportContext, out_dir: str | Path) -> list[Path]:
+    """Plots, LaTeX, HTML, CSV, JSON, then report.md (the file workflows wait for); returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = provenance_lines(ctx.provenance) if ctx.provenance else []
+    written = write_plots(summary, out_dir, f"{ctx.experiment} on {ctx.site}")
+    written.append(publish_text(out_dir / "report.tex", to_latex(summary, ctx, lines)))
+    written.append(publish_text(out_dir / "report.html", to_html(summary, ctx, lines)))
+    written.append(publish_text(out_dir / "report.csv", to_csv(summary, ctx)))
+    written.append(publish_json(out_dir / "report.json", to_json(summary, ctx)))
+    written.append(publish_text(out_dir / "report.md", to_markdown(summary, ctx, lines)))
+    return written

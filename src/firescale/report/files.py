@@ -1,0 +1,34 @@
+"""Atomic writes of report files with ordinary permissions (a web server or a colleague may read them)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from ..atomic import atomic_path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def publish(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp)` on a temporary sibling, make it readable as umask allows, rename it onto `path`.
+
+    (The temporary from mkstemp is 0600; a report is meant to be read by others.)
+    """
+    with atomic_path(path) as tmp:
+        write(tmp)
+        tmp.chmod(0o666 & ~_umask())
+    return Path(path)
+
+
+def publish_text(path: str | Path, text: str) -> Path:
+    return publish(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def publish_json(path: str | Path, obj: Any) -> Path:
+    return publish_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

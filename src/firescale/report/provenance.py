@@ -1,0 +1,108 @@
+"""Provenance: git commit, package versions, site profile hash, dataset manifest, seeds, hosts, commands."""
+from __future__ import annotations
+
+import platform
+import shlex
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .collect import RunRecord
+
+REPORT_PACKAGES = ("firescale", "tensorflow-cpu", "tensorflow", "horovod", "numpy", "mpi4py", "h5py", "lmdb",
+                   "matplotlib", "snakemake")
+
+
+def git_state(repo: str | Path) -> dict[str, Any]:
+    """The commit checked out at `repo` and whether the tree has uncommitted changes ('unknown' if no git)."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {"repository": str(repo), "commit": "unknown", "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"repository": str(repo), "commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def package_versions(names: tuple[str, ...] = REPORT_PACKAGES) -> dict[str, str]:
+    """Installed versions of the stack where the report was made; absent packages are said to be absent."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    return sorted({v for v in values if v not in (None, "")}, key=str)
+
+
+def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: str | Path,
+                       command: list[str]) -> dict[str, Any]:
+    """Everything needed to say where the numbers came from, as a JSON-ready dict."""
+    trained = [r for r in records if r.train is not None]
+    run_versions: dict[str, list[str]] = {}
+    for record in trained:
+        for key, value in record.train.versions.items():
+            if key != "hostname":
+                run_versions.setdefault(key, []).append(str(value))
+    runs = []
+    for record in sorted(records, key=lambda r: (not r.baseline, r.gpus, r.batch, r.repeat)):
+        train = record.train
+        runs.append({
+            "point": record.point, "outcome": record.outcome,
+            "seed": train.seed if train else None, "data_seed": train.data_seed if train else None,
+            "hostnames": sorted(set(train.hostnames)) if train else [],
+            "command": shlex.join(train.command) if train and train.command else "",
+            "job_ids": [str(s.get("job_id")) for s in record.submissions if s.get("job_id") is not None],
+            "queue_s": record.queue_s,
+        })
+    return {
+        "git": git_state(repo),
+        "report_command": shlex.join(command),
+        "versions_report": package_versions(),
+        "versions_runs": {k: _distinct(v) for k, v in sorted(run_versions.items())},
+        "site": site,
+        "dataset_manifest_sha256": _distinct([r.train.dataset_manifest_sha256 for r in trained]),
+        "datasets": _distinct([r.train.dataset for r in trained]),
+        "runs": runs,
+    }
+
+
+def provenance_lines(prov: dict[str, Any]) -> list[str]:
+    """The provenance as short sentences for Markdown, HTML and LaTeX comments."""
+    git = prov["git"]
+    dirty = {True: " (with uncommitted changes)", False: " (clean)", None: ""}[git["dirty"]]
+    lines = [f"git commit: {git['commit']}{dirty}"]
+    site = prov["site"]
+    lines.append(f"site profile: {site.get('name', '?')} from {site.get('source', '?')}, sha256 {site.get('sha256', '?')}")
+    manifests = prov["dataset_manifest_sha256"]
+    if len(manifests) > 1:
+        lines.append(f"dataset manifest sha256 DIFFERS between runs: {', '.join(manifests)}")
+    else:
+        lines.append(f"dataset manifest sha256: {manifests[0] if manifests else 'none recorded'}"
+                     + (f" ({', '.join(prov['datasets'])})" if prov["datasets"] else ""))
+    runv = prov["versions_runs"]
+    if runv:
+        lines.append("versions in the runs: " + ", ".join(
+            f"{k} {' / '.join(v)}" + (" (DIFFER between runs)" if len(v) > 1 else "") for k, v in runv.items()))
+    lines.append("versions making this report: " + ", ".join(f"{k} {v}" for k, v in prov["versions_report"].items()))
+    for run in prov["runs"]:
+        if run["outcome"] != "succeeded":
+            lines.append(f"{run['point']}: {run['outcome']}" + (f", jobs {', '.join(run['job_ids'])}" if run["job_ids"] else ""))
+            continue
+        queue = f", queued {run['queue_s']:.1f} s" if isinstance(run["queue_s"], (int, float)) else ""
+        lines.append(f"{run['point']}: seed {run['seed']}, data seed {run['data_seed']}, hosts "
+                     f"{', '.join(run['hostnames']) or 'none recorded'}"
+                     + (f", jobs {', '.join(run['job_ids'])}" if run["job_ids"] else "") + queue
+                     + (f"; command: {run['command']}" if run["command"] else ""))
+    lines.append(f"report command: {prov['report_command']}")
+    return lines

@@ -1,0 +1,208 @@
+"""The report as Markdown, LaTeX (booktabs), CSV and JSON; the HTML lives in html.py."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+
+from . import cells
+from .cells import ReportContext
+from .collect import RunRecord
+from .summary import Row, Summary, stat_dict
+
+REPORT_FORMAT = "firescale.report/1"
+PLOTS = {
+    "speedup": "Speedup against GPUs, with the ideal (linear) line.",
+    "accuracy_vs_time": "Top-1 accuracy against training wall time, every run.",
+    "time_split": "Where an iteration's time goes: data wait, compute, allreduce.",
+}
+TABLES = {"report.md": "The report (Markdown)", "report.tex": "The table for a paper (LaTeX, booktabs)",
+          "report.html": "The report (HTML)", "report.csv": "The table's numbers (CSV)",
+          "report.json": "Everything in the report (JSON)"}
+
+
+def title(ctx: ReportContext) -> str:
+    return f"Reproducibility report: {ctx.experiment} on {ctx.site}"
+
+
+def caption(ctx: ReportContext) -> str:
+    about = f" {ctx.description.rstrip('.')}." if ctx.description else ""
+    return f"{ctx.experiment} on {ctx.site}: speed and accuracy against the single-GPU baseline.{about}"
+
+
+# ------------------------------------------------------------------------------------- Markdown
+
+def _md_cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -> str:
+    """The whole report in GitHub-flavoured Markdown, figures by relative path."""
+    heads, body, _ = cells.table(summary, ctx)
+    out = [f"# {title(ctx)}", ""]
+    if ctx.description:
+        out += [ctx.description, ""]
+    if summary.baseline_note:
+        out += [f"**{summary.baseline_note}**", ""]
+    out += ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
+    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
+    out += [""] + [f"- {n}" for n in cells.notes(summary, ctx)] + [""]
+    if summary.failures:
+        out += ["## Failed points", ""]
+        for record in summary.failures:
+            out += [f"### {record.point}: {cells.failure_word(record)}", "", f"- reason: {record.reason or 'none recorded'}"]
+            out += [f"- scheduler: {' → '.join(record.scheduler_states) or 'no submission recorded'}"]
+            if record.exit_code is not None:
+                out += [f"- exit code: {record.exit_code}"]
+            out += [f"- record: `{record.source}`", ""]
+            if record.log_tail:
+                fence = _fence(record.log_tail)
+                out += ["<details><summary>tail of the job log</summary>", "", fence,
+                        record.log_tail.rstrip("\n"), fence, "", "</details>", ""]
+    out += ["## Figures", ""]
+    for stem, caption in PLOTS.items():
+        out += [f"![{caption}]({stem}.png)", "", f"*{caption}* ([PDF]({stem}.pdf))", ""]
+    out += ["## Provenance", ""] + [f"- {line}" for line in provenance_lines] + [""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------- LaTeX
+
+_TEX = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+    "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
+    ">": r"\textgreater{}", "±": r"$\pm$", "×": r"$\times$", "†": r"$^{\dagger}$", "Δ": r"$\Delta$",
+    "→": r"$\rightarrow$", "—": "---", "−": "$-$", "≥": r"$\geq$", "\n": " ",
+}
+
+
+def tex_escape(text: str) -> str:
+    """Text made safe for LaTeX: its ten special characters and the report's symbols."""
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def _tex_comment(text: str) -> str:
+    return "% " + " ".join(str(text).split())
+
+
+def to_latex(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -> str:
+    """A table environment (booktabs) ready to \\input into a paper; provenance as comments."""
+    heads, body, failed = cells.table(summary, ctx, brief=True)
+    numeric = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", "Efficiency", "Top-1", "Top-5",
+               "Δ top-1", "Iter. measured", "Iter. predicted", "Iter. error", "Time predicted", "Time error"}
+    spec = "".join("r" if h in numeric else "l" for h in heads)
+    lines = [_tex_comment(f"firescale: {title(ctx)}"),
+             "% Needs \\usepackage{booktabs} in the preamble.",
+             *(_tex_comment(line) for line in provenance_lines),
+             r"\begin{table}[htbp]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
+             rf"\caption{{{tex_escape(caption(ctx))}}}",
+             rf"\label{{tab:{re.sub(r'[^A-Za-z0-9-]', '-', f'{ctx.experiment}-{ctx.site}')}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(tex_escape(h) for h in heads) + r" \\", r"\midrule"]
+    for i, (row, is_failure) in enumerate(zip(body, failed)):
+        if is_failure and (i == 0 or not failed[i - 1]):
+            lines.append(r"\midrule")
+        lines.append(" & ".join(tex_escape(c) for c in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip",
+              r"\begin{minipage}{\linewidth}\footnotesize",
+              *(tex_escape(n) + r"\par" for n in cells.notes(summary, ctx)),
+              *(tex_escape(f"{f.point}: {cells.failure_text(f)}") + r"\par" for f in summary.failures),
+              r"\end{minipage}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ CSV, JSON
+
+CSV_FIELDS = ["point", "kind", "repeats", "site", "device", "gpus", "nodes", "net", "batch", "lr",
+              "epochs_mean", "epochs_std", "time_s_mean", "time_s_std", "not_reached",
+              "speedup_mean", "speedup_std", "efficiency_mean", "efficiency_std",
+              "top1_mean", "top1_std", "top5_mean", "top5_std", "delta_top1_pts_mean", "delta_top1_pts_std",
+              "parity", "data_wait_s", "compute_s", "allreduce_s", "iteration_s",
+              "predicted_iteration_s", "iteration_error_pct", "predicted_time_s", "time_error_pct",
+              "reason", "scheduler_states"]
+
+
+def _mean_std(out: dict[str, Any], name: str, stat: Any) -> None:
+    out[f"{name}_mean"] = "" if stat is None else stat.mean
+    out[f"{name}_std"] = "" if stat is None or stat.std is None else stat.std
+
+
+def _csv_row(row: Row, ctx: ReportContext) -> dict[str, Any]:
+    out: dict[str, Any] = {"point": row.group, "kind": "baseline" if row.baseline else "point",
+                           "repeats": len(row.points), "site": ctx.site, "device": ctx.device, "gpus": row.gpus,
+                           "nodes": row.nodes, "net": row.net, "batch": row.batch, "lr": row.lr,
+                           "not_reached": row.not_reached}
+    for name in ("epochs", "time_s", "speedup", "efficiency", "top1", "top5", "delta_top1_pts"):
+        _mean_std(out, name, getattr(row, name))
+    out["parity"] = "baseline" if row.baseline else (row.parity.verdict if row.parity else "")
+    for name in ("data_wait_s", "compute_s", "allreduce_s", "iteration_s"):
+        out[name] = getattr(row, name).mean
+    p = row.prediction
+    if p is not None:
+        out.update(predicted_iteration_s=p.iteration_s, iteration_error_pct=p.iteration_error_pct,
+                   predicted_time_s=p.time_to_accuracy_s, time_error_pct=p.time_error_pct)
+    return out
+
+
+def _csv_failure(record: RunRecord, ctx: ReportContext) -> dict[str, Any]:
+    return {"point": record.point, "kind": record.outcome, "repeats": 1, "site": ctx.site, "device": ctx.device,
+            "gpus": record.gpus, "nodes": record.nodes, "net": ctx.net, "batch": record.batch, "lr": record.lr,
+            "parity": cells.failure_word(record), "reason": record.reason,
+            "scheduler_states": " ".join(record.scheduler_states)}
+
+
+def to_csv(summary: Summary, ctx: ReportContext) -> str:
+    """One line per table row with raw numbers (seconds, fractions); failures carry their reason."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, restval="", lineterminator="\n")
+    writer.writeheader()
+    for row in summary.rows:
+        writer.writerow(_csv_row(row, ctx))
+    for record in summary.failures:
+        writer.writerow(_csv_failure(record, ctx))
+    return buffer.getvalue()
+
+
+def _row_json(row: Row) -> dict[str, Any]:
+    return {
+        "group": row.group, "points": row.points, "baseline": row.baseline, "gpus": row.gpus, "nodes": row.nodes,
+        "batch": row.batch, "lr": row.lr, "net": row.net, "repeats": len(row.points), "not_reached": row.not_reached,
+        **{name: stat_dict(getattr(row, name)) for name in
+           ("time_s", "epochs", "top1", "top5", "speedup", "efficiency", "delta_top1_pts",
+            "data_wait_s", "compute_s", "allreduce_s", "iteration_s")},
+        "parity": None if row.parity is None else {"verdict": row.parity.verdict, "matches": row.parity.matches,
+                                                    "delta_pts": row.parity.delta_pts},
+        "prediction": None if row.prediction is None else {
+            "iteration_s": row.prediction.iteration_s, "time_to_accuracy_s": row.prediction.time_to_accuracy_s,
+            "iteration_error_pct": row.prediction.iteration_error_pct,
+            "time_error_pct": row.prediction.time_error_pct},
+        "runs": [{"point": m.point, "reached_target": m.reached_target, "time_s": m.time_s, "epochs": m.epochs,
+                  "top1": m.top1, "top5": m.top5, "iteration_s": m.iteration_s} for m in row.runs],
+    }
+
+
+def _failure_json(record: RunRecord) -> dict[str, Any]:
+    return {"point": record.point, "outcome": record.outcome, "reason": record.reason, "gpus": record.gpus,
+            "nodes": record.nodes, "batch": record.batch, "lr": record.lr, "repeat": record.repeat,
+            "baseline": record.baseline, "scheduler_states": record.scheduler_states,
+            "exit_code": record.exit_code, "log_tail": record.log_tail, "source": record.source}
+
+
+def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
+    """Everything the report shows, as numbers, with the outputs and their captions."""
+    return {
+        "format": REPORT_FORMAT, "experiment": ctx.experiment, "site": ctx.site, "device": ctx.device,
+        "net": ctx.net, "description": ctx.description, "tolerance": summary.tolerance,
+        "target_accuracy": summary.target_accuracy, "baseline_note": summary.baseline_note,
+        "speedup_computed": summary.baseline is not None,
+        "rows": [_row_json(r) for r in summary.rows], "failures": [_failure_json(f) for f in summary.failures],
+        "notes": cells.notes(summary, ctx), "predictions": summary.predictions_source or None,
+        "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
+        "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in PLOTS.items() for ext in ("png", "pdf")}},
+    }
