@@ -1,25 +1,35 @@
-"""`firescale predict calibrate`: fit the percent-of-peak factors from measurements and store them."""
+"""`firescale predict calibrate`: fit percent-of-peak factors and the per-iteration overhead, and store them."""
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 from ..errors import FirescaleError
 from ..netspec import NET_NAMES, get_net
 from ..perf.calibrate import CALIBRATION_FILE, calibrate, save_calibration
 from ..perf.cli_args import add_platform_arguments, describe, platform_from_args, site_or_none
+from ..perf.measured import MeasuredIteration, read_measured_iteration, short_run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--net", required=True, help=f"network of the baseline run: {', '.join(NET_NAMES)}")
-    parser.add_argument("--input", help="input H,W,C of the baseline run (default: the net's own)")
-    parser.add_argument("--classes", type=int, help="classes of the baseline run (default: the net's own)")
-    parser.add_argument("--batch", type=int, required=True, help="batch of the single-device baseline run")
-    parser.add_argument("--iteration-s", type=float, required=True,
-                        help="measured seconds per iteration of the single-device baseline")
-    parser.add_argument("--allreduce-json", help="JSON written by `firescale bench allreduce --json`; "
-                                                  "fits the communication factor from its largest tree run")
+    parser.add_argument("--record", action="append", default=[], metavar="RESULT.json",
+                        help="a single-rank run record (results/<site>/<experiment>/runs/baseline/result.json) or "
+                             "a trainer result.json; repeat for more batch sizes (two sizes fit the overhead)")
+    parser.add_argument("--short-run", type=int, metavar="ITERATIONS",
+                        help="also run the first record's trainer command on one rank for this many iterations "
+                             "at --short-batch, so that the baseline alone fits the overhead too")
+    parser.add_argument("--short-batch", type=int,
+                        help="per-rank batch of the short run (default: half the first record's)")
+    parser.add_argument("--workdir", help="where the short run writes (default: a temporary directory)")
+    parser.add_argument("--net", help=f"network (default: the record's): {', '.join(NET_NAMES)}")
+    parser.add_argument("--input", help="input H,W,C (default: the record's dataset manifest, else the net's own)")
+    parser.add_argument("--classes", type=int, help="classes (default: the record's dataset manifest, else the net's)")
+    parser.add_argument("--batch", type=int, help="batch of a single-device run given by numbers (with --iteration-s)")
+    parser.add_argument("--iteration-s", type=float, help="its measured seconds per iteration")
+    parser.add_argument("--allreduce-json", help="JSON written by `firescale bench allreduce --json`; fits the "
+                                                  "communication factor from its largest run of the site's algorithm")
     parser.add_argument("--out", help=f"where to write it (default: the site's results dir/{CALIBRATION_FILE})")
     add_platform_arguments(parser)
 
@@ -36,12 +46,61 @@ def _allreduce_measurement(path: str, algorithm: str) -> dict:
     return {"algorithm": algorithm, "bytes": best["bytes"], "ranks": best["ranks"], "seconds": best["median_s"]}
 
 
+def _net_shape(args: argparse.Namespace, first: MeasuredIteration | None) -> tuple:
+    """Input shape and classes: explicit options, else the first record's dataset manifest and crop."""
+    shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
+    classes = args.classes
+    if first is not None and (shape is None or classes is None):
+        manifest = Path(first.dataset) / "manifest.json"
+        if manifest.is_file():
+            data = json.loads(manifest.read_text())
+            stored = tuple(int(v) for v in data["shape"])
+            crop = _option(first.command, "--crop")
+            shape = shape or ((int(crop), int(crop), stored[2]) if crop else stored)
+            classes = classes or int(data["num_classes"])
+    return shape, classes
+
+
+def _option(command: tuple[str, ...], name: str) -> str | None:
+    for i, arg in enumerate(command):
+        if arg == name and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
-    shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
-    spec = get_net(args.net, num_classes=args.classes, input_shape=shape)
-    measurement = _allreduce_measurement(args.allreduce_json, platform.algorithm) if args.allreduce_json else None
-    cal = calibrate(platform, spec, args.batch, args.iteration_s, measurement)
+    measured = [read_measured_iteration(p) for p in args.record]
+    for m in measured:
+        if m.ranks != 1:
+            raise FirescaleError(f"{m.source}: calibration fits the compute factor from single-rank runs; "
+                                 f"this one has {m.ranks} ranks")
+    if args.short_run:
+        if not measured:
+            raise FirescaleError("--short-run repeats a recorded run: give its --record")
+        batch = args.short_batch or max(1, measured[0].batch_per_rank // 2)
+        if args.workdir:
+            measured.append(short_run(measured[0], batch, args.short_run, args.workdir))
+        else:
+            with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
+                measured.append(short_run(measured[0], batch, args.short_run, tmp))
+    runs = [(m.batch_per_rank, m.iteration_s) for m in measured]
+    if (args.batch is None) != (args.iteration_s is None):
+        raise FirescaleError("--batch and --iteration-s go together")
+    if args.batch is not None:
+        runs.append((args.batch, args.iteration_s))
+    if not runs:
+        raise FirescaleError("give a single-rank run: --record RESULT.json, or --batch with --iteration-s")
+    net = args.net or (measured[0].net if measured else None)
+    if not net:
+        raise FirescaleError("give --net (no run record names the network)")
+    shape, classes = _net_shape(args, measured[0] if measured else None)
+    spec = get_net(net, num_classes=classes, input_shape=shape)
+    allreduce = _allreduce_measurement(args.allreduce_json, platform.algorithm) if args.allreduce_json else None
+    cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
+    cal.compute_source["records"] = [m.to_dict() for m in measured]
     if args.out:
         out = Path(args.out)
     else:
@@ -50,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
             raise FirescaleError("give --out, or --site so that the calibration goes to the site's results")
         out = site.paths.results / CALIBRATION_FILE
     save_calibration(out, cal)
+    for m in measured:
+        print(f"measured: {m.source}: batch {m.batch_per_rank} per rank, {m.iteration_s * 1e3:.3f} ms per iteration "
+              f"(data {m.data_wait_s * 1e3:.3f}, compute {m.compute_s * 1e3:.3f}, allreduce "
+              f"{m.allreduce_s * 1e3:.3f}) over {m.iterations} iterations")
     print(describe(cal.apply(platform)))
-    print(f"compute percent of peak {cal.ppp_compute:.4f}, communication {cal.ppp_comm:.4f} -> {out}")
+    print(f"{spec.name} {spec.input_shape}: compute percent of peak {cal.ppp_compute:.4g}, communication "
+          f"{cal.ppp_comm:.4g}, fixed overhead {cal.overhead_s * 1e3:.4g} ms per iteration -> {out}")
     return 0

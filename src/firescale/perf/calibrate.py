@@ -1,10 +1,11 @@
-"""Calibration as Paleo does it: fit compute and communication percent-of-peak from measurements."""
+"""Calibration as Paleo does it: fit compute and communication percent-of-peak (and an overhead) from measurements."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..atomic import atomic_write_json
 from ..errors import FirescaleError
@@ -18,18 +19,38 @@ CALIBRATION_FILE = "calibration.json"
 
 @dataclass(frozen=True)
 class Calibration:
-    """Fitted percent-of-peak factors and the measurements they came from."""
+    """Fitted percent-of-peak factors, the fixed per-iteration overhead, and the measurements behind them.
+
+    `overhead_s` goes beyond Paleo (see paleo.Platform); it is 0 when only one batch size was measured.
+    """
 
     site: str
     ppp_compute: float
     ppp_comm: float
     compute_source: dict[str, Any]
     comm_source: dict[str, Any]
+    overhead_s: float = 0.0
 
     def apply(self, platform: Platform) -> Platform:
-        """The platform with these factors in place of its own."""
+        """The platform with these factors (and this overhead) in place of its own."""
         return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
-                       link=replace(platform.link, ppp=self.ppp_comm))
+                       link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ideal_compute_s(spec: NetSpec, batch: int, device: Device, elementwise: bool) -> float:
+    """One device's forward + backward + update time for `batch` at 100% of peak."""
+    return compute_times(net_cost(spec, batch), replace(device, ppp=1.0), elementwise=elementwise).compute
+
+
+def _check_ppp(ppp: float, device: Device, measured_s: float, ideal_s: float) -> float:
+    if ppp > 1.0:
+        raise FirescaleError(f"device {device.name!r}: a measured iteration of {measured_s:.4g} s is "
+                             f"faster than the peak allows ({ideal_s:.4g} s); raise the site's "
+                             f"device.peak_tflops or memory_bandwidth_gbs")
+    return ppp
 
 
 def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
@@ -38,23 +59,66 @@ def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float,
     if measured_iteration_s <= 0:
         raise FirescaleError(f"the measured iteration time must be positive, not {measured_iteration_s}")
     spec = get_net(net) if isinstance(net, str) else net
-    ideal = compute_times(net_cost(spec, batch), replace(device, ppp=1.0), elementwise=elementwise)
-    ppp = ideal.compute / measured_iteration_s
-    if ppp > 1.0:
-        raise FirescaleError(f"device {device.name!r}: a measured iteration of {measured_iteration_s:.4g} s is "
-                             f"faster than the peak allows ({ideal.compute:.4g} s); raise the site's "
-                             f"device.peak_tflops or memory_bandwidth_gbs")
-    return ppp
+    ideal = _ideal_compute_s(spec, batch, device, elementwise)
+    return _check_ppp(ideal / measured_iteration_s, device, measured_iteration_s, ideal)
+
+
+def fit_compute_and_overhead(net: NetSpec | str, runs: Sequence[tuple[int, float]], device: Device,
+                             *, elementwise: bool = True) -> tuple[float, float, dict[str, Any]]:
+    """Fit t(b) = overhead + ideal_compute(b) / ppp to single-device runs [(batch, seconds per iteration)].
+
+    Least squares over the runs; they must cover at least two batch sizes.  Returns (ppp, overhead_s,
+    details).  A fitted overhead below zero (noise, or a device that gets more efficient as the batch
+    grows) is set to 0 and the factor refitted through the origin, which is Paleo's single-term model;
+    the details say so.
+    """
+    spec = get_net(net) if isinstance(net, str) else net
+    if any(t <= 0 or b < 1 for b, t in runs):
+        raise FirescaleError(f"measured runs need batch >= 1 and a positive iteration time, got {list(runs)}")
+    if len({b for b, _ in runs}) < 2:
+        raise FirescaleError("fitting a per-iteration overhead needs single-device runs at two or more "
+                             f"different batch sizes, got batches {sorted({b for b, _ in runs})}")
+    xs = [_ideal_compute_s(spec, b, device, elementwise) for b, _ in runs]
+    ys = [t for _, t in runs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    details: dict[str, Any] = {"runs": [{"batch": b, "measured_iteration_s": t, "ideal_compute_s": x}
+                                        for (b, t), x in zip(runs, xs)]}
+    if slope <= 0 or not math.isfinite(slope):
+        raise FirescaleError("the measured iteration times do not grow with the batch ("
+                             + ", ".join(f"batch {b}: {t * 1e3:.3f} ms" for b, t in runs)
+                             + "); measure batches further apart or with more iterations")
+    overhead = my - slope * mx
+    if overhead < 0:
+        slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        details["overhead_clamped"] = f"the fit gave {overhead * 1e3:.4g} ms; set to 0"
+        overhead = 0.0
+    ppp = _check_ppp(1.0 / slope, device, min(ys), min(xs))
+    residuals = [y - (overhead + x * slope) for x, y in zip(xs, ys)]
+    details["max_residual_percent"] = max(abs(r) / y for r, y in zip(residuals, ys)) * 100
+    return ppp, overhead, details
 
 
 def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_iteration_s: float,
-              allreduce: dict[str, Any] | None = None) -> Calibration:
-    """Fit both factors.  `allreduce` is {"algorithm", "bytes", "ranks", "seconds"} from a benchmark;
-    without it the communication factor stays at the platform's."""
+              allreduce: dict[str, Any] | None = None, *,
+              more_runs: Sequence[tuple[int, float]] = ()) -> Calibration:
+    """Fit the factors.  `allreduce` is {"algorithm", "bytes", "ranks", "seconds"} from a benchmark;
+    without it the communication factor stays at the platform's.  `more_runs` are further single-device
+    (batch, seconds per iteration) measurements: when their batches differ from `batch`, the fixed
+    per-iteration overhead is fitted beside the compute factor; otherwise the overhead is 0 (Paleo)."""
     spec = get_net(net) if isinstance(net, str) else net
-    ppp_compute = fit_compute_ppp(spec, batch, measured_iteration_s, platform.device,
-                                  elementwise=platform.elementwise)
-    compute_source = {"net": spec.name, "batch": batch, "measured_iteration_s": measured_iteration_s}
+    runs = [(batch, measured_iteration_s), *more_runs]
+    compute_source: dict[str, Any] = {"net": spec.name, "batch": batch, "measured_iteration_s": measured_iteration_s}
+    if len({b for b, _ in runs}) >= 2:
+        ppp_compute, overhead, details = fit_compute_and_overhead(spec, runs, platform.device,
+                                                                  elementwise=platform.elementwise)
+        compute_source.update(details, overhead_fitted=True)
+    else:
+        ppp_compute = fit_compute_ppp(spec, batch, measured_iteration_s, platform.device,
+                                      elementwise=platform.elementwise)
+        overhead = 0.0
+        compute_source["overhead_fitted"] = False
     ppp_comm, comm_source = platform.link.ppp, {"fitted": False}
     if allreduce is not None:
         try:
@@ -64,11 +128,11 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
             raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
         ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
         comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds}
-    return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source)
+    return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead)
 
 
 def save_calibration(path: str | Path, calibration: Calibration) -> Path:
-    return atomic_write_json(path, asdict(calibration))
+    return atomic_write_json(path, calibration.to_dict())
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -81,10 +145,13 @@ def load_calibration(path: str | Path) -> Calibration:
         raise FirescaleError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     try:
         cal = Calibration(str(data["site"]), float(data["ppp_compute"]), float(data["ppp_comm"]),
-                          dict(data.get("compute_source", {})), dict(data.get("comm_source", {})))
+                          dict(data.get("compute_source", {})), dict(data.get("comm_source", {})),
+                          float(data.get("overhead_s", 0.0)))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a calibration needs site, ppp_compute and ppp_comm") from None
     for key in ("ppp_compute", "ppp_comm"):
         if not 0 < getattr(cal, key) <= 1:
             raise FirescaleError(f"{path}: {key} must be in (0, 1], not {getattr(cal, key)}")
+    if not (cal.overhead_s >= 0 and math.isfinite(cal.overhead_s)):
+        raise FirescaleError(f"{path}: overhead_s must be a number >= 0 (seconds), not {cal.overhead_s}")
     return cal

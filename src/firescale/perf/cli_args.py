@@ -37,6 +37,8 @@ def add_platform_arguments(parser: argparse.ArgumentParser, *, device: bool = Tr
         g.add_argument("--peak-tflops", type=float, help="device peak, TFLOP/s")
         g.add_argument("--memory-gbs", type=float, help="device memory bandwidth, GB/s")
         g.add_argument("--ppp-compute", type=float, help="compute percent of peak, 0-1 (default 1)")
+        g.add_argument("--overhead-ms", type=float,
+                       help="fixed time per iteration, ms (an extension beyond Paleo; default 0)")
     g.add_argument("--bandwidth-gbits", type=float, help="link bandwidth, Gbit/s")
     g.add_argument("--latency-us", type=float, help="link latency, microseconds")
     g.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (default 1)")
@@ -70,6 +72,8 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
     if args.ppp_comm is not None:
         link = replace(link, ppp=args.ppp_comm)
     platform = replace(platform, device=device, link=link)
+    if getattr(args, "overhead_ms", None) is not None:
+        platform = replace(platform, overhead_s=args.overhead_ms / 1e3)
     if args.algorithm:
         from .comm import canonical_algorithm
         platform = replace(platform, algorithm=canonical_algorithm(args.algorithm))
@@ -80,7 +84,8 @@ def describe(platform: Platform) -> str:
     d, l = platform.device, platform.link
     return (f"{platform.name}: {d.peak_flops / 1e12:.4g} TFLOP/s x {d.ppp:.3g}, {d.memory_bandwidth / 1e9:.4g} GB/s; "
             f"link {l.bandwidth * 8 / 1e9:.4g} Gbit/s x {l.ppp:.3g}, {l.latency * 1e6:.3g} us; "
-            f"allreduce {platform.algorithm}")
+            f"allreduce {platform.algorithm}"
+            + (f"; fixed overhead {platform.overhead_s * 1e3:.4g} ms per iteration" if platform.overhead_s else ""))
 
 
 def site_or_none(args: Any) -> Any:

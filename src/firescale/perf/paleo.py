@@ -30,13 +30,25 @@ class Device:
 
 @dataclass(frozen=True)
 class Platform:
-    """Everything a prediction needs about a site: device, link, allreduce algorithm."""
+    """Everything a prediction needs about a site: device, link, allreduce algorithm.
+
+    `overhead_s` is an extension beyond Paleo: a fixed time every iteration pays whatever the batch
+    (the framework's per-step dispatch, kernel launches, the Python loop).  Paleo has no such term,
+    so it is 0 unless a calibration fits it from single-device runs at two batch sizes; with 0 the
+    model is Paleo's and the FireCaffe/NiN acceptance figures are unchanged.
+    """
 
     name: str
     device: Device
     link: Link
     algorithm: str = "tree"
     elementwise: bool = True    # count bias and activation layers (False: Paleo's accounting)
+    overhead_s: float = 0.0     # fixed seconds per iteration (not in Paleo; see above)
+
+    def __post_init__(self) -> None:
+        if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
+            raise FirescaleError(f"platform {self.name!r}: overhead_s must be a finite number >= 0, "
+                                 f"not {self.overhead_s}")
 
 
 K20X = Device("NVIDIA K20X", 3.935e12, 250e9)
@@ -121,6 +133,7 @@ class Prediction:
     ppp_compute: float
     ppp_comm: float
     overlap: bool
+    overhead_s: float = 0.0    # the platform's fixed per-iteration time, included in the iteration times
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,12 +158,12 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     cost = net_cost(spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
     comm = allreduce_time(algorithm, cost.weight_bytes, gpus, platform.link)
-    sequential = max(io_s, times.compute + comm)
+    sequential = max(io_s, times.compute + comm) + platform.overhead_s
     from .dag import wait_free_iteration  # the DAG model's overlapped schedule (Eq. 4-5)
     layer_comm = [allreduce_time(algorithm, l.weight_bytes, gpus, platform.link) if l.params else 0.0
                   for l in cost.layers]
     overlapped = wait_free_iteration(list(times.layer_forward), list(times.layer_backward), layer_comm,
-                                     update=times.update, io=io_s)
+                                     update=times.update, io=io_s) + platform.overhead_s
     global_batch = batch if scaling == "strong" else batch * gpus
     return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes
 
@@ -185,7 +198,7 @@ def predict_point(site: Any, net: NetSpec | str, gpus: int, batch: int, *, epoch
     return Prediction(spec.name, platform.name, gpus, global_batch, local, scaling, algo,
                       times.forward, times.backward, times.update, comm, iteration, seq, ovl,
                       float(epochs), int(dataset_size), iterations, iterations * iteration, speedup,
-                      wbytes, platform.device.ppp, platform.link.ppp, overlap)
+                      wbytes, platform.device.ppp, platform.link.ppp, overlap, platform.overhead_s)
 
 
 def predict_sweep(site: Any, net: NetSpec | str, gpus: list[int], batches: list[int],

@@ -1,0 +1,121 @@
+"""Measured iteration times for calibration: read them from run records, or take a short single-rank run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import FirescaleError
+from ..results import RESULT_FORMAT, TrainResult, result_from_dict
+
+RUN_FORMAT = "firescale.sweep.run/1"
+MIN_ITERATIONS = 5
+
+# Options of `firescale train` that a short calibration run replaces or drops, with their value count.
+_DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--target": 1,
+            "--target-from": 1, "--tolerance": 1, "--profile-layers": 0}
+
+
+@dataclass(frozen=True)
+class MeasuredIteration:
+    """One run's mean iteration (data wait + compute + allreduce, evaluation excluded), per rank."""
+
+    source: str
+    net: str
+    dataset: str
+    ranks: int
+    batch_per_rank: int
+    iteration_s: float
+    data_wait_s: float
+    compute_s: float
+    allreduce_s: float
+    iterations: int
+    command: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "ranks": self.ranks, "batch_per_rank": self.batch_per_rank,
+                "iteration_s": self.iteration_s, "data_wait_s": self.data_wait_s, "compute_s": self.compute_s,
+                "allreduce_s": self.allreduce_s, "iterations": self.iterations}
+
+
+def measured_from_result(result: TrainResult, source: str) -> MeasuredIteration:
+    """The mean iteration of a trainer result, checked to be usable for calibration."""
+    split = result.per_iteration
+    if split.iterations < MIN_ITERATIONS:
+        raise FirescaleError(f"{source}: per_iteration.iterations is {split.iterations}; calibration needs a run "
+                             f"of at least {MIN_ITERATIONS} timed iterations")
+    batch = result.batch
+    if int(batch.get("iter_size", 1)) != 1:
+        raise FirescaleError(f"{source}: batch.iter_size is {batch['iter_size']}; the performance model has no "
+                             "gradient accumulation, so calibrate from a run with iter_size 1")
+    try:
+        per_rank = int(batch["batch_per_rank"])
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{source}: the train record's batch has no batch_per_rank") from None
+    total = split.data_wait_s + split.compute_s + split.allreduce_s
+    return MeasuredIteration(source, result.net, result.dataset, int(result.ranks), per_rank, total,
+                             split.data_wait_s, split.compute_s, split.allreduce_s, int(split.iterations),
+                             tuple(result.command))
+
+
+def read_measured_iteration(path: str | Path) -> MeasuredIteration:
+    """A run record (firescale.sweep.run/1, the trainer's result under "train") or a trainer result.json."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FirescaleError(f"cannot read run record {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise FirescaleError(f"run record {path} is not valid JSON (line {exc.lineno})") from None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt == RUN_FORMAT:
+        if data.get("outcome") != "succeeded" or not isinstance(data.get("train"), dict):
+            raise FirescaleError(f"{path}: the run's outcome is {data.get('outcome')!r} with no train record; "
+                                 "calibration needs a succeeded run")
+        train = data["train"]
+    elif fmt == RESULT_FORMAT:
+        train = data
+    else:
+        raise FirescaleError(f"{path}: format {fmt!r} is neither {RUN_FORMAT!r} nor {RESULT_FORMAT!r}")
+    return measured_from_result(result_from_dict(train, f"{path} train"), str(path))
+
+
+def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int, iterations: int,
+                      out: Path) -> list[str]:
+    """The recorded `firescale train` command as one short run at another per-rank batch, no eval or snapshot."""
+    args = list(command)
+    if args[:2] != ["firescale", "train"]:
+        raise FirescaleError("the run record has no `firescale train` command line to repeat; "
+                             "measure a second batch size with `firescale train` and pass its record")
+    kept: list[str] = []
+    i = 2
+    while i < len(args):
+        name = args[i].split("=", 1)[0]
+        if name in _DROPPED:
+            i += 1 + (0 if "=" in args[i] else _DROPPED[name])
+            continue
+        kept.append(args[i])
+        i += 1
+    return [sys.executable, "-m", "firescale", "train", *kept, "--batch-per-rank", str(batch_per_rank),
+            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
+            "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
+
+
+def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,
+              *, timeout: float = 1800.0) -> MeasuredIteration:
+    """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
+    if baseline.ranks != 1:
+        raise FirescaleError(f"{baseline.source}: a short calibration run repeats a single-rank baseline, "
+                             f"not one of {baseline.ranks} ranks")
+    out = Path(workdir) / f"calibrate-b{batch_per_rank}"
+    argv = short_run_command(baseline.command, batch_per_rank, iterations, out)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise FirescaleError(f"the short calibration run ({' '.join(argv[3:])}) failed with exit code "
+                             f"{proc.returncode}: {tail}")
+    return read_measured_iteration(out / "result.json")
