@@ -2,12 +2,14 @@
 #   snakemake --profile NAME speedup_sweep    baseline, every sweep point, then the report
 # The profile (site/NAME/config.yaml, installed by `make setup`) chooses the site; experiments live in
 # workflow/config.yaml. Rules only wire files: each calls one `firescale` command.
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: "workflow/config.yaml"
+configfile: os.path.join(workflow.basedir, "workflow", "config.yaml")
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
