@@ -1,0 +1,75 @@
+"""`firescale predict experiment SITE --experiment E`: every sweep point predicted before anything is submitted."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from ..atomic import atomic_write_json, atomic_write_text
+from ..errors import FirescaleError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("site", help="site name (site/<name>/site.yaml) or path to a site.yaml")
+    parser.add_argument("--experiment", required=True, help="experiment name in the config")
+    parser.add_argument("--config", default="workflow/config.yaml", help="experiments (default workflow/config.yaml)")
+    parser.add_argument("--calibration", help="calibration.json of this site from `firescale predict calibrate`")
+    parser.add_argument("--dataset-size", type=int,
+                        help="training images per epoch when the dataset has no manifest yet")
+    parser.add_argument("--ppp-compute", type=float, help="compute percent of peak, 0-1 (instead of a calibration)")
+    parser.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (instead of a calibration)")
+    parser.add_argument("--json", required=True, help="write the predictions here")
+    parser.add_argument("--markdown", help="also write them as a Markdown table here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..perf.calibrate import load_calibration
+    from ..perf.cli_args import describe
+    from ..perf.experiment import experiment_platform, predict_experiment
+    from ..sweep import load_config
+    from ..workflow import Plan
+
+    if args.dataset_size is not None and args.dataset_size < 1:
+        raise FirescaleError(f"--dataset-size must be at least 1, not {args.dataset_size}")
+    if args.calibration and (args.ppp_compute is not None or args.ppp_comm is not None):
+        raise FirescaleError("give either --calibration or --ppp-compute/--ppp-comm, not both")
+    plan = Plan.build(load_config(args.config, {"site": args.site}))
+    calibration = load_calibration(args.calibration) if args.calibration else None
+    platform = experiment_platform(plan.site, calibration)
+    if args.ppp_compute is not None:
+        platform = replace(platform, device=replace(platform.device, ppp=args.ppp_compute))
+    if args.ppp_comm is not None:
+        platform = replace(platform, link=replace(platform.link, ppp=args.ppp_comm))
+    result = predict_experiment(plan, args.experiment, calibration=calibration, dataset_size=args.dataset_size,
+                                platform=platform)
+    atomic_write_json(args.json, result)
+    table = markdown_table(result)
+    print(describe(platform))
+    print(table, end="")
+    if args.markdown:
+        atomic_write_text(Path(args.markdown), table)
+    return 0
+
+
+def markdown_table(result: dict) -> str:
+    """The predictions as a Markdown table with the model's assumptions above it."""
+    m = result["model"]
+    lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
+             f"{m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
+             + ("calibrated" if result["calibration"] else "not calibrated") + ")", "",
+             "| point | GPUs | batch | iteration (ms) | time to accuracy | speedup |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, p in result["points"].items():
+        lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['iteration_s'] * 1e3:.3f} | "
+                     f"{_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.2f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.2f} min"
+    return f"{seconds:.2f} s"

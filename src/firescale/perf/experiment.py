@@ -1,0 +1,146 @@
+"""Predict every sweep point of one experiment on one site: iteration time, time-to-accuracy, speedup."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import FirescaleError
+from ..netspec import NetSpec, get_net
+from .calibrate import Calibration
+from .paleo import Platform, platform_from_site, predict_point
+
+PREDICTION_FORMAT = "firescale.predict.experiment/1"
+# ILSVRC-2012's training set (the 1.28M images FireCaffe and Caffe's ImageNet example train on); used for a
+# dataset called ilsvrc12 when neither its manifest nor --dataset-size is at hand (e.g. an archival site).
+ILSVRC12_TRAIN_IMAGES = 1_281_167
+
+
+@dataclass(frozen=True)
+class ExperimentModel:
+    """What the model assumed for an experiment: net, dataset size, epochs, and where each came from."""
+
+    net: NetSpec
+    dataset_size: int
+    dataset_size_source: str
+    epochs: float
+    epochs_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"net": self.net.name, "input_shape": list(self.net.input_shape), "classes": self.net.num_classes,
+                "dataset_size": self.dataset_size, "dataset_size_source": self.dataset_size_source,
+                "epochs": self.epochs, "epochs_source": self.epochs_source}
+
+
+def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
+    path = plan.dataset_dir(experiment) / "manifest.json"
+    if not path.is_file():
+        return None, path
+    try:
+        return json.loads(path.read_text()), path
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FirescaleError(f"{path}: cannot read the dataset manifest ({exc})") from None
+
+
+def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None) -> ExperimentModel:
+    """The net (input shape from the manifest and crop), the training-set size and the epochs to model."""
+    exp = plan.config["experiments"][experiment]
+    dataset = exp["dataset"]
+    manifest, path = _manifest(plan, experiment)
+    crop = (dataset.get("transform") or {}).get("crop")
+    if manifest is not None:
+        try:
+            records = int(manifest["splits"]["train"]["records"])
+            stored = tuple(int(v) for v in manifest["shape"])
+            classes = int(manifest["num_classes"])
+        except (KeyError, TypeError, ValueError):
+            raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
+        if dataset_size is not None and dataset_size != records:
+            raise FirescaleError(f"--dataset-size {dataset_size} disagrees with {path}, whose train split has "
+                                 f"{records} records; drop the option or re-ingest")
+        shape = (int(crop), int(crop), stored[2]) if crop else stored
+        spec = get_net(exp["net"], num_classes=classes, input_shape=shape)
+        size, size_source = records, str(path)
+    else:
+        spec = get_net(exp["net"])
+        if crop:
+            spec = get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2]))
+        if dataset_size is not None:
+            size, size_source = dataset_size, "--dataset-size"
+        elif dataset["name"] == "ilsvrc12":
+            size, size_source = ILSVRC12_TRAIN_IMAGES, "ILSVRC-2012 training set (no manifest at " + str(path) + ")"
+        else:
+            raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
+                                 "ingest it first or give --dataset-size")
+    if exp.get("epochs") is not None:
+        epochs, epochs_source = float(exp["epochs"]), f"experiments.{experiment}.epochs"
+    else:
+        from ..sweep import repo_root
+        from ..train.solver_config import load_solver
+
+        solver = Path(exp["solver"])
+        solver = solver if solver.is_absolute() else repo_root() / solver
+        max_iter = load_solver(solver).max_iter
+        base = next(p for p in plan.points[experiment] if p.baseline)
+        epochs = max_iter * base.batch / size
+        epochs_source = f"max_iter {max_iter} of {exp['solver']} at the baseline batch {base.batch}"
+    return ExperimentModel(spec, size, size_source, epochs, epochs_source)
+
+
+def experiment_platform(site: Any, calibration: Calibration | None = None) -> Platform:
+    """The site's platform, with a calibration of that same site applied."""
+    platform = platform_from_site(site)
+    if calibration is None:
+        return platform
+    if calibration.site != site.name:
+        raise FirescaleError(f"the calibration is for site {calibration.site!r}, not {site.name!r}; "
+                             "calibrate on this site or leave --calibration out")
+    return calibration.apply(platform)
+
+
+def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration | None = None,
+                       dataset_size: int | None = None, platform: Platform | None = None) -> dict[str, Any]:
+    """Every sweep point of `experiment` predicted on the plan's site, keyed by point name.
+
+    Strong scaling of each point's total batch; the allreduce is the site's.  Time to accuracy is the
+    model's iterations for `epochs` over the training set, as Paleo assumes the same epochs at every
+    point; the speedup is the 1-GPU baseline's time to accuracy over the point's.
+    """
+    if experiment not in plan.points:
+        raise FirescaleError(f"experiment {experiment!r} does not run on site {plan.site.name!r}; "
+                             f"its experiments: {', '.join(sorted(plan.points)) or 'none'}")
+    model = experiment_model(plan, experiment, dataset_size)
+    platform = platform or experiment_platform(plan.site, calibration)
+    algorithm = plan.site.allreduce
+    platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
+
+    def one(gpus: int, batch: int) -> Any:
+        return predict_point(platform, model.net, gpus, batch, epochs=model.epochs, dataset_size=model.dataset_size,
+                             scaling="strong")
+
+    points = plan.points[experiment]
+    baseline = next(p for p in points if p.baseline)
+    base = one(1, baseline.batch)
+    out: dict[str, Any] = {}
+    for p in points:
+        pred = base if p.baseline else one(p.gpus, p.batch)
+        out[p.name] = {"gpus": p.gpus, "batch": p.batch, "iteration_s": pred.iteration_s,
+                       "time_to_accuracy_s": pred.time_to_accuracy_s,
+                       "speedup": base.time_to_accuracy_s / pred.time_to_accuracy_s}
+    return {
+        "format": PREDICTION_FORMAT,
+        "site": plan.site.name,
+        "experiment": experiment,
+        "allreduce": algorithm,
+        "calibration": calibration.to_dict() if calibration else None,
+        "model": {**model.to_dict(), "platform": _platform_dict(platform)},
+        "points": out,
+    }
+
+
+def _platform_dict(platform: Platform) -> dict[str, Any]:
+    d, link = platform.device, platform.link
+    return {"device": d.name, "peak_flops": d.peak_flops, "memory_bandwidth": d.memory_bandwidth,
+            "ppp_compute": d.ppp, "link_bandwidth": link.bandwidth, "link_latency": link.latency,
+            "ppp_comm": link.ppp, "algorithm": platform.algorithm, "overhead_s": platform.overhead_s}
