@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 
@@ -24,6 +23,17 @@ def _config_path(given: str | None) -> Path:
         return Path(given)
     local = Path("workflow/config.yaml")
     return local if local.is_file() else repo_root() / "workflow" / "config.yaml"
+
+
+def _command_line(args: argparse.Namespace, config_path: Path) -> list[str]:
+    """The command that makes this report again, from the parsed options (the config's path resolved)."""
+    argv = ["firescale", "report", args.site, "--experiment", args.experiment, "--results", args.results,
+            "--out", args.out, "--config", str(config_path)]
+    if args.predictions:
+        argv += ["--predictions", args.predictions]
+    if args.tolerance is not None:
+        argv += ["--tolerance", repr(args.tolerance)]
+    return argv
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                         predictions=predictions, predictions_source=args.predictions or "")
     provenance = collect_provenance(
         records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
-        repo=repo_root(), command=["firescale", *sys.argv[1:]])
+        repo=repo_root(), command=_command_line(args, config_path))
     ctx = ReportContext(experiment=args.experiment, site=site.name, device=site.config["device"]["name"],
                         net=exp["net"], site_digest=site.digest, site_source=str(site.source),
                         description=exp.get("description", ""), provenance=provenance)

@@ -1,0 +1,213 @@
+"""Every number of the table against the hand-made records, checked by hand, in every output format.
+
+The records (tests/report/data/runs), and what the report must make of them:
+  baseline    1 GPU, batch 64, no target: whole train time 100 s, final top-1 0.95, top-5 0.995
+  g2-b64-r0   reached 0.93 at 60 s (top-1 0.94, top-5 0.998, epoch 10)
+  g2-b64-r1   reached 0.93 at 40 s (top-1 0.96, top-5 1.0, epoch 5), trained on to 80 s
+  g2-b256-r0  missed 0.93: train time 70 s, last top-1 0.90, top-5 0.985
+  g2-b128-r0  failed: walltime three times
+Row g2-b64: time (60, 40) -> 50 ± 14.142; speedup (100/60, 100/40) = (1.667, 2.5) -> 2.083 ± 0.589;
+efficiency /2 -> 1.042 ± 0.295; top-1 95.0 ± 1.41 %; Δ (-1, +1) -> 0.0 ± 1.41 pts; MATCHES.
+Row g2-b256: 100/70 = 1.4286x, efficiency 0.7143, Δ -5.0 pts: BELOW BASELINE by 5.0 pts.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+
+import pytest
+from report_records import DATA, RUNS, raw_record
+
+from firescale.errors import FirescaleError
+from firescale.report import cells
+from firescale.report.collect import collect_runs, run_record_from_dict
+from firescale.report.html import to_html
+from firescale.report.summary import load_predictions, run_metrics, summarize
+from firescale.report.tables import tex_escape, to_csv, to_json, to_latex, to_markdown
+
+
+TOL = 0.02
+
+
+def _rows(summary):
+    return {r.group: r for r in summary.rows}
+
+
+def test_numbers_by_hand(records):
+    summary = summarize(records, TOL)
+    rows = _rows(summary)
+    assert list(rows) == ["baseline", "g2-b64", "g2-b256"]
+    assert [f.point for f in summary.failures] == ["g2-b128-r0"]
+    base, b64, b256 = rows["baseline"], rows["g2-b64"], rows["g2-b256"]
+
+    assert (base.time_s.mean, base.time_s.std, base.top1.mean, base.top5.mean) == (100.0, None, 0.95, 0.995)
+    assert base.speedup.mean == 1.0 and base.not_reached == 0  # no target: not "missed"
+
+    assert b64.points == ["g2-b64-r0", "g2-b64-r1"]
+    assert b64.time_s.mean == 50.0
+    assert b64.time_s.std == pytest.approx(math.sqrt(200.0))            # 14.1421
+    assert b64.speedup.mean == pytest.approx((100 / 60 + 100 / 40) / 2)  # 2.0833
+    assert b64.speedup.std == pytest.approx((2.5 - 100 / 60) / math.sqrt(2))
+    assert b64.efficiency.mean == pytest.approx(b64.speedup.mean / 2)
+    assert b64.efficiency.std == pytest.approx(b64.speedup.std / 2)
+    assert b64.top1.mean == pytest.approx(0.95) and b64.top1.std == pytest.approx(0.02 / math.sqrt(2))
+    assert b64.top5.mean == pytest.approx(0.999)
+    assert b64.epochs.mean == 7.5                                          # 10 and 5: epochs at the target
+    assert b64.delta_top1_pts.mean == pytest.approx(0.0, abs=1e-9)
+    assert b64.delta_top1_pts.std == pytest.approx(math.sqrt(2))
+    assert b64.parity.verdict == "MATCHES"
+    assert b64.not_reached == 0
+
+    assert b256.speedup.mean == pytest.approx(100 / 70) and b256.speedup.std is None
+    assert b256.efficiency.mean == pytest.approx(100 / 140)
+    assert b256.delta_top1_pts.mean == pytest.approx(-5.0)
+    assert b256.parity.verdict == "BELOW BASELINE by 5.0 pts"
+    assert b256.not_reached == 1 and b256.time_s.mean == 70.0
+
+
+def test_judged_eval_is_the_one_that_reached_the_target(edited):
+    m = run_metrics(edited("g2-b64-r1"))
+    assert (m.reached_target, m.time_s, m.top1, m.top5, m.epochs) == (True, 40.0, 0.96, 1.0, 5.0)
+    m = run_metrics(edited("g2-b256-r0"))  # missed: the last eval and the whole train time
+    assert (m.reached_target, m.time_s, m.top1, m.epochs) == (False, 70.0, 0.90, 10.0)
+
+
+def test_cells_as_printed(records, ctx):
+    heads, body, failed = cells.table(summarize(records, TOL), ctx)
+    assert heads[6:13] == ["Train time", "Speedup", "Efficiency", "Top-1", "Top-5", "Δ top-1", "Parity"]
+    assert body[0][3:] == ["10.0", "64", "0.05", "100.0 s", "1.00×", "100.0%", "95.0%", "99.5%", "—", "baseline"]
+    assert body[1][0] == "g2-b64 (2 repeats)"
+    assert body[1][1] == "2 × x86-64 CPU core (local, 1 node)"
+    assert body[1][3:] == ["7.50 ± 3.54", "64", "0.05", "50.0 ± 14.1 s", "2.08 ± 0.59×", "104.2 ± 29.5%",
+                           "95.0 ± 1.4%", "99.9 ± 0.1%", "+0.0 ± 1.4 pts", "MATCHES"]
+    assert body[2][3:] == ["10.0", "256", "0.2", "70.0 s†", "1.43×", "71.4%", "90.0%", "98.5%", "−5.0 pts",
+                           "BELOW BASELINE by 5.0 pts"]
+    assert body[3][6] == "FAILED"
+    assert body[3][12] == ("FAILED: ended by walltime 3 times; resubmit limit 2 reached "
+                           "(scheduler: TIMEOUT → TIMEOUT → TIMEOUT)")
+    assert failed == [False, False, False, True]
+
+
+def test_markdown_rows_and_failure_details(records, ctx):
+    text = to_markdown(summarize(records, TOL), ctx, ["git commit: abc"])
+    assert ("| g2-b64 (2 repeats) | 2 × x86-64 CPU core (local, 1 node) | lenet | 7.50 ± 3.54 | 64 | 0.05 | "
+            "50.0 ± 14.1 s | 2.08 ± 0.59× | 104.2 ± 29.5% | 95.0 ± 1.4% | 99.9 ± 0.1% | +0.0 ± 1.4 pts | MATCHES |") in text
+    assert "### g2-b128-r0: FAILED" in text
+    assert "- scheduler: TIMEOUT → TIMEOUT → TIMEOUT" in text
+    # The log tail holds a ``` line: the fence must be longer so the block does not end early.
+    assert "````\niter 150 loss 0.41" in text and "TIME LIMIT ***\n````" in text
+    assert "(speedup.png)" in text and "- git commit: abc" in text
+    assert "† the target was not reached" in text
+
+
+def test_html_escapes_and_marks_failures(records, ctx):
+    text = to_html(summarize(records, TOL), ctx, ["site profile: <local> & co"])
+    assert text.startswith("<!DOCTYPE html>") and "<style>" in text and "<link" not in text
+    assert '<tr class="failed">' in text
+    assert "&lt;b&gt;&amp;amp;&lt;/b&gt;" in text and "<b>&amp;</b>" not in text
+    assert "Test &amp; check" in text and "site profile: &lt;local&gt; &amp; co" in text
+    assert '<img src="speedup.png"' in text and '<td class="matches">MATCHES</td>' in text
+    assert "<details><summary>tail of the job log</summary>" in text
+
+
+def test_csv_holds_raw_numbers(records, ctx):
+    rows = list(csv.DictReader(io.StringIO(to_csv(summarize(records, TOL), ctx))))
+    by_point = {r["point"]: r for r in rows}
+    assert [r["kind"] for r in rows] == ["baseline", "point", "point", "failed"]
+    b64 = by_point["g2-b64"]
+    assert float(b64["time_s_mean"]) == 50.0 and float(b64["time_s_std"]) == pytest.approx(14.1421356)
+    assert float(b64["speedup_mean"]) == pytest.approx(2.0833333) and b64["repeats"] == "2"
+    assert by_point["g2-b256"]["speedup_std"] == ""  # one repeat: no spread
+    assert by_point["g2-b256"]["parity"] == "BELOW BASELINE by 5.0 pts"
+    assert by_point["g2-b128-r0"]["scheduler_states"] == "TIMEOUT TIMEOUT TIMEOUT"
+
+
+def test_json_round_trip(records, ctx):
+    data = to_json(summarize(records, TOL), ctx)
+    assert data["format"] == "firescale.report/1" and data["speedup_computed"] is True
+    b64 = next(r for r in data["rows"] if r["group"] == "g2-b64")
+    assert b64["speedup"]["n"] == 2 and b64["parity"] == {"verdict": "MATCHES", "matches": True,
+                                                           "delta_pts": pytest.approx(0.0, abs=1e-9)}
+    assert data["failures"][0]["log_tail"].startswith("iter 150")
+    assert "speedup.pdf" in data["outputs"] and "report.tex" in data["outputs"]
+
+
+def test_predictions_beside_measurements(records, ctx):
+    predictions = load_predictions(DATA / "predictions.json")
+    summary = summarize(records, TOL, predictions=predictions, predictions_source="predictions.json")
+    rows = _rows(summary)
+    base, b64 = rows["baseline"].prediction, rows["g2-b64"].prediction
+    assert base.iteration_error_pct == pytest.approx((0.010 - 0.009) / 0.009 * 100)   # +11.1 %
+    assert base.time_error_pct == pytest.approx(-10.0)                                  # 90 vs 100 s
+    assert b64.iteration_error_pct == pytest.approx((0.006 - 0.0065) / 0.0065 * 100)  # -7.7 %
+    assert b64.time_error_pct == pytest.approx(10.0)                                   # 55 vs 50 s
+    assert rows["g2-b256"].prediction is None
+    assert summary.unmatched_predictions == ["g4-b64"]
+    _, body, _ = cells.table(summary, ctx)
+    assert body[1][-5:] == ["6.50 ms", "6.00 ms", "−7.7%", "55.0 s", "+10.0%"]
+    assert body[2][-4:] == ["—"] * 4
+
+
+def test_failed_baseline_renders_and_says_so(records, ctx):
+    failed = raw_record("baseline") | {"outcome": "failed", "reason": "out of memory", "train": None}
+    records = [run_record_from_dict(failed, "baseline")] + [r for r in records if not r.baseline]
+    summary = summarize(records, TOL)
+    assert summary.baseline is None
+    assert summary.baseline_note == ("The baseline failed: out of memory. "
+                                     "Speedup, scaling efficiency and parity cannot be computed.")
+    assert all(r.speedup is None and r.parity is None for r in summary.rows)
+    _, body, _ = cells.table(summary, ctx)
+    assert body[0][7:9] == ["—", "—"] and body[0][12] == "cannot judge: no baseline"
+    assert summary.baseline_note in to_markdown(summary, ctx, [])
+
+
+def test_absent_baseline_renders_and_says_so(records):
+    summary = summarize([r for r in records if not r.baseline], TOL)
+    assert summary.baseline_note == "There is no baseline record, so speedup and parity cannot be computed."
+
+
+def test_tex_escape_every_special_character():
+    assert tex_escape(r"50% & $x_1$ {a} #1 ~ ^ \ ") == (
+        r"50\% \& \$x\_1\$ \{a\} \#1 \textasciitilde{} \textasciicircum{} \textbackslash{} ")
+    assert tex_escape("2.08 ± 0.59× Δ −5.0 †") == r"2.08 $\pm$ 0.59$\times$ $\Delta$ $-$5.0 $^{\dagger}$"
+
+
+def _unescaped(char: str, line: str) -> int:
+    return len(re.findall(r"(?<!\\)" + re.escape(char), line))
+
+
+def test_latex_table_is_well_formed(records, ctx):
+    text = to_latex(summarize(records, TOL), ctx, ["git: 100% clean_tree"])
+    assert r"\begin{table}" in text and r"\begin{tabular}" in text and r"\end{table}" in text
+    for rule in (r"\toprule", r"\midrule", r"\bottomrule"):
+        assert rule in text
+    assert "% git: 100% clean_tree" in text  # provenance as comments, never as text
+    body = text[text.index(r"\toprule"):text.index(r"\bottomrule")]
+    columns = len(re.search(r"\\begin\{tabular\}\{([lr]+)\}", text).group(1))
+    lines = [l for l in body.splitlines() if l.endswith(r"\\")]
+    assert len(lines) == 1 + 4                            # heading, 3 points, 1 failure
+    assert all(_unescaped("&", l) == columns - 1 for l in lines)
+    code = "\n".join(l for l in text.splitlines() if not l.startswith("%"))
+    assert _unescaped("{", code) == _unescaped("}", code)
+    assert _unescaped("$", code) % 2 == 0
+    assert r"50\% of \$x\_1\$ \{a\} \#1" in code        # the description, escaped, in the caption
+    assert "g2-b128-r0: FAILED: ended by walltime" in code  # the reason as a note under the table
+
+
+def test_record_errors_name_file_and_key(tmp_path):
+    bad = raw_record("g2-b64-r0") | {"format": "other/1"}
+    with pytest.raises(FirescaleError, match="key 'format'"):
+        run_record_from_dict(bad, "x.json")
+    bad = raw_record("g2-b64-r0") | {"point": "g2-b64-r7"}
+    with pytest.raises(FirescaleError, match="name it 'g2-b64-r0'"):
+        run_record_from_dict(bad, "x.json")
+    bad = raw_record("g2-b64-r0") | {"train": None}
+    with pytest.raises(FirescaleError, match="succeeded.*no training result"):
+        run_record_from_dict(bad, "x.json")
+    (tmp_path / "g2-b64-r0").mkdir()
+    with pytest.raises(FirescaleError, match="without its result.json"):
+        collect_runs(tmp_path, "digits-lenet")
+    with pytest.raises(FirescaleError, match="key 'experiment' is 'digits-lenet', not 'nin'"):
+        collect_runs(RUNS, "nin")
