@@ -211,3 +211,7 @@ def test_record_errors_name_file_and_key(tmp_path):
         collect_runs(tmp_path, "digits-lenet")
     with pytest.raises(FirescaleError, match="key 'experiment' is 'digits-lenet', not 'nin'"):
         collect_runs(RUNS, "nin")
+    zero = raw_record("g2-b64-r0")
+    zero["train"]["time_to_accuracy_s"] = 0.0
+    with pytest.raises(FirescaleError, match="time to accuracy is 0.0 s"):
+        summarize([run_record_from_dict(zero, "zero.json")], TOL)

@@ -23,7 +23,6 @@ tr.failed td { background: #fdecea; }
 figure { display: inline-block; margin: 1em; max-width: 45%; }
 figure img { max-width: 100%; }
 pre { background: #f5f5f5; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
-dl.prov dt { font-weight: 600; }
 """
 
 _NUMERIC = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", "Efficiency", "Top-1", "Top-5",

@@ -63,6 +63,9 @@ def run_metrics(record: RunRecord) -> RunMetrics:
     if reached and train.target_top1 is not None:
         chosen = next((e for e in train.evals if e.top1 >= train.target_top1), chosen)
     time_s = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
+    if time_s <= 0:
+        raise FirescaleError(f"{record.source}: its {'time to accuracy' if reached else 'train time'} is "
+                             f"{time_s} s; speedups need a positive time")
     epochs = float(chosen.epoch) if reached else float(train.epochs)
     split = train.per_iteration
     return RunMetrics(record.point, train.target_top1 is not None, reached, time_s, epochs, float(chosen.top1), float(chosen.top5),
