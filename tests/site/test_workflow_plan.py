@@ -27,9 +27,13 @@ def config_home(tmp_path_factory):
     return home
 
 
-def _snakemake(config_home, *args, cwd=REPO):
+def _snakemake(config_home, *args):
+    """Snakemake on the repository's workflow, planning in a scratch directory so no earlier run counts."""
     env = {**os.environ, "XDG_CONFIG_HOME": str(config_home)}
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    work = config_home / "work"
+    work.mkdir(exist_ok=True)
+    return subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(work), *args],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _jobs(output: str) -> dict[str, int]:

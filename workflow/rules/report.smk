@@ -1,22 +1,28 @@
 # The reproducibility report of one experiment: tables, plots and provenance.
+# report.md is written last, so its presence means the rest is there too.
 
 
 rule experiment_report:
     input:
-        lambda wc: PLAN.files(RUN_RESULT, wc.experiment),
+        runs=lambda wc: PLAN.files(RUN_RESULT, wc.experiment),
     output:
-        report(
-            REPORT,
-            caption="../report/speedup.rst",
-            category="Speedup",
-        ),
+        md=REPORT,
+        html=report("reports/{site}/{experiment}/report.html", caption="../report/speedup.rst", category="Report"),
+        csv=report("reports/{site}/{experiment}/report.csv", caption="../report/speedup.rst", category="Tables"),
+        tex="reports/{site}/{experiment}/report.tex",
+        json="reports/{site}/{experiment}/report.json",
+        speedup=report("reports/{site}/{experiment}/speedup.png", caption="../report/speedup.rst", category="Plots"),
+        accuracy=report("reports/{site}/{experiment}/accuracy_vs_time.png", caption="../report/accuracy.rst", category="Plots"),
+        split=report("reports/{site}/{experiment}/time_split.png", caption="../report/time_split.rst", category="Plots"),
     log:
         "results/{site}/{experiment}/logs/report.log",
     params:
-        results=lambda wc, input: parent(input[0], 2),
-        out=lambda wc, output: parent(output[0]),
+        results=lambda wc, input: parent(input.runs[0], 2),
+        out=lambda wc, output: parent(output.md),
+        tolerance=lambda wc: PLAN.config["experiments"][wc.experiment]["target"]["tolerance"],
     conda:
         ENV
     shell:
         "firescale report {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --results {params.results:q} --out {params.out:q} > {log:q} 2>&1"
+        " --results {params.results:q} --out {params.out:q} --tolerance {params.tolerance}"
+        " > {log:q} 2>&1"
