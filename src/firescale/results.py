@@ -76,6 +76,7 @@ class TrainResult:
     segments: list[Segment]
     status: str
     command: list[str] = field(default_factory=list)
+    layer_trace: str | None = None  # RUNDIR-relative layer-wise trace (--profile-layers)
     format: str = RESULT_FORMAT
 
     def to_dict(self) -> dict[str, Any]:

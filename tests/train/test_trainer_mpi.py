@@ -50,15 +50,25 @@ def weights(path: Path) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
 
 
+ENV = {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 @pytest.fixture(scope="module")
-def two_rank_run(work):
+def two_rank_run(work) -> Path:
     """An uninterrupted 2-rank run (2 x 16) of 100 iterations, snapshots every 5."""
+    from conftest import mpirun_argv
+
+    argv = [sys.executable, "-m", "firescale", *train_args(work, "a", "short.yaml", "--batch-per-rank", "16")]
+    proc = subprocess.run(mpirun_argv(2, argv, ENV), capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **ENV})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return work / "a"
 
 
+@pytest.mark.slow
 def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank_run):
-    run_ranks(2, train_args(work, "a", "short.yaml", "--batch-per-rank", "16"), timeout=300)
-    run_ranks(1, train_args(work, "one", "short.yaml", "--batch-per-rank", "32"), timeout=300)
+    run_ranks(1, train_args(work, "one", "short.yaml", "--batch-per-rank", "32", "--set", "max_iter=10"),
+              timeout=300)
     for k in (5, 10):
         two = weights(two_rank_run / "snapshots" / f"snapshot_iter_{k}.npz")
         one = weights(work / "one" / "snapshots" / f"snapshot_iter_{k}.npz")
@@ -75,8 +85,9 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_same_seed_and_ranks_reproduce_bit_for_bit(work, run_ranks, two_rank_run):
-    run_ranks(2, train_args(work, "b", "short.yaml", "--batch-per-rank", "16"), timeout=300)
+    run_ranks(2, train_args(work, "b", "short.yaml", "--batch-per-rank", "16", "--set", "snapshot=0"), timeout=300)
     a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.npz")
     b = weights(work / "b" / "snapshots" / "snapshot_iter_100.npz")
     assert a.keys() == b.keys()
@@ -91,14 +102,15 @@ def _rank_pids(mpirun_pid: int) -> list[int]:
     return [p.pid for p in kids if "firescale" in " ".join(p.cmdline())]
 
 
+@pytest.mark.slow
 def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, two_rank_run):
     from conftest import mpirun_argv
 
     out = work / "c"
-    argv = [sys.executable, "-m", "firescale", *train_args(work, "c", "short.yaml", "--batch-per-rank", "16")]
-    env = {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.Popen(mpirun_argv(2, argv, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, **env})
+    args = train_args(work, "c", "short.yaml", "--batch-per-rank", "16", "--set", "snapshot=0")
+    argv = [sys.executable, "-m", "firescale", *args]
+    proc = subprocess.Popen(mpirun_argv(2, argv, ENV), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, **ENV})
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -117,7 +129,7 @@ def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, tw
     assert result["status"] == "interrupted" and 20 <= stopped_at < 100, text
     assert (out / "snapshots" / f"snapshot_iter_{stopped_at}.npz").exists()
 
-    run_ranks(2, [*train_args(work, "c", "short.yaml", "--batch-per-rank", "16"), "--resume"], timeout=300)
+    run_ranks(2, [*args, "--resume"], timeout=300)
     resumed = json.loads((out / "result.json").read_text())
     assert resumed["status"] == "finished" and resumed["iterations"] == 100
     assert [s["start_iter"] for s in resumed["segments"]] == [0, stopped_at]
@@ -134,9 +146,20 @@ def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, tw
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_digits_reaches_95_percent(work, run_ranks, ranks):
     out = work / f"acc{ranks}"
+    tree = {"FIRESCALE_ALLREDUCE": "tree", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+            "OMPI_MCA_coll_tuned_allreduce_algorithm": "2", "OMPI_MCA_coll_tuned_reduce_algorithm": "5",
+            "OMPI_MCA_coll_tuned_bcast_algorithm": "6", "HOROVOD_CPU_OPERATIONS": "MPI"}
     proc = run_ranks(ranks, train_args(work, f"acc{ranks}", "long.yaml", "--total-batch", "64",
-                                       "--target", "0.95"), timeout=300)
+                                       "--target", "0.95", "--profile-layers"),
+                     env=tree if ranks == 2 else None, timeout=300)
     result = json.loads((out / "result.json").read_text())
+    if ranks == 2:
+        assert result["allreduce"]["tree"] and "reduce binomial" in result["allreduce"]["algorithm"]
+    from firescale.perf.traces import read_trace
+
+    trace = read_trace(out / result["layer_trace"])
+    assert [r.name for r in trace][:2] == ["data", "conv1"] and trace[1].gradient_bytes == (25 * 20 + 20) * 4
+    assert (trace[1].comm_us > 0) == (ranks == 2)
     assert result["reached_target"] and result["status"] == "target_reached", proc.stdout[-2000:]
     assert result["evals"][-1]["top1"] >= 0.95 and result["iterations"] < 600
     assert result["time_to_accuracy_s"] == result["evals"][-1]["wall_s"] > 0
@@ -147,3 +170,11 @@ def test_digits_reaches_95_percent(work, run_ranks, ranks):
     keys = [entry["key"] for entry in log]
     assert keys.index("run_start") < keys.index("eval_accuracy") < keys.index("run_stop")
     assert log[-1]["metadata"]["status"] == "success"
+
+
+def test_unknown_solver_key_is_an_error_naming_it(work):
+    bad = work / "bad.yaml"
+    bad.write_text("base_lr: 0.01\nmax_iter: 10\nlearning_rate_policy: step\n")
+    proc = subprocess.run([sys.executable, "-m", "firescale", *train_args(work, "bad", "bad.yaml")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "unknown solver key 'learning_rate_policy'" in proc.stderr

@@ -109,6 +109,8 @@ def run_training(opts: TrainOptions) -> int:
 
 def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop reads best in one place
     clock = SegmentClock()
+    solver_cfg = load_solver(opts.solver, opts.overrides)  # bad solver files fail before MPI starts
+    target, target_source = _resolve_target(opts)
     from .distributed import describe_allreduce, init_rank, versions
 
     rank = init_rank(opts.threads)
@@ -122,8 +124,6 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
     from .nets import build_net
     from .solvers import CaffeSolver
 
-    solver_cfg = load_solver(opts.solver, opts.overrides)
-    target, target_source = _resolve_target(opts)
     seed = _seed(opts, solver_cfg)
     if opts.eval_batch < rank.size:
         raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
@@ -355,6 +355,16 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
         if solver_cfg.snapshot_after_train:
             snapshot(status)
     result = make_result(status)
+    if opts.profile_layers and status != "interrupted":
+        from ..perf.traces import write_trace
+        from .profile import profile_net
+
+        images, labels = next(train_stream)
+        trace = profile_net(net, images, labels, rank, data_wait_s=totals().mean().data_wait_s)
+        if rank.is_root:
+            write_trace(out / "layers.json", trace)
+        result.layer_trace = "layers.json"
+        _say(rank, f"layer trace: {len(trace)} layers written to {out / 'layers.json'}")
     if rank.is_root:
         write_result(out / "result.json", result)
     success = status == "target_reached" or (status == "finished" and target is None)

@@ -1,0 +1,69 @@
+"""Layer-wise timing of a CaffeNet on the running ranks, as the DAG paper's trace (Table VI)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from ..netspec import Softmax
+from ..perf.traces import LayerTrace
+from .nets import CaffeNet
+
+
+def _median_us(fn: Callable[[], Any], repeats: int, barrier: Callable[[], None] | None = None) -> float:
+    fn()  # warm-up and tracing
+    samples = []
+    for _ in range(repeats):
+        if barrier is not None:
+            barrier()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    samples.sort()
+    return samples[len(samples) // 2] * 1e6
+
+
+def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Any, *, data_wait_s: float,
+                repeats: int = 5) -> list[LayerTrace]:
+    """Forward, backward and gradient-allreduce microseconds of each top-level layer on one batch.
+
+    Layer 0 is `data` with the measured mean data wait as its forward time (the DAG model's I/O task).
+    A layer's backward time computes the gradients of its input and its own weights from an upstream
+    gradient of ones (the loss layer from the softmax cross-entropy); its comm time is a Horovod sum of
+    its weight gradients over all ranks (0 on one rank).  Every rank must call this together.
+    """
+    trace = [LayerTrace(0, "data", data_wait_s * 1e6, 0.0, 0.0, 0)]
+    x = images
+    seed = tf.constant([0, 0], tf.int64)
+    for index, layer in enumerate(net.spec.layers, start=1):
+        params = [p for p, info in zip(net.params, net.infos)
+                  if info.layer == layer.name or info.layer.startswith(layer.name + "/")]
+        is_loss = isinstance(layer, Softmax)
+
+        def forward(t: tf.Tensor, layer: Any = layer, is_loss: bool = is_loss) -> tf.Tensor:
+            if is_loss:
+                logits = tf.reshape(t, (tf.shape(t)[0], -1))
+                return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+            return net._forward((layer,), t, "", True, seed, [0])
+
+        def backward(t: tf.Tensor, forward: Any = forward, params: list = params) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                y = forward(t)
+            grads = tape.gradient(y, [t, *params], output_gradients=tf.ones_like(y))
+            return [g for g in grads if g is not None]
+
+        fwd, bwd = tf.function(forward), tf.function(backward)
+        inp = x
+        forward_us = _median_us(lambda: fwd(inp).numpy(), repeats)
+        backward_us = _median_us(lambda: [g.numpy() for g in bwd(inp)], repeats)
+        grads = [tf.zeros_like(p) for p in params]
+        comm_us = 0.0
+        if params and rank.size > 1:
+            comm_us = _median_us(lambda: [g.numpy() for g in rank.sum(grads)], repeats, rank.barrier)
+        grad_bytes = sum(int(p.shape.num_elements()) * 4 for p in params)
+        trace.append(LayerTrace(index, layer.name, forward_us, backward_us, comm_us, grad_bytes))
+        if not is_loss:
+            x = fwd(inp)
+    return trace
