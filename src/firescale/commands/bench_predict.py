@@ -1,0 +1,82 @@
+"""`firescale bench predict`: the model's iteration time beside the real trainer's, for 1 and more ranks here."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ..atomic import atomic_write_json
+from ..errors import FirescaleError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, type=Path, help="dataset folder with manifest.json, e.g. DATA/digits")
+    parser.add_argument("--net", default="lenet", help="network (default lenet)")
+    parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
+                        help="solver (default workflow/solvers/lenet-digits.yaml)")
+    parser.add_argument("--site", default="local", help="site whose device, link, launcher and allreduce to use")
+    parser.add_argument("--batch", type=int, default=64, help="total batch, split over the ranks (default 64)")
+    parser.add_argument("--ranks", default="1,2", help="rank counts to check (default 1,2)")
+    parser.add_argument("--iterations", type=int, default=400, help="timed iterations per run (default 400)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of runs; medians are compared (default 3)")
+    parser.add_argument("--allreduce-json", help="`bench allreduce --json` output to fit the communication factor")
+    parser.add_argument("--tolerance", type=float, default=15.0, help="percent counted as a match (default 15)")
+    parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
+    parser.add_argument("--json", help="write calibration, rows and load averages here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..collectives import allreduce_environment
+    from ..launchers import Placement, wrap
+    from ..netspec import get_net
+    from ..perf.acceptance import TrainRuns, prediction_check
+    from ..perf.cli_args import describe, int_list
+    from ..perf.paleo import platform_from_site
+    from ..site import load_site
+
+    site = load_site(args.site)
+    ranks = int_list(args.ranks)
+    manifest = json.loads((args.dataset / "manifest.json").read_text()) if (args.dataset / "manifest.json").is_file() \
+        else None
+    if manifest is None:
+        raise FirescaleError(f"{args.dataset / 'manifest.json'} does not exist; ingest the dataset first")
+    spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
+    allreduce = None
+    if args.allreduce_json:
+        from .predict_calibrate import _allreduce_measurement
+        allreduce = _allreduce_measurement(args.allreduce_json, platform_from_site(site).algorithm)
+    options = list(site.config.get("launcher_options") or []) + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+
+    def launch(n: int, cmd: list[str]) -> list[str]:
+        return [str(a) for a in wrap(site.config["launcher"], cmd, Placement(n, n, 1, 1), options)]
+
+    env = {**{k: str(v) for k, v in (site.config.get("environment", {}).get("variables") or {}).items()},
+           **allreduce_environment(site.allreduce, site.config["device"].get("kind", "gpu"))}
+
+    def go(workdir: Path) -> int:
+        runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir, launch, env)
+        load_before = os.getloadavg()
+        cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
+                                     allreduce=allreduce, say=print)
+        load_after = os.getloadavg()
+        print(describe(cal.apply(platform_from_site(site))))
+        print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")
+        print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'measured ms':>11} "
+              f"{'min-max ms':>15} {'error %':>8}")
+        for r in rows:
+            print(f"{r.ranks:>5} {r.batch_per_rank:>10} {r.predicted_s * 1e3:>12.3f} {r.comm_s * 1e3:>9.3f} "
+                  f"{r.median_s * 1e3:>11.3f} {min(r.measured_s) * 1e3:>7.2f}-{max(r.measured_s) * 1e3:<7.2f} "
+                  f"{r.error_percent:>+8.1f}" + ("" if abs(r.error_percent) <= args.tolerance else "  outside"))
+        if args.json:
+            atomic_write_json(args.json, {"site": site.name, "net": spec.name, "total_batch": args.batch,
+                                          "iterations": args.iterations, "repeats": args.repeats,
+                                          "load_average": [load_before[0], load_after[0]], "cpus": os.cpu_count(),
+                                          "calibration": cal.to_dict(), "rows": [r.to_dict() for r in rows]})
+        return 0
+
+    if args.workdir:
+        return go(args.workdir)
+    with tempfile.TemporaryDirectory(prefix="firescale-bench-predict-") as tmp:
+        return go(Path(tmp))

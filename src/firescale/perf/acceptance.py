@@ -1,0 +1,104 @@
+"""Predicted against measured iteration time on this machine: calibrate on one set of runs, test on fresh ones."""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import FirescaleError
+from ..netspec import NetSpec
+from .calibrate import Calibration, calibrate
+from .measured import MeasuredIteration, read_measured_iteration
+from .paleo import Platform, predict_point
+
+
+@dataclass(frozen=True)
+class TrainRuns:
+    """How to start `firescale train` for the check: dataset, net, solver, iterations and a rank launcher."""
+
+    dataset: Path
+    net: str
+    solver: Path
+    iterations: int
+    workdir: Path
+    launch: Callable[[int, list[str]], list[str]]   # (ranks, command) -> argv
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = 900.0
+
+    def run(self, ranks: int, total_batch: int, name: str) -> MeasuredIteration:
+        """One run of `iterations` timed iterations, no evaluation or snapshot; its mean iteration."""
+        out = self.workdir / name
+        cmd = [sys.executable, "-m", "firescale", "train", "--dataset", str(self.dataset), "--net", self.net,
+               "--solver", str(self.solver), "--total-batch", str(total_batch), "--out", str(out),
+               "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "snapshot=0",
+               "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
+        argv = self.launch(ranks, cmd)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+                              env={**os.environ, **self.env})
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            raise FirescaleError(f"training run {name} ({ranks} ranks) failed with exit code {proc.returncode}: {tail}")
+        return read_measured_iteration(out / "result.json")
+
+
+@dataclass
+class CheckRow:
+    """One rank count: the model's iteration time beside the median of the measured ones."""
+
+    ranks: int
+    total_batch: int
+    batch_per_rank: int
+    predicted_s: float
+    comm_s: float
+    measured_s: list[float]
+    measured_allreduce_s: list[float]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.measured_s)
+
+    @property
+    def error_percent(self) -> float:
+        return (self.predicted_s - self.median_s) / self.median_s * 100
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "median_s": self.median_s, "error_percent": self.error_percent}
+
+
+def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_batch: int, ranks: Sequence[int],
+                     repeats: int, *, allreduce: dict[str, Any] | None = None,
+                     say: Callable[[str], None] = lambda s: None) -> tuple[Calibration, list[CheckRow]]:
+    """Calibrate from single-rank runs at the total batch and at the per-rank batch of the largest rank
+    count, then predict and measure `total_batch` split over each rank count, in fresh runs.
+
+    Runs go round-robin, `repeats` rounds, so that a change in the machine's load touches every case.
+    """
+    if repeats < 1 or total_batch % max(ranks):
+        raise FirescaleError(f"need repeats >= 1 and a total batch {total_batch} divisible by {max(ranks)} ranks")
+    small = total_batch // max(ranks)
+    cal_batches = sorted({total_batch, small}, reverse=True)
+    calibration_runs: dict[int, list[float]] = {b: [] for b in cal_batches}
+    measured: dict[int, list[MeasuredIteration]] = {r: [] for r in ranks}
+    for k in range(repeats):
+        for b in cal_batches:
+            m = runs.run(1, b, f"calibrate-b{b}-{k}")
+            calibration_runs[b].append(m.iteration_s)
+            say(f"round {k + 1}: calibration, 1 rank, batch {b}: {m.iteration_s * 1e3:.3f} ms")
+        for r in ranks:
+            m = runs.run(r, total_batch, f"check-r{r}-b{total_batch}-{k}")
+            measured[r].append(m)
+            say(f"round {k + 1}: check, {r} ranks, total batch {total_batch}: {m.iteration_s * 1e3:.3f} ms "
+                f"(allreduce {m.allreduce_s * 1e3:.3f} ms)")
+    fit = [(b, statistics.median(ts)) for b, ts in calibration_runs.items()]
+    cal = calibrate(platform, spec, fit[0][0], fit[0][1], allreduce, more_runs=fit[1:])
+    model = cal.apply(platform)
+    rows = []
+    for r in ranks:
+        pred = predict_point(model, spec, r, total_batch)
+        rows.append(CheckRow(r, total_batch, total_batch // r, pred.iteration_s, pred.comm_s,
+                             [m.iteration_s for m in measured[r]], [m.allreduce_s for m in measured[r]]))
+    return cal, rows

@@ -1,0 +1,127 @@
+"""The fixed per-iteration overhead (beyond Paleo): fitting it, and calibrating from collected run records."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from firescale.errors import FirescaleError
+from firescale.netspec import get_net
+from firescale.perf.calibrate import calibrate, fit_compute_and_overhead, load_calibration
+from firescale.perf.comm import Link
+from firescale.perf.measured import read_measured_iteration, short_run_command
+from firescale.perf.paleo import Device, Platform, firecaffe_platform, predict_point
+from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult
+
+DIGITS_LENET = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+TRUTH = Platform("local", Device("cpu", 7.68e10, 1e10, ppp=0.35), Link(5e9, 5e-7, ppp=0.8), "tree", overhead_s=0.0025)
+START = Platform("local", Device("cpu", 7.68e10, 1e10), Link(5e9, 5e-7), "tree")
+
+
+def test_overhead_adds_to_every_iteration_and_defaults_to_paleo():
+    plain = predict_point(replace(TRUTH, overhead_s=0.0), DIGITS_LENET, 2, 64)
+    with_overhead = predict_point(TRUTH, DIGITS_LENET, 2, 64)
+    assert with_overhead.iteration_s == pytest.approx(plain.iteration_s + 0.0025)
+    assert with_overhead.overhead_s == 0.0025 and plain.overhead_s == 0.0
+    # The FireCaffe/NiN platform keeps Paleo's model: no overhead term.
+    assert firecaffe_platform().overhead_s == 0.0
+    with pytest.raises(FirescaleError, match="overhead_s"):
+        replace(TRUTH, overhead_s=-1e-3)
+
+
+def test_two_batch_sizes_recover_the_factor_and_the_overhead():
+    runs = [(b, predict_point(TRUTH, DIGITS_LENET, 1, b).iteration_s) for b in (64, 32, 16)]
+    ppp, overhead, details = fit_compute_and_overhead(DIGITS_LENET, runs, START.device)
+    assert ppp == pytest.approx(0.35, rel=1e-6)
+    assert overhead == pytest.approx(0.0025, rel=1e-6)
+    assert details["max_residual_percent"] < 1e-6
+    cal = calibrate(START, DIGITS_LENET, *runs[0], more_runs=runs[1:])
+    assert cal.compute_source["overhead_fitted"] is True
+    # Communication is not in single-rank runs: the 2-rank prediction differs from the truth only there.
+    two = predict_point(cal.apply(START), DIGITS_LENET, 2, 64)
+    truth_two = predict_point(TRUTH, DIGITS_LENET, 2, 64)
+    assert two.iteration_s - two.comm_s == pytest.approx(truth_two.iteration_s - truth_two.comm_s, rel=1e-6)
+    # One batch size only: Paleo's single factor, no overhead.
+    single = calibrate(START, DIGITS_LENET, *runs[0])
+    assert single.overhead_s == 0.0 and single.compute_source["overhead_fitted"] is False
+
+
+def test_fits_that_make_no_sense_are_refused_or_clamped():
+    with pytest.raises(FirescaleError, match="do not grow with the batch"):
+        fit_compute_and_overhead(DIGITS_LENET, [(64, 0.010), (32, 0.011)], START.device)
+    with pytest.raises(FirescaleError, match="two or more different batch sizes"):
+        fit_compute_and_overhead(DIGITS_LENET, [(64, 0.010), (64, 0.011)], START.device)
+    # Time growing faster than the compute: a negative intercept is set to 0 and said so.
+    ideal = [(b, predict_point(replace(TRUTH, overhead_s=0.0), DIGITS_LENET, 1, b).iteration_s) for b in (64, 8)]
+    skewed = [(ideal[0][0], ideal[0][1] * 1.5), ideal[1]]
+    ppp, overhead, details = fit_compute_and_overhead(DIGITS_LENET, skewed, START.device)
+    assert overhead == 0.0 and "overhead_clamped" in details and 0 < ppp < 0.35
+
+
+def _train_result(batch_per_rank: int, iteration_ms: float, ranks: int = 1) -> dict:
+    """A trainer result as `firescale train` writes it (the fields results.TrainResult defines)."""
+    third = iteration_ms / 3e3
+    return TrainResult(
+        net="lenet", dataset="/nonexistent/digits", dataset_manifest_sha256="", ranks=ranks, solver={"type": "SGD"},
+        batch={"ranks": ranks, "batch_per_rank": batch_per_rank, "total_batch": batch_per_rank * ranks,
+               "iter_size": 1, "effective_batch": batch_per_rank * ranks},
+        seed=1, data_seed=1, target_top1=None, target_source="none", reached_target=False, time_to_accuracy_s=None,
+        train_time_s=1.0, iterations=300, epochs=10.0, images_per_s=1000.0,
+        per_iteration=IterationSplit(third, third, third, 300), allreduce={}, hostnames=["vm"], versions={},
+        evals=[EvalPoint(300, 10.0, 1.0, 0.9, 1.0, 0.3)], segments=[Segment(0, 300, 1.0, 1.0, 0.0, 1, "finished")],
+        status="finished", command=["firescale", "train", "--dataset", "/nonexistent/digits", "--net", "lenet",
+                                    "--solver", "s.yaml", "--out", "/x", "--total-batch", "64", "--resume"],
+    ).to_dict()
+
+
+def _run_record(train: dict | None, outcome: str = "succeeded") -> dict:
+    return {"format": "firescale.sweep.run/1", "site": "local", "experiment": "digits-lenet", "point": "baseline",
+            "gpus": 1, "nodes": 1, "batch": 64, "lr": 0.05, "repeat": 0, "baseline": True, "outcome": outcome,
+            "reason": "", "log_tail": "", "queue_s": 0.0, "submissions": [], "train": train, "status": None}
+
+
+def test_calibrate_command_reads_run_records_and_fits_the_overhead(repo, tmp_path):
+    base = tmp_path / "baseline.json"
+    base.write_text(json.dumps(_run_record(_train_result(64, 11.7))))
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(_train_result(32, 7.5)))        # a bare trainer result.json works too
+    measured = read_measured_iteration(base)
+    assert measured.iteration_s == pytest.approx(0.0117) and measured.batch_per_rank == 64
+    out = tmp_path / "calibration.json"
+    proc = subprocess.run([sys.executable, "-m", "firescale", "predict", "calibrate", "--record", str(base),
+                           "--record", str(short), "--input", "8,8,1", "--classes", "10", "--peak-tflops", "0.0768",
+                           "--memory-gbs", "10", "--bandwidth-gbits", "40", "--latency-us", "0.5", "--out", str(out)],
+                          capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(out)
+    assert 0.001 < cal.overhead_s < 0.005 and 0 < cal.ppp_compute < 1
+    assert [r["batch_per_rank"] for r in cal.compute_source["records"]] == [64, 32]
+    # The fitted model gives back both measured single-rank times.
+    platform = cal.apply(Platform("command line", Device("d", 7.68e10, 1e10), Link(5e9, 5e-7), "tree"))
+    assert predict_point(platform, DIGITS_LENET, 1, 64).iteration_s == pytest.approx(0.0117, rel=1e-6)
+    assert predict_point(platform, DIGITS_LENET, 1, 32).iteration_s == pytest.approx(0.0075, rel=1e-6)
+
+
+def test_unusable_records_are_named(tmp_path):
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps(_run_record(None, outcome="failed")))
+    with pytest.raises(FirescaleError, match="succeeded run"):
+        read_measured_iteration(failed)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something/1"}))
+    with pytest.raises(FirescaleError, match="neither"):
+        read_measured_iteration(other)
+
+
+def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
+    command = _train_result(64, 10.0)["command"]
+    argv = short_run_command(command, 16, 200, tmp_path / "s")
+    assert argv[1:4] == ["-m", "firescale", "train"]
+    assert "--resume" not in argv and "/x" not in argv and "--total-batch" not in argv
+    assert argv[argv.index("--batch-per-rank") + 1] == "16"
+    assert "max_iter=200" in argv and "test_interval=0" in argv
+    with pytest.raises(FirescaleError, match="no `firescale train` command"):
+        short_run_command([], 16, 200, tmp_path)
