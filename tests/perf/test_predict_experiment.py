@@ -1,0 +1,92 @@
+"""`firescale predict experiment`: every sweep point of an experiment on a site, in the JSON the workflow reads."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from firescale.perf.calibrate import Calibration, save_calibration
+from firescale.perf.experiment import ILSVRC12_TRAIN_IMAGES
+
+
+def _firescale(repo, *args):
+    return subprocess.run([sys.executable, "-m", "firescale", *map(str, args)], capture_output=True, text=True,
+                          cwd=repo)
+
+
+@pytest.fixture(scope="module")
+def local_site(repo, tmp_path_factory):
+    """The local site with its datasets in a fresh folder holding a real ingest of digits."""
+    root = tmp_path_factory.mktemp("site")
+    site = yaml.safe_load((repo / "site" / "local" / "site.yaml").read_text())
+    site["paths"] = {k: str(root / k) for k in ("datasets", "scratch", "results")}
+    (root / "local").mkdir()
+    path = root / "local" / "site.yaml"                     # a site's folder carries its name
+    path.write_text(yaml.safe_dump(site))
+    proc = _firescale(repo, "data", "ingest", "--source", "digits", "--out", root / "datasets")
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
+    cal = tmp_path / "calibration.json"
+    save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet"}, {"fitted": False}, overhead_s=0.002))
+    out, md = tmp_path / "predict.json", tmp_path / "predict.md"
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+                      "--calibration", cal, "--json", out, "--markdown", md)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["site"] == "local" and data["experiment"] == "digits-lenet"
+    assert data["calibration"]["overhead_s"] == 0.002 and data["allreduce"] == "tree"
+    points = data["points"]
+    assert sorted(points) == ["baseline", "g2-b64-r0"]          # the local sweep: 1 and 2 ranks at total 64
+    for p in points.values():
+        assert set(p) == {"gpus", "batch", "iteration_s", "time_to_accuracy_s", "speedup"}
+    base, two = points["baseline"], points["g2-b64-r0"]
+    assert (base["gpus"], base["batch"], two["gpus"], two["batch"]) == (1, 64, 2, 64)
+    assert base["speedup"] == 1.0 and 1.0 < two["speedup"] < 2.0
+    # No `epochs` key: the baseline's max_iter (1500) at batch 64 over the 1,438 training records.
+    model = data["model"]
+    assert model["dataset_size"] == 1438 and model["input_shape"] == [8, 8, 1]
+    assert model["epochs"] == pytest.approx(1500 * 64 / 1438)
+    assert base["time_to_accuracy_s"] == pytest.approx(1500 * base["iteration_s"])
+    assert base["iteration_s"] > 0.002                        # the overhead is in every iteration
+    assert "| g2-b64-r0 | 2 | 64 |" in md.read_text()
+
+
+def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site):
+    cal = tmp_path / "calibration.json"
+    save_calibration(cal, Calibration("titan", 0.21, 0.56, {}, {}))
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+                      "--calibration", cal, "--json", tmp_path / "p.json")
+    assert proc.returncode == 1 and "calibration is for site 'titan'" in proc.stderr
+    assert not (tmp_path / "p.json").exists()
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "nin-imagenet",
+                      "--json", tmp_path / "p.json")
+    assert proc.returncode == 1 and "does not run on site 'local'" in proc.stderr
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+                      "--dataset-size", "1000", "--json", tmp_path / "p.json")
+    assert proc.returncode == 1 and "disagrees" in proc.stderr
+
+
+def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
+    out = tmp_path / "titan.json"
+    proc = _firescale(repo, "predict", "experiment", "titan", "--experiment", "nin-imagenet",
+                      "--ppp-compute", "0.21", "--ppp-comm", "0.56", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["calibration"] is None
+    assert data["model"]["dataset_size"] == ILSVRC12_TRAIN_IMAGES and data["model"]["epochs"] == 47
+    points = data["points"]
+    names = ["baseline", "g32-b256-r0", "g32-b1024-r0", "g128-b1024-r0"]
+    assert sorted(points) == sorted(names)                  # keys are written sorted
+    base = points["baseline"]
+    assert base["time_to_accuracy_s"] == pytest.approx(
+        math.ceil(47 * ILSVRC12_TRAIN_IMAGES / 256) * base["iteration_s"])
+    # FireCaffe's ordering of speedups (Table 2: 13x, 23x, 39x), from the model.
+    speedups = [points[k]["speedup"] for k in names[1:]]
+    assert speedups == sorted(speedups) and speedups[0] > 10
