@@ -36,6 +36,19 @@ class Plan:
             points[experiment] = plan
         return cls(site=site, points=points, config=config)
 
+    def write_config(self, path: str | Path) -> str:
+        """Write the merged, validated config (profile and --configfile overrides included) for the
+        commands the rules call; rewritten only when it changed, so Snakemake sees no new mtime."""
+        import yaml
+
+        from .atomic import atomic_write_text
+
+        path = Path(path)
+        text = "# written by the workflow: the experiments as this run sees them\n" + yaml.safe_dump(self.config, sort_keys=True)
+        if not path.exists() or path.read_text() != text:
+            atomic_write_text(path, text)
+        return str(path)
+
     def point_names(self, experiment: str) -> list[str]:
         return [p.name for p in self.points[experiment]]
 

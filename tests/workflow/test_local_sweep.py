@@ -40,8 +40,8 @@ def sweep(tmp_path_factory):
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     profile = REPO / "site" / "local"  # the profile folder itself: same file `make setup` installs
     proc = subprocess.run(
-        [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(work), "--profile", str(profile),
-         "--configfile", str(work / "override.yaml"), "speedup_sweep"],
+        [str(BIN / "snakemake"), "speedup_sweep", "-s", str(REPO / "Snakefile"), "--directory", str(work),
+         "--profile", str(profile), "--configfile", str(work / "override.yaml")],
         cwd=work, env=env, capture_output=True, text=True, timeout=1200)
     logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((work / "results").rglob("*.log")))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + logs

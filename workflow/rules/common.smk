@@ -7,6 +7,8 @@ from firescale.workflow import Plan
 PLAN = Plan.build(config)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
+# The experiments as this run sees them (profile and --configfile included), for the commands below.
+EFFECTIVE_CONFIG = PLAN.write_config(f"results/{SITE}/experiments.yaml")
 ENV = "../../environment.yml"
 
 JOB_SCRIPT = "results/{site}/{experiment}/jobs/{point}.sh"

@@ -2,6 +2,8 @@
 
 
 rule render_job:
+    input:
+        config=EFFECTIVE_CONFIG,
     output:
         script=JOB_SCRIPT,
         point=POINT_FILE,
@@ -11,4 +13,4 @@ rule render_job:
         ENV
     shell:
         "firescale site render {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --point {wildcards.point:q} --out {output.script:q} > {log:q} 2>&1"
+        " --point {wildcards.point:q} --config {input.config:q} --out {output.script:q} > {log:q} 2>&1"

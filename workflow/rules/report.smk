@@ -5,6 +5,7 @@
 rule experiment_report:
     input:
         runs=lambda wc: PLAN.files(RUN_RESULT, wc.experiment),
+        config=EFFECTIVE_CONFIG,
     output:
         md=REPORT,
         html=report("reports/{site}/{experiment}/report.html", caption="../report/speedup.rst", category="Report"),
@@ -19,10 +20,9 @@ rule experiment_report:
     params:
         results=lambda wc, input: parent(input.runs[0], 2),
         out=lambda wc, output: parent(output.md),
-        tolerance=lambda wc: PLAN.config["experiments"][wc.experiment]["target"]["tolerance"],
     conda:
         ENV
     shell:
         "firescale report {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --results {params.results:q} --out {params.out:q} --tolerance {params.tolerance}"
+        " --results {params.results:q} --out {params.out:q} --config {input.config:q}"
         " > {log:q} 2>&1"
