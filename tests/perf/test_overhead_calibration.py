@@ -125,3 +125,28 @@ def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
     assert "max_iter=200" in argv and "test_interval=0" in argv
     with pytest.raises(FirescaleError, match="no `firescale train` command"):
         short_run_command([], 16, 200, tmp_path)
+
+
+@pytest.mark.slow
+def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
+    """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8."""
+    env_run = lambda *a: subprocess.run([sys.executable, "-m", "firescale", *map(str, a)], capture_output=True,
+                                        text=True, cwd=repo, timeout=600)
+    proc = env_run("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    proc = env_run("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet", "--solver",
+                   repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64", "--out", tmp_path / "base",
+                   "--set", "max_iter=100", "--set", "test_interval=0", "--set", "snapshot=0")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "calibration.json"
+    proc = env_run("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
+                   "--short-run", "100", "--short-batch", "8", "--workdir", tmp_path / "short", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(out)
+    records = cal.compute_source["records"]
+    assert [(r["batch_per_rank"], r["iterations"]) for r in records] == [(64, 100), (8, 100)]
+    assert records[1]["iteration_s"] < records[0]["iteration_s"]
+    assert cal.site == "local" and 0 < cal.ppp_compute <= 1 and cal.overhead_s >= 0
+    # The input shape came from the record's dataset manifest (8x8 digits), not LeNet's 28x28 default.
+    fitted = {r["batch"]: r["ideal_compute_s"] for r in cal.compute_source["runs"]}
+    assert fitted[64] < 0.01

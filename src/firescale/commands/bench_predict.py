@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
            **allreduce_environment(site.allreduce, site.config["device"].get("kind", "gpu"))}
 
     def go(workdir: Path) -> int:
-        runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir, launch, env)
+        runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir, launch, env,
+                         reference_batch=args.batch)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
                                      allreduce=allreduce, say=print)

@@ -28,6 +28,7 @@ class TrainRuns:
     launch: Callable[[int, list[str]], list[str]]   # (ranks, command) -> argv
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 900.0
+    reference_batch: int | None = None   # scale base_lr linearly from this batch (keeps small batches stable)
 
     def run(self, ranks: int, total_batch: int, name: str) -> MeasuredIteration:
         """One run of `iterations` timed iterations, no evaluation or snapshot; its mean iteration."""
@@ -36,11 +37,14 @@ class TrainRuns:
                "--solver", str(self.solver), "--total-batch", str(total_batch), "--out", str(out),
                "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "snapshot=0",
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
+        if self.reference_batch:
+            cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]
         argv = self.launch(ranks, cmd)
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
                               env={**os.environ, **self.env})
         if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            tail = "\n".join([l for l in lines if "firescale: error" in l] or lines[-5:])
             raise FirescaleError(f"training run {name} ({ranks} ranks) failed with exit code {proc.returncode}: {tail}")
         return read_measured_iteration(out / "result.json")
 

@@ -17,7 +17,8 @@ MIN_ITERATIONS = 5
 
 # Options of `firescale train` that a short calibration run replaces or drops, with their value count.
 _DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--target": 1,
-            "--target-from": 1, "--tolerance": 1, "--profile-layers": 0}
+            "--target-from": 1, "--tolerance": 1, "--profile-layers": 0, "--lr-scaling": 1,
+            "--reference-batch": 1}
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,12 @@ def read_measured_iteration(path: str | Path) -> MeasuredIteration:
 
 
 def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int, iterations: int,
-                      out: Path) -> list[str]:
-    """The recorded `firescale train` command as one short run at another per-rank batch, no eval or snapshot."""
+                      out: Path, reference_batch: int | None = None) -> list[str]:
+    """The recorded `firescale train` command as one short run at another per-rank batch, no eval or snapshot.
+
+    The learning rate is scaled linearly from `reference_batch` (the recorded run's batch) so that a
+    smaller batch does not diverge before the timed iterations end; only the timing is used.
+    """
     args = list(command)
     if args[:2] != ["firescale", "train"]:
         raise FirescaleError("the run record has no `firescale train` command line to repeat; "
@@ -100,7 +105,8 @@ def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int,
             continue
         kept.append(args[i])
         i += 1
-    return [sys.executable, "-m", "firescale", "train", *kept, "--batch-per-rank", str(batch_per_rank),
+    scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
+    return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
             "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
             "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
 
@@ -112,10 +118,11 @@ def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int,
         raise FirescaleError(f"{baseline.source}: a short calibration run repeats a single-rank baseline, "
                              f"not one of {baseline.ranks} ranks")
     out = Path(workdir) / f"calibrate-b{batch_per_rank}"
-    argv = short_run_command(baseline.command, batch_per_rank, iterations, out)
+    argv = short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        tail = "\n".join([l for l in lines if l.startswith("firescale: error")] or lines[-5:])
         raise FirescaleError(f"the short calibration run ({' '.join(argv[3:])}) failed with exit code "
                              f"{proc.returncode}: {tail}")
     return read_measured_iteration(out / "result.json")
