@@ -40,8 +40,9 @@ def mpirun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> lis
 
 
 def horovodrun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
-    # The job body computes the allocation's "host:slots,..." list at run time.
-    return ["horovodrun", "-np", str(p.ranks), "-H", EnvRef("FIRESCALE_HOSTS_SLOTS"), *options, *cmd]
+    # The job body computes the allocation's "host:slots,..." list at run time. `--` ends horovodrun's
+    # own options: without it, its parser takes `--out` for its `--output-filename`.
+    return ["horovodrun", "-np", str(p.ranks), "-H", EnvRef("FIRESCALE_HOSTS_SLOTS"), *options, "--", *cmd]
 
 
 LAUNCHERS: dict[str, Callable[[Sequence[str], Placement, Sequence[str]], list[str]]] = {

@@ -215,3 +215,19 @@ def test_record_errors_name_file_and_key(tmp_path):
     zero["train"]["time_to_accuracy_s"] = 0.0
     with pytest.raises(FirescaleError, match="time to accuracy is 0.0 s"):
         summarize([run_record_from_dict(zero, "zero.json")], TOL)
+
+
+def test_the_baseline_races_to_the_same_target_as_the_sweep(edited):
+    # Final top-1 0.95; evals 0.90 at 50 s and 0.95 at 100 s. Timed to 0.89, it got there at 50 s,
+    # while its accuracy stays its final one, the figure the sweep is judged against.
+    m = run_metrics(edited("baseline"), 0.89)
+    assert (m.has_target, m.reached_target, m.time_s, m.epochs, m.top1) == (True, True, 50.0, 5.0, 0.95)
+    m = run_metrics(edited("baseline"), 0.99)  # never reached: the whole train time, marked as missed
+    assert (m.reached_target, m.time_s) == (False, 100.0)
+    rows = _rows(summarize([r for r in _records_for_speedup(edited)], 0.06))
+    assert rows["baseline"].time_s.mean == 50.0  # 0.95 - 0.06 = 0.89
+    assert rows["g2-b64"].speedup.mean == pytest.approx((50 / 60 + 50 / 40) / 2)
+
+
+def _records_for_speedup(edited):
+    return [edited(p) for p in ("baseline", "g2-b64-r0", "g2-b64-r1")]

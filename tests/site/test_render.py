@@ -171,7 +171,8 @@ def test_the_job_writes_its_status_when_it_fails(tmp_path):
     assert _status(run)["exit_code"] == proc.returncode
 
 
-def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path):
+@pytest.mark.parametrize("sent", [signal.SIGUSR1, signal.SIGTERM])
+def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path, sent):
     code = ("import signal, sys, time, pathlib\n"
             "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
             "pathlib.Path('ready').write_text('1')\n"
@@ -184,8 +185,8 @@ def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path):
     while not (run / "ready").exists() and time.time() < deadline:
         time.sleep(0.2)
     assert (run / "ready").exists(), "the rank did not start"
-    proc.send_signal(signal.SIGUSR1)
+    proc.send_signal(sent)
     out, err = proc.communicate(timeout=60)
-    assert (run / "snapshot.txt").read_text() == "saved", err
+    assert (run / "snapshot.txt").read_text() == "saved", err  # the rank got USR1 through mpirun
     status = _status(run)
-    assert status["signal"] == "USR1" and status["exit_code"] == 3
+    assert status["signal"] == sent.name.removeprefix("SIG") and status["exit_code"] == 3

@@ -171,8 +171,9 @@ def notes(summary: Summary, ctx: ReportContext) -> list[str]:
     if summary.target_accuracy is not None:
         out.append(f"Train time is the time to reach the fixed target top-1 ≥ {summary.target_accuracy * 100:g}%.")
     else:
-        out.append(f"Train time is the time to reach the baseline's top-1 minus {tol:g} pts (time-to-accuracy); "
-                   f"a run that has no target (the baseline) shows its whole training time.")
+        out.append(f"Train time is the time to reach the baseline's final top-1 minus {tol:g} pts (time-to-accuracy, "
+                   f"start-up excluded, evaluation included); the baseline is timed to that same accuracy, "
+                   f"read from its own evaluations.")
     if any(r.not_reached for r in summary.rows):
         out.append(f"{NOT_REACHED} the target was not reached in at least one repeat: the whole train time is shown.")
     out.append("Speedup = baseline time / this time; efficiency = speedup / GPUs; repeats give mean ± sample "

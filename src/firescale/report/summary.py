@@ -53,8 +53,13 @@ class RunMetrics:
         return self.data_wait_s + self.compute_s + self.allreduce_s
 
 
-def run_metrics(record: RunRecord) -> RunMetrics:
-    """The eval a run is judged by: the first at or above its target if it reached it, else its last."""
+def run_metrics(record: RunRecord, target: float | None = None) -> RunMetrics:
+    """The eval a run is judged by: the first at or above its target if it reached it, else its last.
+
+    A run trained without a target of its own (the baseline) is timed to `target` when given: the
+    first of its evals at or above it, so the baseline and the sweep points race to the same accuracy.
+    Its accuracy stays its final one, the figure the sweep points are judged against.
+    """
     train = record.train
     if train is None or not train.evals:
         raise FirescaleError(f"{record.source}: no evaluations to report")
@@ -63,12 +68,17 @@ def run_metrics(record: RunRecord) -> RunMetrics:
     if reached and train.target_top1 is not None:
         chosen = next((e for e in train.evals if e.top1 >= train.target_top1), chosen)
     time_s = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
+    epochs = float(chosen.epoch) if reached else float(train.epochs)
+    has_target = train.target_top1 is not None
+    if not has_target and target is not None:
+        hit = next((e for e in train.evals if e.top1 >= target), None)
+        if hit is not None:
+            has_target, reached, time_s, epochs = True, True, float(hit.wall_s), float(hit.epoch)
     if time_s <= 0:
         raise FirescaleError(f"{record.source}: its {'time to accuracy' if reached else 'train time'} is "
                              f"{time_s} s; speedups need a positive time")
-    epochs = float(chosen.epoch) if reached else float(train.epochs)
     split = train.per_iteration
-    return RunMetrics(record.point, train.target_top1 is not None, reached, time_s, epochs, float(chosen.top1), float(chosen.top5),
+    return RunMetrics(record.point, has_target, reached, time_s, epochs, float(chosen.top1), float(chosen.top5),
                       float(split.data_wait_s), float(split.compute_s), float(split.allreduce_s), list(train.evals))
 
 
@@ -137,9 +147,9 @@ class Summary:
     unmatched_predictions: list[str] = field(default_factory=list)
 
 
-def _row(group: str, members: list[RunRecord]) -> Row:
+def _row(group: str, members: list[RunRecord], target: float | None = None) -> Row:
     first = members[0]
-    metrics = [run_metrics(r) for r in members]
+    metrics = [run_metrics(r, target) for r in members]
     stat = lambda attr: Stat.of([getattr(m, attr) for m in metrics])  # noqa: E731
     return Row(group=group, points=[r.point for r in members], baseline=first.baseline, gpus=first.gpus,
                nodes=first.nodes, batch=first.batch, lr=first.lr, net=first.train.net, runs=metrics,
@@ -162,7 +172,14 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
             groups.setdefault(record.group, []).append(record)
         else:
             failures.append(record)
-    rows = [_row(group, members) for group, members in groups.items()]
+    rows = []
+    for group, members in groups.items():
+        target = None
+        if members[0].baseline:
+            # The sweep's target: a fixed accuracy, or the baseline's final top-1 minus the tolerance.
+            final = sum(run_metrics(r).top1 for r in members) / len(members)
+            target = target_accuracy if target_accuracy is not None else final - tolerance
+        rows.append(_row(group, members, target))
     baseline = next((row for row in rows if row.baseline), None)
     baseline_record = next((r for r in records if r.baseline), None)
     if baseline is not None:

@@ -53,11 +53,12 @@ firescale_finish() {
 }
 trap firescale_finish EXIT
 
-# The scheduler's warning before walltime (and a cancel) reaches the ranks, which snapshot and stop.
+# The scheduler's warning before walltime, a cancel or a preemption reaches the ranks as SIGUSR1,
+# which every launcher forwards (mpirun would kill its ranks on SIGTERM before they snapshot).
 firescale_forward() {
   FIRESCALE_SIGNAL=$1
-  echo "firescale: received SIG$1, forwarding it to the ranks" >&2
-  if [ -n "$FIRESCALE_CHILD" ]; then kill -s "$1" "$FIRESCALE_CHILD" 2>/dev/null || true; fi
+  echo "firescale: received SIG$1, asking the ranks to snapshot and stop (SIGUSR1)" >&2
+  if [ -n "$FIRESCALE_CHILD" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 }
 trap 'firescale_forward USR1' USR1
 trap 'firescale_forward TERM' TERM

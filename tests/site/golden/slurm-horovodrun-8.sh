@@ -63,11 +63,12 @@ firescale_finish() {
 }
 trap firescale_finish EXIT
 
-# The scheduler's warning before walltime (and a cancel) reaches the ranks, which snapshot and stop.
+# The scheduler's warning before walltime, a cancel or a preemption reaches the ranks as SIGUSR1,
+# which every launcher forwards (mpirun would kill its ranks on SIGTERM before they snapshot).
 firescale_forward() {
   FIRESCALE_SIGNAL=$1
-  echo "firescale: received SIG$1, forwarding it to the ranks" >&2
-  if [ -n "$FIRESCALE_CHILD" ]; then kill -s "$1" "$FIRESCALE_CHILD" 2>/dev/null || true; fi
+  echo "firescale: received SIG$1, asking the ranks to snapshot and stop (SIGUSR1)" >&2
+  if [ -n "$FIRESCALE_CHILD" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 }
 trap 'firescale_forward USR1' USR1
 trap 'firescale_forward TERM' TERM
@@ -107,7 +108,7 @@ mkdir -p -- /shared/firescale/results/demo/g8
 cd -- /shared/firescale/results/demo/g8
 echo "firescale: job $FIRESCALE_JOB_NAME ($FIRESCALE_JOB_ID) starts $FIRESCALE_START on $(hostname)"
 set +e
-horovodrun -np 8 -H "${FIRESCALE_HOSTS_SLOTS}" firescale train --net nin --out /shared/firescale/results/demo/g8 &
+horovodrun -np 8 -H "${FIRESCALE_HOSTS_SLOTS}" -- firescale train --net nin --out /shared/firescale/results/demo/g8 &
 FIRESCALE_CHILD=$!
 while :; do
   wait "$FIRESCALE_CHILD"
