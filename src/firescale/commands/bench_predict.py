@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=400, help="timed iterations per run (default 400)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of runs; medians are compared (default 3)")
     parser.add_argument("--allreduce-json", help="`bench allreduce --json` output to fit the communication factor")
+    parser.add_argument("--fit-comm", action="store_true",
+                        help="fit the communication factor from a separate run on the most ranks (the trainer's "
+                             "own allreduce time) instead of leaving the link at its peak")
     parser.add_argument("--tolerance", type=float, default=15.0, help="percent counted as a match (default 15)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write calibration, rows and load averages here")
@@ -60,16 +63,17 @@ def run(args: argparse.Namespace) -> int:
                          reference_batch=args.batch)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
-                                     allreduce=allreduce, say=print)
+                                     allreduce=allreduce, fit_comm=args.fit_comm, say=print)
         load_after = os.getloadavg()
         print(describe(cal.apply(platform_from_site(site))))
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")
-        print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'measured ms':>11} "
-              f"{'min-max ms':>15} {'error %':>8}")
+        print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'best ms':>8} {'median ms':>9} "
+              f"{'max ms':>7} {'error % (best)':>14} {'(median)':>8}")
         for r in rows:
             print(f"{r.ranks:>5} {r.batch_per_rank:>10} {r.predicted_s * 1e3:>12.3f} {r.comm_s * 1e3:>9.3f} "
-                  f"{r.median_s * 1e3:>11.3f} {min(r.measured_s) * 1e3:>7.2f}-{max(r.measured_s) * 1e3:<7.2f} "
-                  f"{r.error_percent:>+8.1f}" + ("" if abs(r.error_percent) <= args.tolerance else "  outside"))
+                  f"{r.best_s * 1e3:>8.3f} {r.median_s * 1e3:>9.3f} {max(r.measured_s) * 1e3:>7.2f} "
+                  f"{r.error_percent:>+14.1f} {r.error_median_percent:>+8.1f}"
+                  + ("" if abs(r.error_percent) <= args.tolerance else "  outside"))
         if args.json:
             atomic_write_json(args.json, {"site": site.name, "net": spec.name, "total_batch": args.batch,
                                           "iterations": args.iterations, "repeats": args.repeats,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import FirescaleError
 from ..netspec import NET_NAMES, get_net
-from ..perf.calibrate import CALIBRATION_FILE, calibrate, save_calibration
+from ..perf.calibrate import CALIBRATION_FILE, allreduce_from_run, calibrate, save_calibration
 from ..perf.cli_args import add_platform_arguments, describe, platform_from_args, site_or_none
 from ..perf.measured import MeasuredIteration, read_measured_iteration, short_run
 
@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iteration-s", type=float, help="its measured seconds per iteration")
     parser.add_argument("--allreduce-json", help="JSON written by `firescale bench allreduce --json`; fits the "
                                                   "communication factor from its largest run of the site's algorithm")
+    parser.add_argument("--comm-record", metavar="RESULT.json",
+                        help="a run record of 2 or more ranks: fits the communication factor from the trainer's own "
+                             "mean allreduce time for this net's gradients (instead of --allreduce-json)")
     parser.add_argument("--out", help=f"where to write it (default: the site's results dir/{CALIBRATION_FILE})")
     add_platform_arguments(parser)
 
@@ -98,7 +101,15 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError("give --net (no run record names the network)")
     shape, classes = _net_shape(args, measured[0] if measured else None)
     spec = get_net(net, num_classes=classes, input_shape=shape)
+    if args.allreduce_json and args.comm_record:
+        raise FirescaleError("give --allreduce-json or --comm-record, not both")
     allreduce = _allreduce_measurement(args.allreduce_json, platform.algorithm) if args.allreduce_json else None
+    if args.comm_record:
+        comm_run = read_measured_iteration(args.comm_record)
+        if comm_run.net != spec.name:
+            raise FirescaleError(f"{args.comm_record}: net {comm_run.net!r} is not the calibrated {spec.name!r}")
+        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm),
+                     "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
     if args.out:

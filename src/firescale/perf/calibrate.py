@@ -53,6 +53,16 @@ def _check_ppp(ppp: float, device: Device, measured_s: float, ideal_s: float) ->
     return ppp
 
 
+def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm: str) -> dict[str, Any]:
+    """An allreduce measurement (for `calibrate`) from a multi-rank training run: its mean allreduce time
+    for the net's gradients.  It includes what the framework adds per allreduce (Horovod's negotiation,
+    waiting for the slowest rank), which an MPI benchmark does not see."""
+    if ranks < 2 or allreduce_s <= 0:
+        raise FirescaleError(f"fitting communication from a training run needs 2 or more ranks and a positive "
+                             f"allreduce time, got {ranks} ranks and {allreduce_s} s")
+    return {"algorithm": algorithm, "bytes": net_cost(spec, 1).weight_bytes, "ranks": ranks, "seconds": allreduce_s}
+
+
 def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
                     *, elementwise: bool = True) -> float:
     """The compute percent of peak that makes one device's predicted iteration equal the measured one."""
@@ -94,7 +104,11 @@ def fit_compute_and_overhead(net: NetSpec | str, runs: Sequence[tuple[int, float
         slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
         details["overhead_clamped"] = f"the fit gave {overhead * 1e3:.4g} ms; set to 0"
         overhead = 0.0
-    ppp = _check_ppp(1.0 / slope, device, min(ys), min(xs))
+    if slope < 1.0:
+        raise FirescaleError(f"device {device.name!r}: the measured iteration grows by {slope:.3g} s per second of "
+                             "ideal compute as the batch grows, less than the peak allows (1); measure again, "
+                             "or raise the site's device.peak_tflops or memory_bandwidth_gbs")
+    ppp = 1.0 / slope
     residuals = [y - (overhead + x * slope) for x, y in zip(xs, ys)]
     details["max_residual_percent"] = max(abs(r) / y for r, y in zip(residuals, ys)) * 100
     return ppp, overhead, details
@@ -127,7 +141,8 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
         except (KeyError, TypeError, ValueError):
             raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
         ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
-        comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds}
+        comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
+                       **({"source": allreduce["source"]} if "source" in allreduce else {})}
     return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead)
 
 
