@@ -18,7 +18,7 @@ from firescale.launchers import LAUNCHERS
 from firescale.render import JobSpec, environment, quote_expanding, render_job_script
 from firescale.schedulers import SCHEDULERS
 from firescale.site import load_site
-from helpers import REPO, site_copy
+from site_helpers import REPO, site_copy
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("FIRESCALE_UPDATE_GOLDEN") == "1"

@@ -8,7 +8,7 @@ import pytest
 
 from firescale.errors import FirescaleError
 from firescale.site import load_site, parse_walltime
-from helpers import REPO, site_copy
+from site_helpers import REPO, site_copy
 
 
 @pytest.mark.parametrize("name", ["titan", "ib-cluster", "local"])

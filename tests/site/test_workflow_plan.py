@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import REPO
+from site_helpers import REPO
 
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(os.sys.executable).parent)) or "snakemake"
 

@@ -2,19 +2,16 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_scheduler import FakeJob, FakeScheduler  # noqa: E402
+from fake_scheduler import FakeJob, FakeScheduler
 
-from firescale.errors import FirescaleError  # noqa: E402
-from firescale.schedulers import get_scheduler  # noqa: E402
-from firescale.schedulers.base import RUNNING, TIMEOUT  # noqa: E402
-from firescale.schedulers.pbs import parse_qstat_f  # noqa: E402
-from firescale.sweep_run import PointRun, Polling, collect  # noqa: E402
+from firescale.errors import FirescaleError
+from firescale.schedulers import get_scheduler
+from firescale.schedulers.base import RUNNING, TIMEOUT
+from firescale.schedulers.pbs import parse_qstat_f
+from firescale.sweep_run import PointRun, Polling, collect
 
 OK_STATUS = {"exit_code": 0, "signal": "", "start": "2026-01-01T00:01:00Z", "end": "2026-01-01T00:05:00Z", "hosts": ["n1"]}
 RESULT = {"status": "target_reached", "time_to_accuracy_s": 100.0}

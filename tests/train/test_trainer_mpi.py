@@ -56,7 +56,7 @@ ENV = {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1", "TF_CP
 @pytest.fixture(scope="module")
 def two_rank_run(work) -> Path:
     """An uninterrupted 2-rank run (2 x 16) of 100 iterations, snapshots every 5."""
-    from conftest import mpirun_argv
+    from mpitools import mpirun_argv
 
     argv = [sys.executable, "-m", "firescale", *train_args(work, "a", "short.yaml", "--batch-per-rank", "16")]
     proc = subprocess.run(mpirun_argv(2, argv, ENV), capture_output=True, text=True, timeout=300,
@@ -104,7 +104,7 @@ def _rank_pids(mpirun_pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, two_rank_run):
-    from conftest import mpirun_argv
+    from mpitools import mpirun_argv
 
     out = work / "c"
     args = train_args(work, "c", "short.yaml", "--batch-per-rank", "16", "--set", "snapshot=0")
