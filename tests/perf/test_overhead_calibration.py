@@ -150,3 +150,23 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     # The input shape came from the record's dataset manifest (8x8 digits), not LeNet's 28x28 default.
     fitted = {r["batch"]: r["ideal_compute_s"] for r in cal.compute_source["runs"]}
     assert fitted[64] < 0.01
+
+
+def test_comm_record_fits_communication_from_the_trainers_allreduce(repo, tmp_path):
+    base = tmp_path / "baseline.json"
+    base.write_text(json.dumps(_run_record(_train_result(64, 11.7))))
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(_train_result(32, 10.5, ranks=2)))   # allreduce: a third of 10.5 ms
+    out = tmp_path / "calibration.json"
+    args = [sys.executable, "-m", "firescale", "predict", "calibrate", "--record", str(base), "--input", "8,8,1",
+            "--classes", "10", "--peak-tflops", "0.0768", "--memory-gbs", "10", "--bandwidth-gbits", "40",
+            "--latency-us", "0.5", "--out", str(out)]
+    proc = subprocess.run(args + ["--comm-record", str(two)], capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    cal = load_calibration(out)
+    assert cal.comm_source["fitted"] and cal.comm_source["ranks"] == 2 and cal.comm_source["source"] == str(two)
+    assert cal.comm_source["bytes"] == 524_320                      # LeNet on 8x8 digits: 131,080 float32
+    platform = cal.apply(Platform("command line", Device("d", 7.68e10, 1e10), Link(5e9, 5e-7), "tree"))
+    assert predict_point(platform, DIGITS_LENET, 2, 64).comm_s == pytest.approx(0.0035, rel=1e-6)
+    proc = subprocess.run(args + ["--comm-record", str(base)], capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 1 and "2 or more ranks" in proc.stderr
