@@ -26,6 +26,7 @@ wildcard_constraints:
 
 
 include: "workflow/rules/data.smk"
+include: "workflow/rules/predict.smk"
 include: "workflow/rules/jobs.smk"
 include: "workflow/rules/run.smk"
 include: "workflow/rules/report.smk"
@@ -40,6 +41,11 @@ rule speedup_sweep:
 rule baseline:
     input:
         [RUN_RESULT.format(site=SITE, experiment=e, point="baseline") for e in EXPERIMENTS],
+
+
+rule predict:
+    input:
+        [PREDICTION.format(site=SITE, experiment=e) for e in EXPERIMENTS],
 
 
 rule render:

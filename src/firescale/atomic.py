@@ -1,4 +1,4 @@
-"""Atomic writing: a file is either absent, the old version, or complete; never half-written."""
+"""Atomic writing (a file is absent, the old version, or complete; never half-written), and careful JSON reading."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+from .errors import FirescaleError
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -79,3 +81,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write `obj` as indented, key-sorted JSON to `path` atomically and return the path."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def load_json(path: str | os.PathLike[str], what: str = "file") -> Any:
+    """The JSON in `path`; a missing, unreadable or malformed file is an error naming it and `what` it is."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise FirescaleError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise FirescaleError(f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None

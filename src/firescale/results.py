@@ -6,7 +6,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_json
+from .atomic import atomic_write_json, load_json
 from .errors import FirescaleError
 
 RESULT_FORMAT = "firescale.train.result/1"
@@ -119,14 +119,7 @@ def result_from_dict(data: dict[str, Any], where: str = "result") -> TrainResult
 
 def read_result(path: str | Path) -> TrainResult:
     """Read a result.json written by `firescale train`."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FirescaleError(f"cannot read result file {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise FirescaleError(f"result file {path} is not valid JSON (line {exc.lineno})") from None
-    return result_from_dict(data, str(path))
+    return result_from_dict(load_json(path, "result file"), str(path))
 
 
 def baseline_top1(path: str | Path) -> float:

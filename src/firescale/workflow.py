@@ -49,6 +49,11 @@ class Plan:
             atomic_write_text(path, text)
         return str(path)
 
+    def calibration_options(self) -> str:
+        """Extra `predict calibrate` options: on a site without a scheduler, a short second run at half
+        the batch fits the fixed per-iteration overhead; on a cluster that would run on the login node."""
+        return "--short-run 300" if self.site.scheduler == "local" else ""
+
     def point_names(self, experiment: str) -> list[str]:
         return [p.name for p in self.points[experiment]]
 

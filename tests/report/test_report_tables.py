@@ -13,6 +13,7 @@ Row g2-b256: 100/70 = 1.4286x, efficiency 0.7143, Δ -5.0 pts: BELOW BASELINE by
 from __future__ import annotations
 
 import csv
+import json
 import io
 import math
 import re
@@ -231,3 +232,15 @@ def test_the_baseline_races_to_the_same_target_as_the_sweep(edited):
 
 def _records_for_speedup(edited):
     return [edited(p) for p in ("baseline", "g2-b64-r0", "g2-b64-r1")]
+
+
+def test_predictions_from_predict_experiment_are_keyed_by_point(tmp_path):
+    path = tmp_path / "predict.json"
+    path.write_text(json.dumps({"site": "local", "experiment": "e", "points": {
+        "baseline": {"gpus": 1, "batch": 64, "iteration_s": 0.01, "time_to_accuracy_s": 10.0, "speedup": 1.0},
+        "g2-b64-r0": {"gpus": 2, "batch": 64, "iteration_s": 0.006, "time_to_accuracy_s": 6.0, "speedup": 1.67}}}))
+    assert load_predictions(path) == {"baseline": {"iteration_s": 0.01, "time_to_accuracy_s": 10.0},
+                                      "g2-b64": {"iteration_s": 0.006, "time_to_accuracy_s": 6.0}}
+    path.write_text(json.dumps({"points": {"g2-b64-r0": {"gpus": 2, "batch": 64, "iteration_s": 0.006}}}))
+    with pytest.raises(FirescaleError, match=r"points\['g2-b64-r0'\] lacks key 'time_to_accuracy_s'"):
+        load_predictions(path)

@@ -16,6 +16,8 @@ POINT_FILE = "results/{site}/{experiment}/jobs/{point}.json"
 RUN_RESULT = "results/{site}/{experiment}/runs/{point}/result.json"
 RUN_STATUS = "results/{site}/{experiment}/runs/{point}/status.json"
 REPORT = "reports/{site}/{experiment}/report.md"
+PREDICTION = "results/{site}/{experiment}/predict.json"
+CALIBRATION = "results/{site}/{experiment}/calibration.json"
 DATASET_MANIFEST = PLAN.dataset_manifest_pattern()
 
 

@@ -6,6 +6,7 @@ rule experiment_report:
     input:
         runs=lambda wc: PLAN.files(RUN_RESULT, wc.experiment),
         config=EFFECTIVE_CONFIG,
+        predictions="results/{site}/{experiment}/predict-calibrated.json",
     output:
         md=REPORT,
         html=report("reports/{site}/{experiment}/report.html", caption="../report/speedup.rst", category="Report"),
@@ -25,4 +26,5 @@ rule experiment_report:
     shell:
         "firescale report {wildcards.site:q} --experiment {wildcards.experiment:q}"
         " --results {params.results:q} --out {params.out:q} --config {input.config:q}"
+        " --predictions {input.predictions:q}"
         " > {log:q} 2>&1"

@@ -8,6 +8,7 @@ rule run_point:
         point=POINT_FILE,
         dataset=dataset_manifest,
         baseline=baseline_result,
+        prediction=PREDICTION,
     output:
         result=RUN_RESULT,
         status=RUN_STATUS,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import RESULT_FORMAT, TrainResult, result_from_dict
 
@@ -66,12 +67,7 @@ def measured_from_result(result: TrainResult, source: str) -> MeasuredIteration:
 def read_measured_iteration(path: str | Path) -> MeasuredIteration:
     """A run record (firescale.sweep.run/1, the trainer's result under "train") or a trainer result.json."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FirescaleError(f"cannot read run record {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise FirescaleError(f"run record {path} is not valid JSON (line {exc.lineno})") from None
+    data = load_json(path, "run record")
     fmt = data.get("format") if isinstance(data, dict) else None
     if fmt == RUN_FORMAT:
         if data.get("outcome") != "succeeded" or not isinstance(data.get("train"), dict):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import TrainResult, result_from_dict
 
@@ -108,14 +109,7 @@ def run_record_from_dict(data: Any, where: str) -> RunRecord:
 
 def read_run_record(path: str | Path) -> RunRecord:
     """Read one RESULTS/<point>/result.json."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FirescaleError(f"cannot read run record {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise FirescaleError(f"run record {path} is not valid JSON (line {exc.lineno})") from None
-    return run_record_from_dict(data, str(path))
+    return run_record_from_dict(load_json(path, "run record"), str(path))
 
 
 def missing_record(point: Any, site: str, nodes: int, where: Path) -> RunRecord:

@@ -1,12 +1,13 @@
 """From run records to report rows: per-run metrics, repeats as mean ± std, speedup, parity, predictions."""
 from __future__ import annotations
 
-import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import EvalPoint
 from .collect import RunRecord
@@ -214,24 +215,28 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
 
 
 def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:
-    """`firescale predict sweep --json` output, keyed by point name ('g{gpus}-b{batch}' or its 'point')."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FirescaleError(f"cannot read predictions {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise FirescaleError(f"predictions {path} is not valid JSON (line {exc.lineno})") from None
+    """Predicted points keyed as the table's rows are ('baseline', 'g{gpus}-b{batch}').
+
+    Reads `firescale predict experiment --json` (points keyed by point name) and
+    `firescale predict sweep --json` (a list of points).
+    """
+    data = load_json(path, "predictions")
     points = data.get("points") if isinstance(data, dict) else None
-    if not isinstance(points, list):
-        raise FirescaleError(f"predictions {path}: expected an object with a 'points' list (from `firescale predict sweep --json`)")
+    if isinstance(points, dict):
+        items = [(name, p) for name, p in points.items()]
+    elif isinstance(points, list):
+        items = [(None, p) for p in points]
+    else:
+        raise FirescaleError(f"predictions {path}: expected an object with 'points' (from `firescale predict experiment --json`)")
     out: dict[str, dict[str, float]] = {}
-    for i, p in enumerate(points):
+    for i, (name, p) in enumerate(items):
+        where = f"points[{name!r}]" if name else f"points[{i}]"
         needed = [k for k in ("gpus", "batch", "iteration_s", "time_to_accuracy_s") if not isinstance(p, dict) or k not in p]
         if needed:
-            raise FirescaleError(f"predictions {path}: points[{i}] lacks key {needed[0]!r}")
-        name = str(p.get("point") or f"g{int(p['gpus'])}-b{int(p['batch'])}")
-        out[name] = {"iteration_s": float(p["iteration_s"]), "time_to_accuracy_s": float(p["time_to_accuracy_s"])}
+            raise FirescaleError(f"predictions {path}: {where} lacks key {needed[0]!r}")
+        name = str(name or p.get("point") or f"g{int(p['gpus'])}-b{int(p['batch'])}")
+        out[re.sub(r"-r\d+$", "", name)] = {"iteration_s": float(p["iteration_s"]),
+                                             "time_to_accuracy_s": float(p["time_to_accuracy_s"])}
     return out
 
 
