@@ -170,3 +170,12 @@ def test_comm_record_fits_communication_from_the_trainers_allreduce(repo, tmp_pa
     assert predict_point(platform, DIGITS_LENET, 2, 64).comm_s == pytest.approx(0.0035, rel=1e-6)
     proc = subprocess.run(args + ["--comm-record", str(base)], capture_output=True, text=True, cwd=repo)
     assert proc.returncode == 1 and "2 or more ranks" in proc.stderr
+
+
+def test_an_unphysical_overhead_fit_falls_back_to_paleos_single_factor():
+    # Noise made the smaller batch slower: the two-term fit is refused, the baseline alone calibrates.
+    cal = calibrate(START, DIGITS_LENET, 64, 0.010, more_runs=[(32, 0.011)])
+    single = calibrate(START, DIGITS_LENET, 64, 0.010)
+    assert cal.overhead_s == 0.0 and cal.ppp_compute == single.ppp_compute
+    assert cal.compute_source["overhead_fitted"] is False
+    assert "do not grow with the batch" in cal.compute_source["overhead_fit_refused"]

@@ -9,6 +9,7 @@ import sys
 import pytest
 import yaml
 
+from firescale.errors import FirescaleError
 from firescale.perf.calibrate import Calibration, save_calibration
 from firescale.perf.experiment import ILSVRC12_TRAIN_IMAGES
 
@@ -90,3 +91,17 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
     # FireCaffe's ordering of speedups (Table 2: 13x, 23x, 39x), from the model.
     speedups = [points[k]["speedup"] for k in names[1:]]
     assert speedups == sorted(speedups) and speedups[0] > 10
+
+
+def test_epochs_to_target_come_from_the_baselines_own_evaluations(tmp_path):
+    from firescale.perf.experiment import baseline_epochs_to_target
+
+    record = tmp_path / "baseline.json"
+    evals = [{"epoch": 2.0, "top1": 0.80}, {"epoch": 4.0, "top1": 0.93}, {"epoch": 8.0, "top1": 0.95}]
+    record.write_text(json.dumps({"outcome": "succeeded", "train": {"evals": evals}}))
+    assert baseline_epochs_to_target(record, 0.02)[0] == 4.0            # 0.95 - 0.02 = 0.93, reached at 4
+    assert baseline_epochs_to_target(record, 0.0)[0] == 8.0
+    assert baseline_epochs_to_target(record, 0.5, accuracy=0.75)[0] == 2.0
+    record.write_text(json.dumps({"outcome": "failed", "train": None}))
+    with pytest.raises(FirescaleError, match="the baseline has no evaluations"):
+        baseline_epochs_to_target(record, 0.02)

@@ -39,6 +39,7 @@ rule predict_calibrated:
         config=EFFECTIVE_CONFIG,
         dataset=dataset_manifest,
         calibration=CALIBRATION,
+        baseline=lambda wc: RUN_RESULT.format(site=wc.site, experiment=wc.experiment, point="baseline"),
     output:
         json="results/{site}/{experiment}/predict-calibrated.json",
         md="results/{site}/{experiment}/predict-calibrated.md",
@@ -48,5 +49,5 @@ rule predict_calibrated:
         ENV
     shell:
         "firescale predict experiment {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --config {input.config:q} --calibration {input.calibration:q}"
+        " --config {input.config:q} --calibration {input.calibration:q} --epochs-from {input.baseline:q}"
         " --json {output.json:q} --markdown {output.md:q} > {log:q} 2>&1"

@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training images per epoch when the dataset has no manifest yet")
     parser.add_argument("--ppp-compute", type=float, help="compute percent of peak, 0-1 (instead of a calibration)")
     parser.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (instead of a calibration)")
+    parser.add_argument("--epochs-from", metavar="BASELINE_RECORD",
+                        help="model the epochs the baseline needed to reach the sweep's target (its run record)")
     parser.add_argument("--json", required=True, help="write the predictions here")
     parser.add_argument("--markdown", help="also write them as a Markdown table here")
 
@@ -25,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..perf.calibrate import load_calibration
     from ..perf.cli_args import describe
-    from ..perf.experiment import experiment_platform, predict_experiment
+    from ..perf.experiment import baseline_epochs_to_target, experiment_platform, predict_experiment
     from ..sweep import load_config
     from ..workflow import Plan
 
@@ -40,8 +42,12 @@ def run(args: argparse.Namespace) -> int:
         platform = replace(platform, device=replace(platform.device, ppp=args.ppp_compute))
     if args.ppp_comm is not None:
         platform = replace(platform, link=replace(platform.link, ppp=args.ppp_comm))
+    epochs = None
+    if args.epochs_from:
+        target = plan.config["experiments"][args.experiment]["target"]
+        epochs = baseline_epochs_to_target(args.epochs_from, target["tolerance"], target.get("accuracy"))
     result = predict_experiment(plan, args.experiment, calibration=calibration, dataset_size=args.dataset_size,
-                                platform=platform)
+                                platform=platform, epochs=epochs)
     atomic_write_json(args.json, result)
     table = markdown_table(result)
     print(describe(platform))

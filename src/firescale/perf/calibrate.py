@@ -124,15 +124,23 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
     spec = get_net(net) if isinstance(net, str) else net
     runs = [(batch, measured_iteration_s), *more_runs]
     compute_source: dict[str, Any] = {"net": spec.name, "batch": batch, "measured_iteration_s": measured_iteration_s}
+    refused = None
     if len({b for b, _ in runs}) >= 2:
-        ppp_compute, overhead, details = fit_compute_and_overhead(spec, runs, platform.device,
-                                                                  elementwise=platform.elementwise)
-        compute_source.update(details, overhead_fitted=True)
-    else:
+        try:
+            ppp_compute, overhead, details = fit_compute_and_overhead(spec, runs, platform.device,
+                                                                      elementwise=platform.elementwise)
+            compute_source.update(details, overhead_fitted=True)
+        except FirescaleError as exc:
+            # Noisy timings on a shared machine can make the two-term fit unphysical: fall back to
+            # Paleo's single factor from the first run (the baseline), and say why.
+            refused = str(exc)
+    if len({b for b, _ in runs}) < 2 or refused:
         ppp_compute = fit_compute_ppp(spec, batch, measured_iteration_s, platform.device,
                                       elementwise=platform.elementwise)
         overhead = 0.0
         compute_source["overhead_fitted"] = False
+        if refused:
+            compute_source["overhead_fit_refused"] = refused
     ppp_comm, comm_source = platform.link.ppp, {"fitted": False}
     if allreduce is not None:
         try:

@@ -43,7 +43,8 @@ def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
         raise FirescaleError(f"{path}: cannot read the dataset manifest ({exc})") from None
 
 
-def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None) -> ExperimentModel:
+def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None,
+                     epochs: tuple[float, str] | None = None) -> ExperimentModel:
     """The net (input shape from the manifest and crop), the training-set size and the epochs to model."""
     exp = plan.config["experiments"][experiment]
     dataset = exp["dataset"]
@@ -73,6 +74,8 @@ def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None
         else:
             raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
                                  "ingest it first or give --dataset-size")
+    if epochs is not None:
+        return ExperimentModel(spec, size, size_source, float(epochs[0]), epochs[1])
     if exp.get("epochs") is not None:
         epochs, epochs_source = float(exp["epochs"]), f"experiments.{experiment}.epochs"
     else:
@@ -100,17 +103,19 @@ def experiment_platform(site: Any, calibration: Calibration | None = None) -> Pl
 
 
 def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration | None = None,
-                       dataset_size: int | None = None, platform: Platform | None = None) -> dict[str, Any]:
+                       dataset_size: int | None = None, platform: Platform | None = None,
+                       epochs: tuple[float, str] | None = None) -> dict[str, Any]:
     """Every sweep point of `experiment` predicted on the plan's site, keyed by point name.
 
     Strong scaling of each point's total batch; the allreduce is the site's.  Time to accuracy is the
     model's iterations for `epochs` over the training set, as Paleo assumes the same epochs at every
-    point; the speedup is the 1-GPU baseline's time to accuracy over the point's.
+    point (`epochs`, with where they come from, overrides the experiment's); the speedup is the 1-GPU
+    baseline's time to accuracy over the point's.
     """
     if experiment not in plan.points:
         raise FirescaleError(f"experiment {experiment!r} does not run on site {plan.site.name!r}; "
                              f"its experiments: {', '.join(sorted(plan.points)) or 'none'}")
-    model = experiment_model(plan, experiment, dataset_size)
+    model = experiment_model(plan, experiment, dataset_size, epochs)
     platform = platform or experiment_platform(plan.site, calibration)
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
@@ -144,3 +149,19 @@ def _platform_dict(platform: Platform) -> dict[str, Any]:
     return {"device": d.name, "peak_flops": d.peak_flops, "memory_bandwidth": d.memory_bandwidth,
             "ppp_compute": d.ppp, "link_bandwidth": link.bandwidth, "link_latency": link.latency,
             "ppp_comm": link.ppp, "algorithm": platform.algorithm, "overhead_s": platform.overhead_s}
+
+
+def baseline_epochs_to_target(record_path: str | Path, tolerance: float, accuracy: float | None = None) -> tuple[float, str]:
+    """The epochs the baseline run needed to reach the sweep's target (a fixed top-1, or its own final
+    top-1 minus `tolerance`): its first evaluation at or above it.  The sweep's points race to the same
+    accuracy, so after the baseline this replaces the solver's whole max_iter as the epochs to model."""
+    from ..atomic import load_json
+
+    record = load_json(record_path, "baseline run record")
+    train = record.get("train") if isinstance(record, dict) else None
+    evals = (train or {}).get("evals") or []
+    if not evals:
+        raise FirescaleError(f"{record_path}: the baseline has no evaluations (outcome {record.get('outcome')!r})")
+    target = accuracy if accuracy is not None else float(evals[-1]["top1"]) - tolerance
+    hit = next((e for e in evals if float(e["top1"]) >= target), evals[-1])
+    return float(hit["epoch"]), f"the baseline reached top-1 {target:.4f} after {float(hit['epoch']):.3g} epochs ({record_path})"
