@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write_json, atomic_write_text
 from ..errors import FirescaleError
+from ..perf.cli_args import format_duration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,15 +68,6 @@ def markdown_table(result: dict) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     for name, p in result["points"].items():
         lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['iteration_s'] * 1e3:.3f} | "
-                     f"{_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} |")
+                     f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} |")
     return "\n".join(lines) + "\n"
 
-
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.2f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.2f} min"
-    return f"{seconds:.2f} s"

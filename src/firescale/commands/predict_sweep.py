@@ -6,7 +6,7 @@ import argparse
 from ..atomic import atomic_write_json
 from ..netspec import NET_NAMES
 from ..perf.calibrate import load_calibration
-from ..perf.cli_args import add_platform_arguments, describe, int_list, platform_from_args
+from ..perf.cli_args import add_platform_arguments, describe, format_duration, int_list, platform_from_args
 from ..perf.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
 
 
@@ -48,19 +48,10 @@ def run(args: argparse.Namespace) -> int:
     for p in points:
         print(f"{p.gpus:>5} {p.batch:>6} {p.batch_per_gpu:>7} {(p.forward_s + p.backward_s + p.update_s) * 1e3:>11.2f} "
               f"{p.comm_s * 1e3:>9.2f} {p.iteration_s * 1e3:>9.2f} {p.iterations:>10,} "
-              f"{_duration(p.time_to_accuracy_s):>13} {p.speedup:>8.2f}")
+              f"{format_duration(p.time_to_accuracy_s):>13} {p.speedup:>8.2f}")
     if args.json:
         atomic_write_json(args.json, {"platform": describe(platform), "net": spec.name,
                                       "calibration": args.calibration,
                                       "points": [p.to_dict() for p in points]})
     return 0
 
-
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.2f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.2f} min"
-    return f"{seconds:.2f} s"

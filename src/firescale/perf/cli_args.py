@@ -93,3 +93,14 @@ def site_or_none(args: Any) -> Any:
         from ..site import load_site
         return load_site(args.site)
     return None
+
+
+def format_duration(seconds: float) -> str:
+    """A duration in the largest unit that keeps it readable: d, h, min or s."""
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.2f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.2f} min"
+    return f"{seconds:.2f} s"
