@@ -179,3 +179,4 @@ def test_an_unphysical_overhead_fit_falls_back_to_paleos_single_factor():
     assert cal.overhead_s == 0.0 and cal.ppp_compute == single.ppp_compute
     assert cal.compute_source["overhead_fitted"] is False
     assert "do not grow with the batch" in cal.compute_source["overhead_fit_refused"]
+    assert [r["batch"] for r in cal.compute_source["runs"]] == [64, 32]  # the measurements stay on record

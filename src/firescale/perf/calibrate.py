@@ -141,6 +141,9 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
         compute_source["overhead_fitted"] = False
         if refused:
             compute_source["overhead_fit_refused"] = refused
+            compute_source["runs"] = [{"batch": b, "measured_iteration_s": s,
+                                       "ideal_compute_s": _ideal_compute_s(spec, b, platform.device, platform.elementwise)}
+                                      for b, s in runs]
     ppp_comm, comm_source = platform.link.ppp, {"fitted": False}
     if allreduce is not None:
         try:
