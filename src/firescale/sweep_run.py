@@ -110,6 +110,7 @@ class PointRun:
     polling: Polling = field(default_factory=Polling)
     log: Callable[[str], None] = print
     sleep: Callable[[float], None] = time.sleep
+    current: str | None = None  # the job id being watched, for cancel_current()
 
     def run(self) -> tuple[Verdict, list[Submission]]:
         submissions: list[Submission] = []
@@ -166,7 +167,7 @@ class PointRun:
         return status
 
     def cancel_current(self) -> None:
-        job_id = getattr(self, "current", None)
+        job_id = self.current
         if job_id:
             self.log(f"{_now()} cancelling job {job_id}")
             self.scheduler.cancel(job_id)
