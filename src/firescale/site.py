@@ -134,7 +134,7 @@ class SiteProfile:
         return -(-int(ranks) // self.gpus_per_node)
 
 
-def _apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) -> Any:
+def apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) -> Any:
     """Fill in `default`s of object properties, recursively, without touching given values."""
     if "$ref" in schema:
         schema = _resolve(root, schema["$ref"])
@@ -144,11 +144,11 @@ def _apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) ->
             if key not in value and "default" in sub:
                 value[key] = copy.deepcopy(sub["default"])
             if key in value:
-                value[key] = _apply_defaults(sub_resolved, value[key], root)
+                value[key] = apply_defaults(sub_resolved, value[key], root)
     if isinstance(value, dict) and "anyOf" in schema:
         for option in schema["anyOf"]:
             if option.get("type") == "object":
-                value = _apply_defaults(option, value, root)
+                value = apply_defaults(option, value, root)
     return value
 
 
@@ -265,12 +265,17 @@ def read_site_yaml(path: Path) -> Any:
         raise FirescaleError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
 
 
-def load_site(name_or_path: str | os.PathLike[str]) -> SiteProfile:
-    """Load and validate a site by name (site/<name>/site.yaml) or by path; errors name file and key."""
+def check_site(name_or_path: str | os.PathLike[str]) -> tuple[Path, Any, list[str]]:
+    """The site file, its config with defaults, and every problem with it (empty when valid)."""
     path = find_site_file(name_or_path)
     raw = read_site_yaml(path)
-    config = _apply_defaults(site_schema(), copy.deepcopy(raw), site_schema()) if isinstance(raw, dict) else raw
-    errors = validation_errors(config, path)
+    config = apply_defaults(site_schema(), copy.deepcopy(raw), site_schema()) if isinstance(raw, dict) else raw
+    return path, config, validation_errors(config, path)
+
+
+def load_site(name_or_path: str | os.PathLike[str]) -> SiteProfile:
+    """Load and validate a site by name (site/<name>/site.yaml) or by path; errors name file and key."""
+    path, config, errors = check_site(name_or_path)
     if errors:
         more = f" (and {len(errors) - 1} more problem(s); run `firescale site lint {path}`)" if len(errors) > 1 else ""
         raise FirescaleError(errors[0] + more)

@@ -12,7 +12,7 @@ import jsonschema
 import yaml
 
 from .errors import FirescaleError
-from .site import SiteProfile, _apply_defaults, parse_walltime
+from .site import SiteProfile, apply_defaults, parse_walltime
 
 
 def repo_root() -> Path:
@@ -59,7 +59,7 @@ def validate_config(config: dict[str, Any], source: str | os.PathLike[str] = "wo
     config = copy.deepcopy(config)
     for exp in (config.get("experiments") or {}).values():
         if isinstance(exp, dict):
-            _apply_defaults(schema["$defs"]["experiment"], exp, schema)
+            apply_defaults(schema["$defs"]["experiment"], exp, schema)
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         e = errors[0]

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import subprocess
 import tempfile
 from pathlib import Path
 
 from ..errors import FirescaleError
-from ..site import SiteProfile, _apply_defaults, find_site_file, read_site_yaml, site_schema, validation_errors
+from ..site import SiteProfile, check_site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,10 +32,7 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     from ..render import JobSpec, render_job_script
     from ..sweep import experiments_for, limit_errors, load_config, plan_sweep, repo_root, solver_base_lr, sweep_walltime
 
-    path = find_site_file(site_arg)
-    raw = read_site_yaml(path)
-    config = _apply_defaults(site_schema(), copy.deepcopy(raw), site_schema()) if isinstance(raw, dict) else raw
-    problems = validation_errors(config, path)
+    path, config, problems = check_site(site_arg)
     if problems:
         return problems
     site = SiteProfile(name=config["name"], source=path.resolve(), config=config)
