@@ -49,10 +49,14 @@ class Plan:
             atomic_write_text(path, text)
         return str(path)
 
-    def calibration_options(self) -> str:
-        """Extra `predict calibrate` options: on a site without a scheduler, a short second run at half
-        the batch fits the fixed per-iteration overhead; on a cluster that would run on the login node."""
-        return "--short-run 300" if self.site.scheduler == "local" else ""
+    def calibration_options(self, experiment: str) -> str:
+        """Extra `predict calibrate` options.  On a site without a scheduler, a short second run at half
+        the batch fits the fixed per-iteration overhead, and Horovod's allreduce timed on the sweep's most
+        ranks fits the communication factor; on a cluster both would run on the login node."""
+        if self.site.scheduler != "local":
+            return ""
+        most = max(p.gpus for p in self.points[experiment])
+        return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
 
     def point_names(self, experiment: str) -> list[str]:
         return [p.name for p in self.points[experiment]]

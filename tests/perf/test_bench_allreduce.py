@@ -29,3 +29,28 @@ def test_bench_allreduce_checks_every_algorithm_and_predicts_the_parameter_serve
     # tree's depth grows from 1 to 2.
     assert predicted[4]["ps"] == pytest.approx(3 * predicted[2]["ps"], rel=0.05)
     assert predicted[4]["tree"] < predicted[4]["ps"]
+
+
+def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_path, repo):
+    """`horovod` is the trainer's own allreduce: its sum is checked like the others', and a calibration
+    prefers it over the MPI algorithms when fitting the communication factor."""
+    from firescale.errors import FirescaleError
+    from firescale.perf.calibrate import allreduce_measurement
+
+    out = tmp_path / "ar.json"
+    run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5,2", "--reps", "5", "--algorithms", "tree,horovod",
+                  "--json", str(out)], timeout=240, cwd=repo)
+    runs = json.loads(out.read_text())["measurements"]
+    assert sorted((m["algorithm"], m["bytes"]) for m in runs) == [
+        ("horovod", 500_000), ("horovod", 2_000_000), ("tree", 500_000), ("tree", 2_000_000)]
+    assert all(m["min_s"] > 0 and m["ranks"] == 2 for m in runs)
+    picked = allreduce_measurement(out, "tree", 524_320)        # LeNet on digits: the nearer size, Horovod's
+    horovod_small = next(m for m in runs if m["algorithm"] == "horovod" and m["bytes"] == 500_000)
+    assert picked["measured"] == "horovod" and picked["algorithm"] == "tree"
+    assert picked["bytes"] == 500_000 and picked["seconds"] == horovod_small["median_s"]
+    assert allreduce_measurement(out, "tree")["bytes"] == 2_000_000   # no size asked: the largest
+    only_mpi = tmp_path / "mpi.json"
+    only_mpi.write_text(json.dumps({"measurements": [m for m in runs if m["algorithm"] == "tree"]}))
+    assert allreduce_measurement(only_mpi, "tree", 524_320)["measured"] == "tree"
+    with pytest.raises(FirescaleError, match="no 'horovod' or 'ring' measurement"):
+        allreduce_measurement(only_mpi, "ring")

@@ -80,3 +80,16 @@ def test_report_shows_baseline_and_two_rank_run_with_parity(sweep):
     rows = json.loads((out / "report.json").read_text())
     text = json.dumps(rows)
     assert "g2-b64-r0" in text or '"gpus": 2' in text
+
+
+def test_calibration_fits_communication_from_horovods_allreduce(sweep):
+    """On a site without a scheduler the workflow times Horovod's allreduce of the net's gradients on the
+    sweep's most ranks, so the 2-rank prediction carries a measured communication term."""
+    cal = json.loads((sweep / "results" / "local" / "digits-lenet" / "calibration.json").read_text())
+    comm = cal["comm_source"]
+    assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2
+    assert comm["bytes"] == 524_320 and comm["seconds"] > 0     # LeNet on 8x8 digits: 131,080 float32
+    assert 0 < cal["ppp_comm"] <= 1
+    predicted = json.loads((sweep / "results" / "local" / "digits-lenet" / "predict-calibrated.json").read_text())
+    two = predicted["points"]["g2-b64-r0"]
+    assert two["iteration_s"] > comm["seconds"]

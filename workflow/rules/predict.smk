@@ -26,7 +26,7 @@ rule calibrate:
     log:
         "results/{site}/{experiment}/logs/calibrate.log",
     params:
-        extra=lambda wc: PLAN.calibration_options(),
+        extra=lambda wc: PLAN.calibration_options(wc.experiment),
     conda:
         ENV
     shell:

@@ -22,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
                      "MPI_Allreduce as configured by the environment (OMPI_MCA_coll_tuned_*), which must "
-                     "be set before launch; ps, tree and ring are explicit point-to-point implementations.")
+                     "be set before launch; ps, tree and ring are explicit point-to-point implementations; "
+                     "'horovod' is the trainer's own allreduce (Horovod's TensorFlow op over that MPI), the "
+                     "one to calibrate the communication factor from.  'mpi' and 'horovod' are predicted "
+                     "with the site's allreduce model.")
 
 
 def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     for size_mb in args.sizes_mb:
         for algo in algorithms:
             m = measure_allreduce(comm, algo, int(size_mb * 1e6), args.reps)
-            model = site_algorithm if algo == "mpi" else algo
+            model = site_algorithm if algo in ("mpi", "horovod") else algo
             predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
             results.append((m, predicted))
     if comm.Get_rank() != 0:

@@ -31,12 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..collectives import allreduce_environment
-    from ..launchers import Placement, wrap
     from ..netspec import get_net
     from ..perf.acceptance import TrainRuns, prediction_check
     from ..perf.cli_args import describe, int_list
     from ..perf.paleo import platform_from_site
+    from ..perf.site_ranks import site_ranks
     from ..site import load_site
 
     site = load_site(args.site)
@@ -48,19 +47,13 @@ def run(args: argparse.Namespace) -> int:
     spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
     allreduce = None
     if args.allreduce_json:
-        from .predict_calibrate import _allreduce_measurement
-        allreduce = _allreduce_measurement(args.allreduce_json, platform_from_site(site).algorithm)
-    options = list(site.config.get("launcher_options") or []) + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-
-    def launch(n: int, cmd: list[str]) -> list[str]:
-        return [str(a) for a in wrap(site.config["launcher"], cmd, Placement(n, n, 1, 1), options)]
-
-    env = {**{k: str(v) for k, v in (site.config.get("environment", {}).get("variables") or {}).items()},
-           **allreduce_environment(site.allreduce, site.config["device"].get("kind", "gpu"))}
-
+        from ..perf.calibrate import allreduce_measurement
+        from ..perf.layers import net_cost
+        allreduce = allreduce_measurement(args.allreduce_json, platform_from_site(site).algorithm,
+                                          net_cost(spec, 1).weight_bytes)
     def go(workdir: Path) -> int:
-        runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir, launch, env,
-                         reference_batch=args.batch)
+        runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
+                         site_ranks(site), reference_batch=args.batch)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
                                      allreduce=allreduce, fit_comm=args.fit_comm, say=print)

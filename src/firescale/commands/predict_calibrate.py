@@ -8,7 +8,9 @@ from pathlib import Path
 
 from ..errors import FirescaleError
 from ..netspec import NET_NAMES, get_net
-from ..perf.calibrate import CALIBRATION_FILE, allreduce_from_run, calibrate, save_calibration
+from ..perf.layers import net_cost
+from ..perf.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_measurement, calibrate,
+                              save_calibration)
 from ..perf.cli_args import add_platform_arguments, describe, platform_from_args, site_or_none
 from ..perf.measured import MeasuredIteration, read_measured_iteration, short_run
 
@@ -33,20 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-record", metavar="RESULT.json",
                         help="a run record of 2 or more ranks: fits the communication factor from the trainer's own "
                              "mean allreduce time for this net's gradients (instead of --allreduce-json)")
+    parser.add_argument("--allreduce-probe", type=int, metavar="RANKS",
+                        help="time Horovod's allreduce of this net's gradients over RANKS ranks started here as "
+                             "--site starts them, and fit the communication factor from it (sites without a "
+                             "scheduler; on a cluster run `firescale bench allreduce --algorithms horovod` in a "
+                             "job and pass --allreduce-json)")
     parser.add_argument("--out", help=f"where to write it (default: the site's results dir/{CALIBRATION_FILE})")
     add_platform_arguments(parser)
-
-
-def _allreduce_measurement(path: str, algorithm: str) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise FirescaleError(f"cannot read allreduce measurements {path}: {exc}") from None
-    runs = [r for r in data.get("measurements", []) if r.get("algorithm") == algorithm and r.get("ranks", 1) > 1]
-    if not runs:
-        raise FirescaleError(f"{path}: no '{algorithm}' measurement over 2 or more ranks")
-    best = max(runs, key=lambda r: (r["ranks"], r["bytes"]))
-    return {"algorithm": algorithm, "bytes": best["bytes"], "ranks": best["ranks"], "seconds": best["median_s"]}
 
 
 def _net_shape(args: argparse.Namespace, first: MeasuredIteration | None) -> tuple:
@@ -71,6 +66,28 @@ def _option(command: tuple[str, ...], name: str) -> str | None:
         if arg.startswith(name + "="):
             return arg.split("=", 1)[1]
     return None
+
+
+def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str) -> dict:
+    """Run the Horovod allreduce probe on this machine with the site's launcher; its measurement."""
+    from ..perf.site_ranks import probe_allreduce, site_ranks
+
+    site = site_or_none(args)
+    if site is None:
+        raise FirescaleError("--allreduce-probe starts ranks as a site does: give --site")
+    if site.scheduler != "local":
+        raise FirescaleError(f"--allreduce-probe starts ranks on this machine, but site {site.name} has scheduler "
+                             f"{site.scheduler!r}; run `firescale bench allreduce --algorithms horovod` in a job "
+                             "there and pass its --json output as --allreduce-json")
+    with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
+        out = Path(args.workdir or tmp) / "allreduce-probe.json"
+        probe_allreduce(site_ranks(site), args.allreduce_probe, gradient_bytes, out)
+        measurement = allreduce_measurement(out, algorithm, gradient_bytes)
+    if not args.workdir:
+        measurement["source"] = f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod)"
+    print(f"measured: Horovod allreduce of {gradient_bytes / 1e6:.3f} MB over {measurement['ranks']} ranks: "
+          f"{measurement['seconds'] * 1e3:.3f} ms (median)")
+    return measurement
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,9 +118,13 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError("give --net (no run record names the network)")
     shape, classes = _net_shape(args, measured[0] if measured else None)
     spec = get_net(net, num_classes=classes, input_shape=shape)
-    if args.allreduce_json and args.comm_record:
-        raise FirescaleError("give --allreduce-json or --comm-record, not both")
-    allreduce = _allreduce_measurement(args.allreduce_json, platform.algorithm) if args.allreduce_json else None
+    if sum(bool(x) for x in (args.allreduce_json, args.comm_record, args.allreduce_probe)) > 1:
+        raise FirescaleError("give one of --allreduce-json, --comm-record and --allreduce-probe")
+    gradient_bytes = net_cost(spec, 1).weight_bytes
+    allreduce = (allreduce_measurement(args.allreduce_json, platform.algorithm, gradient_bytes)
+                 if args.allreduce_json else None)
+    if args.allreduce_probe:
+        allreduce = _probe(args, gradient_bytes, platform.algorithm)
     if args.comm_record:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:

@@ -1,11 +1,9 @@
 """Predicted against measured iteration time on this machine: calibrate on one set of runs, test on fresh ones."""
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -14,19 +12,19 @@ from ..netspec import NetSpec
 from .calibrate import Calibration, allreduce_from_run, calibrate
 from .measured import MeasuredIteration, read_measured_iteration
 from .paleo import Platform, predict_point
+from .site_ranks import SiteRanks
 
 
 @dataclass(frozen=True)
 class TrainRuns:
-    """How to start `firescale train` for the check: dataset, net, solver, iterations and a rank launcher."""
+    """How to start `firescale train` for the check: dataset, net, solver, iterations and the site's ranks."""
 
     dataset: Path
     net: str
     solver: Path
     iterations: int
     workdir: Path
-    launch: Callable[[int, list[str]], list[str]]   # (ranks, command) -> argv
-    env: dict[str, str] = field(default_factory=dict)
+    ranks: SiteRanks
     timeout: float = 900.0
     reference_batch: int | None = None   # scale base_lr linearly from this batch (keeps small batches stable)
 
@@ -39,13 +37,7 @@ class TrainRuns:
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
         if self.reference_batch:
             cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]
-        argv = self.launch(ranks, cmd)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                              env={**os.environ, **self.env})
-        if proc.returncode != 0:
-            lines = (proc.stderr or proc.stdout).strip().splitlines()
-            tail = "\n".join([l for l in lines if "firescale: error" in l] or lines[-5:])
-            raise FirescaleError(f"training run {name} ({ranks} ranks) failed with exit code {proc.returncode}: {tail}")
+        self.ranks.run(ranks, cmd, f"training run {name}", timeout=self.timeout)
         return read_measured_iteration(out / "result.json")
 
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..atomic import atomic_write_json
+from ..atomic import atomic_write_json, load_json
 from ..errors import FirescaleError
 from ..netspec import NetSpec, get_net
 from .comm import fit_comm_ppp
@@ -61,6 +61,22 @@ def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm:
         raise FirescaleError(f"fitting communication from a training run needs 2 or more ranks and a positive "
                              f"allreduce time, got {ranks} ranks and {allreduce_s} s")
     return {"algorithm": algorithm, "bytes": net_cost(spec, 1).weight_bytes, "ranks": ranks, "seconds": allreduce_s}
+
+
+def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None) -> dict:
+    """The measurement to fit from: Horovod's own allreduce when the file has it (what training pays),
+    else the site's algorithm; on the most ranks, at the size nearest `nbytes` (else the largest)."""
+    data = load_json(path, "allreduce measurements")
+    runs = [r for r in data.get("measurements", []) if r.get("ranks", 1) > 1]
+    measured = "horovod" if any(r.get("algorithm") == "horovod" for r in runs) else algorithm
+    runs = [r for r in runs if r.get("algorithm") == measured]
+    if not runs:
+        raise FirescaleError(f"{path}: no 'horovod' or '{algorithm}' measurement over 2 or more ranks")
+    most = max(r["ranks"] for r in runs)
+    runs = [r for r in runs if r["ranks"] == most]
+    best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))
+    return {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
+            "seconds": best["median_s"], "source": str(path)}
 
 
 def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
@@ -153,7 +169,7 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
             raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
         ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
         comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
-                       **({"source": allreduce["source"]} if "source" in allreduce else {})}
+                       **{k: allreduce[k] for k in ("measured", "source") if k in allreduce}}
     return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead)
 
 

@@ -66,7 +66,12 @@ class Rank:
 
 
 def _pin_cpus(local_rank: int, local_size: int) -> list[int]:
-    """Pin this rank to one core of those available when there are enough; FIRESCALE_PIN_CPUS=0 turns it off."""
+    """Pin this rank to one core of those available when there are enough; FIRESCALE_PIN_CPUS=0 turns it off.
+
+    One core stands in for one GPU, so every thread of the rank is pinned, not only the caller:
+    Horovod's background thread and TensorFlow's pools already exist by now, and left free they
+    would run on a second core that a one-GPU baseline would have and a rank of a full node would not.
+    """
     if os.environ.get("FIRESCALE_PIN_CPUS", "1") == "0" or not hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     cpus = sorted(os.sched_getaffinity(0))
@@ -74,8 +79,20 @@ def _pin_cpus(local_rank: int, local_size: int) -> list[int]:
         return cpus
     per_rank = len(cpus) // local_size
     mine = cpus[local_rank * per_rank:(local_rank + 1) * per_rank][:1]
-    os.sched_setaffinity(0, mine)
+    for thread in _thread_ids():
+        try:
+            os.sched_setaffinity(thread, mine)
+        except (ProcessLookupError, PermissionError):  # the thread ended meanwhile
+            pass
     return mine
+
+
+def _thread_ids() -> list[int]:
+    """This process's threads (Linux), else just the caller (0)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
 
 
 def init_rank(threads: int = 1) -> Rank:

@@ -66,6 +66,7 @@ trap 'firescale_forward INT' INT
 
 # --- environment (module and activate scripts are not written for `set -u`)
 set +u
+export OMPI_MCA_mpi_yield_when_idle=1
 export TF_CPP_MIN_LOG_LEVEL=2
 set -u
 

@@ -1,0 +1,63 @@
+"""Start ranks on this machine as a site's jobs would: its launcher, its options and its environment.
+
+Calibration measurements (a short training run, Horovod's allreduce) must see what the sweep's jobs
+see: the same binding of ranks to cores and the same MPI settings.  Only a site without a scheduler
+runs them here; on a cluster they belong in a job.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..collectives import allreduce_environment
+from ..errors import FirescaleError
+from ..launchers import Placement, wrap
+
+
+@dataclass(frozen=True)
+class SiteRanks:
+    """A launcher for n ranks on one node of a site, with the environment its job scripts export."""
+
+    site: str
+    launcher: str
+    options: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, ranks: int, command: Sequence[str]) -> list[str]:
+        return [str(a) for a in wrap(self.launcher, list(command), Placement(ranks, ranks, 1, 1), self.options)]
+
+    def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:
+        """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed."""
+        argv = self.argv(ranks, command)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            tail = "\n".join([line for line in lines if "firescale: error" in line] or lines[-5:])
+            raise FirescaleError(f"{what} ({ranks} ranks on site {self.site}) failed with exit code "
+                                 f"{proc.returncode}: {tail}")
+        return proc.stdout
+
+
+def site_ranks(site: Any) -> SiteRanks:
+    """How `site`'s jobs start ranks, for use on this machine (root may run Open MPI here)."""
+    options = list(site.config.get("launcher_options") or [])
+    if site.config["launcher"] == "mpirun" and os.geteuid() == 0:
+        options.append("--allow-run-as-root")
+    variables = (site.config.get("environment") or {}).get("variables") or {}
+    env = {**{k: str(v) for k, v in variables.items()},
+           **allreduce_environment(site.allreduce, site.config["device"].get("kind", "gpu"))}
+    return SiteRanks(site.name, site.config["launcher"], tuple(options), env)
+
+
+def probe_allreduce(ranks_here: SiteRanks, ranks: int, nbytes: int, out: str | os.PathLike[str],
+                    *, reps: int = 50, timeout: float = 600.0) -> None:
+    """Time Horovod's allreduce of `nbytes` over `ranks` ranks started as the site starts them, into `out`
+    (`firescale bench allreduce --json` format): the communication measurement a calibration fits."""
+    if ranks < 2:
+        raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
+    command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
+               "--sizes-mb", f"{nbytes / 1e6:.6f}", "--reps", str(reps), "--json", str(out)]
+    ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)
