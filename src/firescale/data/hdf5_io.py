@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 
 from ..errors import FirescaleError
+from .batch import batch_array
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
@@ -73,27 +74,48 @@ class Hdf5Reader:
             raise FirescaleError(f"{self.path}: /data {self.data.shape} and /label {self.label.shape} do not "
                                  f"match the shape attribute {self.shape}")
         self.labels = self.label[()]  # labels are small: read once
-        self._direct = self.data.chunks == (1, *self.shape) and not self.data.compression
+        # One uncompressed record per chunk: records are read straight from the file into the batch.
+        self._direct = (self.data.chunks == (1, *self.shape)
+                        and self.data.id.get_create_plist().get_nfilters() == 0)
+        self._chunk_offsets: np.ndarray | None = None
+        self._fd: int | None = None
 
-    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(images (N, H, W, C), labels int64) of the records at `indices`, in that order."""
+    def _chunk_table(self) -> np.ndarray:
+        """File offset of each record's chunk (-1 where none was written), from HDF5's chunk index."""
+        if self._chunk_offsets is None:
+            offsets = np.full(self.num_records, -1, np.int64)
+            size = int(np.prod(self.shape)) * self.dtype.itemsize
+            bad: list[str] = []
+
+            def visit(info) -> None:
+                if info.size != size or info.filter_mask:
+                    bad.append(f"record {info.chunk_offset[0]}: chunk of {info.size} bytes, filter mask "
+                               f"{info.filter_mask}; expected {size} unfiltered bytes")
+                offsets[info.chunk_offset[0]] = info.byte_offset
+
+            dsid = self.data.id
+            if hasattr(dsid, "chunk_iter"):
+                dsid.chunk_iter(visit)
+            else:
+                for k in range(dsid.get_num_chunks()):
+                    visit(dsid.get_chunk_info(k))
+            if bad:
+                raise FirescaleError(f"{self.path} {bad[0]}")
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self._chunk_offsets = offsets
+        return self._chunk_offsets
+
+    def read(self, indices: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(images (N, H, W, C), labels int64) of the records at `indices`, in that order.
+
+        With `out` (an (N, H, W, C) array of the reader's dtype) the images are written there.
+        """
         indices = np.asarray(indices, np.int64)
         if len(indices) and (indices.min() < 0 or indices.max() >= self.num_records):
             raise FirescaleError(f"{self.path}: record index out of range 0..{self.num_records - 1}")
-        images = np.empty((len(indices), *self.shape), self.dtype)
+        images = batch_array(out, len(indices), self.shape, self.dtype)
         if self._direct:
-            # One record per chunk: read each chunk's bytes directly, skipping HDF5's selection machinery.
-            read_chunk = self.data.id.read_direct_chunk
-            size = images[0].nbytes if len(indices) else 0
-            flat = images.reshape(len(indices), -1)
-            for j, i in enumerate(indices.tolist()):
-                try:
-                    _, raw = read_chunk((i, 0, 0, 0))
-                except (OSError, KeyError) as exc:
-                    raise FirescaleError(f"{self.path} record {i}: chunk cannot be read ({exc})") from exc
-                if len(raw) != size:
-                    raise FirescaleError(f"{self.path} record {i}: chunk holds {len(raw)} bytes, expected {size}")
-                flat[j] = np.frombuffer(raw, self.dtype)
+            self._read_chunks(indices, images)
         else:
             order = np.argsort(indices, kind="stable")
             uniq, inverse = np.unique(indices[order], return_inverse=True)
@@ -101,7 +123,27 @@ class Hdf5Reader:
             images[order] = block[inverse]
         return images, self.labels[indices].astype(np.int64)
 
+    def _read_chunks(self, indices: np.ndarray, images: np.ndarray) -> None:
+        """One pread per record, in file order, from the chunk's bytes into its row of `images`."""
+        offsets = self._chunk_table()[indices]
+        if len(offsets) and offsets.min() < 0:
+            i = int(indices[np.argmin(offsets)])
+            raise FirescaleError(f"{self.path} record {i}: its chunk was never written")
+        size = images[0].nbytes if len(indices) else 0
+        rows = images.reshape(len(indices), -1)
+        preadv, fd = os.preadv, self._fd
+        for j in np.argsort(offsets, kind="stable").tolist():
+            offset = int(offsets[j])
+            got = preadv(fd, [rows[j]], offset)
+            if got != size:
+                have = os.fstat(fd).st_size
+                raise FirescaleError(f"{self.path} record {int(indices[j])}: its chunk needs bytes {offset}.."
+                                     f"{offset + size} but the file has {have} bytes; it is truncated")
+
     def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self.file.close()
 
 
@@ -143,9 +185,10 @@ class CaffeHdf5Reader:
         self.labels = np.concatenate(labels).astype(np.int64)
         self.dtype = np.dtype(np.float32)
 
-    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, indices: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(images (N, H, W, C) float32, labels) of the records at `indices`, in that order."""
         indices = np.asarray(indices, np.int64)
-        images = np.empty((len(indices), *self.shape), np.float32)
+        images = batch_array(out, len(indices), self.shape, np.dtype(np.float32))
         which = np.searchsorted(self.offsets, indices, side="right") - 1
         for k in np.unique(which):
             sel = np.nonzero(which == k)[0]

@@ -17,6 +17,7 @@ import lmdb
 import numpy as np
 
 from ..errors import FirescaleError
+from .batch import batch_array
 from .datum import DatumError, RawDatumCodec, datum_to_image, decode_datum, encode_datum, image_to_datum
 
 DATA_FILE = "data.mdb"
@@ -78,22 +79,67 @@ def open_lmdb_readonly(path: str | os.PathLike[str]) -> lmdb.Environment:
                         max_readers=1, max_spare_txns=1)
     except lmdb.Error as exc:
         raise FirescaleError(f"{data} is not a readable LMDB environment ({exc})") from exc
-    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    needed = _bytes_needed(env)
     have = data.stat().st_size
     if have < needed:
         env.close()
         raise FirescaleError(f"{data} is truncated: {have} bytes but its pages need {needed}; "
-                             "records stored past the end cannot be read")
+                             + _describe_lost(data))
     return env
+
+
+def _bytes_needed(env: lmdb.Environment) -> int:
+    return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+
+
+def _describe_lost(data: Path) -> str:
+    """Which records a short data.mdb lost, found by walking its B-tree with plain reads."""
+    from .lmdb_pages import LayoutError, lost_records
+
+    try:
+        lost = lost_records(data)
+    except (LayoutError, OSError) as exc:
+        return f"records stored past the end cannot be read (their keys cannot be listed: {exc})"
+    if lost is None:
+        return "every record is whole, but pages LMDB may touch lie past the end"
+    key = lost.first_key.decode(errors="replace")
+    if lost.subtree:
+        first = f"the tree page holding the records from key {key} on" if key else "the tree page holding the first records"
+    else:
+        first = f"record key {key} needs bytes up to {lost.first_end}"
+    more = f" ({lost.count} records or tree pages lie past the end in all)" if lost.count > 1 else ""
+    return f"{first}{more}"
+
+
+def lmdb_record_error(data: Path, key: bytes, exc: lmdb.Error, env: lmdb.Environment | None = None) -> FirescaleError:
+    """The error for a record LMDB cannot read (page not found, corrupted, bad transaction)."""
+    name = key.decode(errors="replace") or "(first)"
+    message = f"{data} record key {name} cannot be read: LMDB reports {exc}"
+    try:
+        have = data.stat().st_size
+        needed = _bytes_needed(env) if env is not None else have
+    except (OSError, lmdb.Error):
+        return FirescaleError(message)
+    if have < needed:
+        message += f"; the file is truncated: {have} bytes but its pages need {needed}"
+    return FirescaleError(message)
 
 
 def iter_lmdb(path: str | os.PathLike[str]) -> Iterator[tuple[bytes, bytes]]:
     """Every (key, value) in key order; the environment is opened read-only as above."""
     env = open_lmdb_readonly(path)
+    last = b""
     try:
         with env.begin() as txn:
-            for key, value in txn.cursor():
-                yield key, value
+            cursor = txn.cursor()
+            try:
+                for key, value in cursor:
+                    last = key
+                    yield key, value
+            except lmdb.Error as exc:
+                error = lmdb_record_error(Path(path) / DATA_FILE, last, exc, env)
+                raise FirescaleError(str(error).replace(" record key ", " record after key ", 1)
+                                     if last else str(error)) from exc
     finally:
         env.close()
 
@@ -121,10 +167,7 @@ class LmdbReader:
 
     def _get(self, key: bytes) -> bytes:
         with self.env.begin() as txn:
-            value = txn.get(key)
-        if value is None:
-            raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {key.decode()}")
-        return value
+            return self._get_all(txn, [key])[0]
 
     def decode(self, key: bytes, value: bytes) -> tuple[np.ndarray, int]:
         """(image, label) of one record; an undecodable record is an error naming file and key."""
@@ -133,20 +176,20 @@ class LmdbReader:
         except DatumError as exc:
             raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: {exc}") from exc
 
-    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(images (N, H, W, C), labels int64) of the records at `indices`, in that order."""
+    def read(self, indices: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(images (N, H, W, C), labels int64) of the records at `indices`, in that order.
+
+        With `out` (an (N, H, W, C) array of the reader's dtype) the images are written there, so a
+        caller that consumes each batch before the next read can reuse one array.
+        """
         n = len(indices)
-        images = np.empty((n, *self.shape), self.dtype)
+        images = batch_array(out, n, self.shape, self.dtype)
         labels = np.empty(n, np.int64)
         keys = [self.keys[i] for i in indices.tolist()]
         # buffers=True: values are views into the memory map, valid inside the transaction; decoding
-        # straight from them saves a copy of every record.
+        # copies the pixels straight from them into `images`, one copy per record.
         with self.env.begin(buffers=True) as txn:
-            get = txn.get
-            values = [get(key) for key in keys]
-            if None in values:
-                missing = keys[values.index(None)]
-                raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {missing.decode()}")
+            values = self._get_all(txn, keys)
             todo = self.codec.decode_batch(values, images, labels) if self.dtype == np.uint8 else range(n)
             values = [values[j].tobytes() for j in todo]  # the few left for one-by-one decoding
         todo_values = dict(zip(todo, values))
@@ -165,6 +208,21 @@ class LmdbReader:
                                      f"{image.shape}, expected {self.shape}")
             images[j] = image
         return images, labels
+
+    def _get_all(self, txn: lmdb.Transaction, keys: list[bytes]) -> list:
+        """The values of `keys`; a missing record or one LMDB cannot reach is an error naming its key."""
+        get = txn.get
+        values = []
+        key = b""
+        try:
+            for key in keys:
+                value = get(key)
+                if value is None:
+                    raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {key.decode()}")
+                values.append(value)
+        except lmdb.Error as exc:
+            raise lmdb_record_error(self.path / DATA_FILE, key, exc, self.env) from exc
+        return values
 
     def close(self) -> None:
         self.env.close()
