@@ -35,7 +35,8 @@ def local_site(repo, tmp_path_factory):
 
 def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     cal = tmp_path / "calibration.json"
-    save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet"}, {"fitted": False}, overhead_s=0.002))
+    save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet"}, {"fitted": False}, overhead_s=0.002,
+                                      eval_s=0.05))
     out, md = tmp_path / "predict.json", tmp_path / "predict.md"
     proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
                       "--calibration", cal, "--json", out, "--markdown", md)
@@ -46,7 +47,8 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     points = data["points"]
     assert sorted(points) == ["baseline", "g2-b64-r0"]          # the local sweep: 1 and 2 ranks at total 64
     for p in points.values():
-        assert set(p) == {"gpus", "batch", "iteration_s", "time_to_accuracy_s", "speedup"}
+        assert set(p) == {"gpus", "batch", "iteration_s", "iterations", "training_s", "evaluation_s",
+                          "time_to_accuracy_s", "speedup"}
     base, two = points["baseline"], points["g2-b64-r0"]
     assert (base["gpus"], base["batch"], two["gpus"], two["batch"]) == (1, 64, 2, 64)
     assert base["speedup"] == 1.0 and 1.0 < two["speedup"] < 2.0
@@ -54,7 +56,14 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     model = data["model"]
     assert model["dataset_size"] == 1438 and model["input_shape"] == [8, 8, 1]
     assert model["epochs"] == pytest.approx(1500 * 64 / 1438)
-    assert base["time_to_accuracy_s"] == pytest.approx(1500 * base["iteration_s"])
+    assert base["training_s"] == pytest.approx(1500 * base["iteration_s"])
+    # An evaluation every 50 iterations (the solver's test_interval): 30 of the calibrated 50 ms on one
+    # device, sharded in two at 2 ranks; time to accuracy is training plus evaluating.
+    assert model["test_interval"] == 50 and model["test_size"] == 359
+    assert base["evaluation_s"] == pytest.approx(30 * 0.05) and two["evaluation_s"] == pytest.approx(30 * 0.05 / 2)
+    for p in (base, two):
+        assert p["time_to_accuracy_s"] == pytest.approx(p["training_s"] + p["evaluation_s"])
+    assert two["speedup"] == pytest.approx(base["time_to_accuracy_s"] / two["time_to_accuracy_s"])
     assert base["iteration_s"] > 0.002                        # the overhead is in every iteration
     assert "| g2-b64-r0 | 2 | 64 |" in md.read_text()
 
@@ -88,6 +97,8 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
     base = points["baseline"]
     assert base["time_to_accuracy_s"] == pytest.approx(
         math.ceil(47 * ILSVRC12_TRAIN_IMAGES / 256) * base["iteration_s"])
+    # No manifest, so no test split to count evaluations over: Paleo's training time alone.
+    assert all(p["evaluation_s"] == 0 and p["time_to_accuracy_s"] == p["training_s"] for p in points.values())
     # FireCaffe's ordering of speedups (Table 2: 13x, 23x, 39x), from the model.
     speedups = [points[k]["speedup"] for k in names[1:]]
     assert speedups == sorted(speedups) and speedups[0] > 10
@@ -105,3 +116,21 @@ def test_epochs_to_target_come_from_the_baselines_own_evaluations(tmp_path):
     record.write_text(json.dumps({"outcome": "failed", "train": None}))
     with pytest.raises(FirescaleError, match="the baseline has no evaluations"):
         baseline_epochs_to_target(record, 0.02)
+
+
+def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_modelled(repo, tmp_path, local_site):
+    from firescale.netspec import get_net
+    from firescale.perf.experiment import ExperimentModel, evaluation_s
+    from firescale.perf.layers import net_cost
+    from firescale.perf.paleo import compute_times, platform_from_site
+    from firescale.site import load_site
+
+    platform = platform_from_site(load_site(local_site))
+    model = ExperimentModel(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1438, "test", 4.0, "test",
+                            test_interval=50, test_size=359)
+    forward = compute_times(net_cost(model.net, 180), platform.device).forward     # ceil(359 / 2) per device
+    assert evaluation_s(model, platform, 2, 101) == pytest.approx(3 * forward)       # at 50, 100 and the end
+    cal = Calibration("local", 0.5, 0.5, {}, {}, eval_s=0.04)
+    assert evaluation_s(model, platform, 2, 100, cal) == pytest.approx(2 * 0.02)
+    no_test = ExperimentModel(model.net, 1438, "test", 4.0, "test", test_interval=50, test_size=0)
+    assert evaluation_s(no_test, platform, 1, 100, cal) == 0.0

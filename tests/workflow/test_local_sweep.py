@@ -90,6 +90,10 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2
     assert comm["bytes"] == 524_320 and comm["seconds"] > 0     # LeNet on 8x8 digits: 131,080 float32
     assert 0 < cal["ppp_comm"] <= 1
+    baseline = json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / "baseline" / "result.json").read_text())
+    evaluations = len(baseline["train"]["evals"])
+    eval_s = sum(s["eval_s"] for s in baseline["train"]["segments"])
+    assert evaluations and cal["eval_s"] == pytest.approx(eval_s / evaluations)   # seconds per evaluation
     predicted = json.loads((sweep / "results" / "local" / "digits-lenet" / "predict-calibrated.json").read_text())
     two = predicted["points"]["g2-b64-r0"]
     assert two["iteration_s"] > comm["seconds"]

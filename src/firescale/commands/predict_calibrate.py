@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import FirescaleError
@@ -133,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
                      "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
+    evaluated = next((m for m in measured if m.evaluations), None)
+    if evaluated is not None:
+        cal = replace(cal, eval_s=evaluated.eval_s / evaluated.evaluations)
     if args.out:
         out = Path(args.out)
     else:
@@ -147,5 +151,6 @@ def run(args: argparse.Namespace) -> int:
               f"{m.allreduce_s * 1e3:.3f}) over {m.iterations} iterations")
     print(describe(cal.apply(platform)))
     print(f"{spec.name} {spec.input_shape}: compute percent of peak {cal.ppp_compute:.4g}, communication "
-          f"{cal.ppp_comm:.4g}, fixed overhead {cal.overhead_s * 1e3:.4g} ms per iteration -> {out}")
+          f"{cal.ppp_comm:.4g}, fixed overhead {cal.overhead_s * 1e3:.4g} ms per iteration, "
+          f"{cal.eval_s * 1e3:.4g} ms per evaluation -> {out}")
     return 0

@@ -22,6 +22,7 @@ class Calibration:
     """Fitted percent-of-peak factors, the fixed per-iteration overhead, and the measurements behind them.
 
     `overhead_s` goes beyond Paleo (see paleo.Platform); it is 0 when only one batch size was measured.
+    `eval_s` is one evaluation of the test set on one device, as the baseline measured it (0: not measured).
     """
 
     site: str
@@ -30,6 +31,7 @@ class Calibration:
     compute_source: dict[str, Any]
     comm_source: dict[str, Any]
     overhead_s: float = 0.0
+    eval_s: float = 0.0
 
     def apply(self, platform: Platform) -> Platform:
         """The platform with these factors (and this overhead) in place of its own."""
@@ -188,12 +190,14 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         cal = Calibration(str(data["site"]), float(data["ppp_compute"]), float(data["ppp_comm"]),
                           dict(data.get("compute_source", {})), dict(data.get("comm_source", {})),
-                          float(data.get("overhead_s", 0.0)))
+                          float(data.get("overhead_s", 0.0)), float(data.get("eval_s", 0.0)))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a calibration needs site, ppp_compute and ppp_comm") from None
     for key in ("ppp_compute", "ppp_comm"):
         if not 0 < getattr(cal, key) <= 1:
             raise FirescaleError(f"{path}: {key} must be in (0, 1], not {getattr(cal, key)}")
-    if not (cal.overhead_s >= 0 and math.isfinite(cal.overhead_s)):
-        raise FirescaleError(f"{path}: overhead_s must be a number >= 0 (seconds), not {cal.overhead_s}")
+    for key in ("overhead_s", "eval_s"):
+        value = getattr(cal, key)
+        if not (value >= 0 and math.isfinite(value)):
+            raise FirescaleError(f"{path}: {key} must be a number >= 0 (seconds), not {value}")
     return cal

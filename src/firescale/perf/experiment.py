@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 from ..errors import FirescaleError
 from ..netspec import NetSpec, get_net
 from .calibrate import Calibration
-from .paleo import Platform, platform_from_site, predict_point
+from .layers import net_cost
+from .paleo import Platform, compute_times, platform_from_site, predict_point
 
 PREDICTION_FORMAT = "firescale.predict.experiment/1"
 # ILSVRC-2012's training set (the 1.28M images FireCaffe and Caffe's ImageNet example train on); used for a
@@ -19,18 +21,22 @@ ILSVRC12_TRAIN_IMAGES = 1_281_167
 
 @dataclass(frozen=True)
 class ExperimentModel:
-    """What the model assumed for an experiment: net, dataset size, epochs, and where each came from."""
+    """What the model assumed for an experiment: net, dataset size, epochs, and where each came from;
+    and the evaluations on the way (every `test_interval` iterations, over `test_size` images)."""
 
     net: NetSpec
     dataset_size: int
     dataset_size_source: str
     epochs: float
     epochs_source: str
+    test_interval: int = 0
+    test_size: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"net": self.net.name, "input_shape": list(self.net.input_shape), "classes": self.net.num_classes,
                 "dataset_size": self.dataset_size, "dataset_size_source": self.dataset_size_source,
-                "epochs": self.epochs, "epochs_source": self.epochs_source}
+                "epochs": self.epochs, "epochs_source": self.epochs_source, "test_interval": self.test_interval,
+                "test_size": self.test_size}
 
 
 def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
@@ -74,21 +80,40 @@ def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None
         else:
             raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
                                  "ingest it first or give --dataset-size")
+    from ..sweep import repo_root
+    from ..train.solver_config import load_solver
+
+    solver_path = Path(exp["solver"])
+    solver = load_solver(solver_path if solver_path.is_absolute() else repo_root() / solver_path)
+    test_size = int(manifest["splits"].get("test", {}).get("records", 0)) if manifest is not None else 0
+    evaluation = {"test_interval": solver.test_interval if test_size else 0, "test_size": test_size}
     if epochs is not None:
-        return ExperimentModel(spec, size, size_source, float(epochs[0]), epochs[1])
+        return ExperimentModel(spec, size, size_source, float(epochs[0]), epochs[1], **evaluation)
     if exp.get("epochs") is not None:
         epochs, epochs_source = float(exp["epochs"]), f"experiments.{experiment}.epochs"
     else:
-        from ..sweep import repo_root
-        from ..train.solver_config import load_solver
-
-        solver = Path(exp["solver"])
-        solver = solver if solver.is_absolute() else repo_root() / solver
-        max_iter = load_solver(solver).max_iter
         base = next(p for p in plan.points[experiment] if p.baseline)
-        epochs = max_iter * base.batch / size
-        epochs_source = f"max_iter {max_iter} of {exp['solver']} at the baseline batch {base.batch}"
-    return ExperimentModel(spec, size, size_source, epochs, epochs_source)
+        epochs = solver.max_iter * base.batch / size
+        epochs_source = f"max_iter {solver.max_iter} of {exp['solver']} at the baseline batch {base.batch}"
+    return ExperimentModel(spec, size, size_source, epochs, epochs_source, **evaluation)
+
+
+def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iterations: int,
+                 calibration: Calibration | None = None) -> float:
+    """Seconds spent evaluating before `iterations` are done: one evaluation every test_interval
+    iterations (the one that sees the target included), each sharded over the `gpus` devices.
+
+    One evaluation takes the baseline's measured time when the calibration has it, else the forward
+    pass over the test set at the platform's compute factor (Paleo's forward time; no overhead).
+    """
+    if not model.test_interval or not model.test_size:
+        return 0.0
+    evaluations = math.ceil(iterations / model.test_interval)
+    if calibration is not None and calibration.eval_s > 0:
+        return evaluations * calibration.eval_s / gpus
+    per_device = math.ceil(model.test_size / gpus)
+    return evaluations * compute_times(net_cost(model.net, per_device), platform.device,
+                                       elementwise=platform.elementwise).forward
 
 
 def experiment_platform(site: Any, calibration: Calibration | None = None) -> Platform:
@@ -109,8 +134,8 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
 
     Strong scaling of each point's total batch; the allreduce is the site's.  Time to accuracy is the
     model's iterations for `epochs` over the training set, as Paleo assumes the same epochs at every
-    point (`epochs`, with where they come from, overrides the experiment's); the speedup is the 1-GPU
-    baseline's time to accuracy over the point's.
+    point (`epochs`, with where they come from, overrides the experiment's), plus the evaluations on
+    the way (`evaluation_s`); the speedup is the 1-GPU baseline's time to accuracy over the point's.
     """
     if experiment not in plan.points:
         raise FirescaleError(f"experiment {experiment!r} does not run on site {plan.site.name!r}; "
@@ -128,11 +153,17 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
     baseline = next(p for p in points if p.baseline)
     base = one(1, baseline.batch)
     out: dict[str, Any] = {}
+    def total_s(gpus: int, pred: Any) -> tuple[float, float]:
+        evaluating = evaluation_s(model, platform, gpus, pred.iterations, calibration)
+        return pred.time_to_accuracy_s + evaluating, evaluating
+
+    base_total, _ = total_s(1, base)
     for p in points:
         pred = base if p.baseline else one(p.gpus, p.batch)
+        total, evaluating = total_s(p.gpus, pred)
         out[p.name] = {"gpus": p.gpus, "batch": p.batch, "iteration_s": pred.iteration_s,
-                       "time_to_accuracy_s": pred.time_to_accuracy_s,
-                       "speedup": base.time_to_accuracy_s / pred.time_to_accuracy_s}
+                       "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
+                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total}
     return {
         "format": PREDICTION_FORMAT,
         "site": plan.site.name,

@@ -37,11 +37,14 @@ class MeasuredIteration:
     allreduce_s: float
     iterations: int
     command: tuple[str, ...] = ()
+    evaluations: int = 0        # evaluations the run made, and the seconds they took in all
+    eval_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "ranks": self.ranks, "batch_per_rank": self.batch_per_rank,
                 "iteration_s": self.iteration_s, "data_wait_s": self.data_wait_s, "compute_s": self.compute_s,
-                "allreduce_s": self.allreduce_s, "iterations": self.iterations}
+                "allreduce_s": self.allreduce_s, "iterations": self.iterations, "evaluations": self.evaluations,
+                "eval_s": self.eval_s}
 
 
 def measured_from_result(result: TrainResult, source: str) -> MeasuredIteration:
@@ -61,7 +64,7 @@ def measured_from_result(result: TrainResult, source: str) -> MeasuredIteration:
     total = split.data_wait_s + split.compute_s + split.allreduce_s
     return MeasuredIteration(source, result.net, result.dataset, int(result.ranks), per_rank, total,
                              split.data_wait_s, split.compute_s, split.allreduce_s, int(split.iterations),
-                             tuple(result.command))
+                             tuple(result.command), len(result.evals), sum(s.eval_s for s in result.segments))
 
 
 def read_measured_iteration(path: str | Path) -> MeasuredIteration:
