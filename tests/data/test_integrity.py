@@ -91,7 +91,8 @@ def test_truncated_files(dataset):
     mdb = dataset / "train.lmdb" / "data.mdb"
     size = mdb.stat().st_size
     os.truncate(mdb, size - 8192)
-    with pytest.raises(FirescaleError, match=r"data.mdb is truncated: \d+ bytes"):
+    with pytest.raises(FirescaleError, match=rf"data.mdb is truncated: {size - 8192} bytes but its pages need "
+                                             rf"{size}; .*key \d{{8}}"):
         verify_dataset(dataset)
     with pytest.raises(FirescaleError, match="data.mdb is truncated"):  # readers refuse too, no SIGBUS
         open_dataset(dataset, "train", fmt="lmdb")

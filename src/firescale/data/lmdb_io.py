@@ -104,7 +104,8 @@ def _describe_lost(data: Path) -> str:
         return "every record is whole, but pages LMDB may touch lie past the end"
     key = lost.first_key.decode(errors="replace")
     if lost.subtree:
-        first = f"the tree page holding the records from key {key} on" if key else "the tree page holding the first records"
+        first = (f"the tree page holding the records from key {key} on" if key
+                 else "the tree page holding the first records") + " lies past the end"
     else:
         first = f"record key {key} needs bytes up to {lost.first_end}"
     more = f" ({lost.count} records or tree pages lie past the end in all)" if lost.count > 1 else ""
@@ -125,9 +126,26 @@ def lmdb_record_error(data: Path, key: bytes, exc: lmdb.Error, env: lmdb.Environ
     return FirescaleError(message)
 
 
+def check_tree(data: Path) -> None:
+    """Walk data.mdb's B-tree with plain reads before a cursor does: LMDB aborts the process on a
+    damaged page it meets while stepping a cursor, so such a page is reported here, naming a key."""
+    from .lmdb_pages import LayoutError, TreePageError, record_spans
+
+    try:
+        for _ in record_spans(data):
+            pass
+    except TreePageError as exc:
+        key = exc.first_key.decode(errors="replace")
+        where = f"record key {key} and those after it" if key else "the records from the first key on"
+        raise FirescaleError(f"{data} {where} cannot be read: {exc}; the file is corrupt") from exc
+    except LayoutError:
+        return  # not the 0.9 layout this walk knows; LMDB checks it as it reads
+
+
 def iter_lmdb(path: str | os.PathLike[str]) -> Iterator[tuple[bytes, bytes]]:
     """Every (key, value) in key order; the environment is opened read-only as above."""
     env = open_lmdb_readonly(path)
+    check_tree(Path(path) / DATA_FILE)
     last = b""
     try:
         with env.begin() as txn:
@@ -152,6 +170,7 @@ class LmdbReader:
         self.path = Path(path)
         self.env = open_lmdb_readonly(self.path)
         if keys is None:
+            check_tree(self.path / DATA_FILE)
             with self.env.begin() as txn:
                 keys = list(txn.cursor().iternext(keys=True, values=False))
         self.keys = keys

@@ -32,6 +32,15 @@ class LayoutError(ValueError):
     """data.mdb does not hold the LMDB layout this module reads."""
 
 
+class TreePageError(LayoutError):
+    """A branch or leaf page of the B-tree is damaged; `first_key` is the first key it should lead to."""
+
+    def __init__(self, message: str, pgno: int, first_key: bytes) -> None:
+        super().__init__(message)
+        self.pgno = pgno
+        self.first_key = first_key
+
+
 @dataclass
 class RecordSpan:
     """The record `key` needs data.mdb's bytes up to `end`; `subtree` marks a lost tree page.
@@ -58,8 +67,8 @@ class LostRecords:
 def _meta(fd: int) -> tuple[int, int]:
     """(page size, root page of the main database) from the current meta page."""
     head = os.pread(fd, 152, 0)
-    if len(head) < 152 or struct.unpack_from("<I", head, 16)[0] != MAGIC:
-        raise LayoutError("page 0 is not an LMDB meta page")
+    if len(head) < 152 or struct.unpack_from("<II", head, 16) != (MAGIC, 1):
+        raise LayoutError("page 0 is not an LMDB 0.9 meta page")
     psize = struct.unpack_from("<I", head, 40)[0]
     if psize < 512 or psize & (psize - 1):
         raise LayoutError(f"meta page gives page size {psize}")
@@ -89,7 +98,7 @@ def record_spans(path: str | os.PathLike[str]) -> Iterator[RecordSpan]:
 
 def _visit(fd: int, size: int, psize: int, pgno: int, first_key: bytes, depth: int) -> Iterator[RecordSpan]:
     if depth > 64:
-        raise LayoutError("the B-tree is deeper than 64 levels")
+        raise TreePageError("the B-tree is deeper than 64 levels", pgno, first_key)
     offset = pgno * psize
     if offset + psize > size:
         yield RecordSpan(first_key, offset + psize, subtree=True)
@@ -98,10 +107,10 @@ def _visit(fd: int, size: int, psize: int, pgno: int, first_key: bytes, depth: i
     flags, lower = struct.unpack_from("<HH", page, 10)
     count = (lower - PAGE_HEADER) >> 1
     if lower < PAGE_HEADER or lower > psize or flags & P_LEAF2 or not flags & (P_BRANCH | P_LEAF):
-        raise LayoutError(f"page {pgno} is neither a branch nor a leaf page (flags {flags:#x})")
+        raise TreePageError(f"tree page {pgno} is neither a branch nor a leaf page (flags {flags:#x})", pgno, first_key)
     for i, ptr in enumerate(struct.unpack_from(f"<{count}H", page, PAGE_HEADER)):
         if ptr + 8 > psize:
-            raise LayoutError(f"page {pgno} node {i} starts past the page")
+            raise TreePageError(f"tree page {pgno} has node {i} starting past the page", pgno, first_key)
         lo, hi, node_flags, ksize = struct.unpack_from("<4H", page, ptr)
         key = page[ptr + 8:ptr + 8 + ksize]
         if flags & P_BRANCH:
