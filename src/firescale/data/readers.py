@@ -6,7 +6,7 @@ Contract (kept stable for the trainer):
     Transform(scale=1/255, mean=None, crop=None, mirror=False)
     global_order(num_records, seed, epoch), shard_indices(num_records, seed, start_sample, global_batch,
         rank, size): the sharding policy, documented in firescale.data.shard
-    train_batches(ds, transform, *, seed, rank, size, batch_per_rank, start_sample=0, prefetch=2)
+    train_batches(ds, transform, *, seed, rank, size, batch_per_rank, start_sample=0, prefetch=None)
     test_batches(ds, transform, *, rank, size, batch)
 Images are uint8 for our datasets and Caffe's raw Datums, float32 for float Datums and Caffe HDF5.
 """
@@ -154,6 +154,20 @@ def iter_test_arrays(ds: Dataset, transform: Transform, *, rank: int, size: int,
         yield transformer(images, train=False), labels
 
 
+PREFETCH_BYTES = 256 << 20
+PREFETCH_MAX = 8
+
+
+def prefetch_depth(batch: int, image_shape: tuple[int, ...]) -> int:
+    """Batches to keep ready: as many as fit in PREFETCH_BYTES of float32, between 2 and PREFETCH_MAX.
+
+    Two are enough when the reader always gets a core; on shared nodes it is preempted now and then
+    for longer than a step, and a deeper queue, filled while it runs ahead, absorbs that.
+    """
+    batch_bytes = max(1, batch * int(np.prod(image_shape)) * 4)
+    return int(min(PREFETCH_MAX, max(2, PREFETCH_BYTES // batch_bytes)))
+
+
 def _tf_dataset(generator, image_shape: tuple[int, ...], prefetch: int):
     import tensorflow as tf
 
@@ -163,16 +177,20 @@ def _tf_dataset(generator, image_shape: tuple[int, ...], prefetch: int):
 
 
 def train_batches(ds: Dataset, transform: Transform, *, seed: int, rank: int, size: int, batch_per_rank: int,
-                  start_sample: int = 0, prefetch: int = 2):
-    """A tf.data.Dataset of (float32 NHWC images, int64 labels) for rank `rank`, endless, prefetched."""
+                  start_sample: int = 0, prefetch: int | None = None):
+    """A tf.data.Dataset of (float32 NHWC images, int64 labels) for rank `rank`, endless, prefetched.
+
+    `prefetch` batches are kept ready (default: prefetch_depth of the batch).
+    """
     out_shape = BatchTransformer(transform, ds.shape).out_shape
     rank_positions(start_sample, batch_per_rank * size, rank, size)  # validate before TF sees it
+    depth = prefetch if prefetch is not None else prefetch_depth(batch_per_rank, out_shape)
 
     def generate():
         return iter_train_arrays(ds, transform, seed=seed, rank=rank, size=size,
                                  batch_per_rank=batch_per_rank, start_sample=start_sample)
 
-    return _tf_dataset(generate, out_shape, prefetch)
+    return _tf_dataset(generate, out_shape, depth)
 
 
 def test_batches(ds: Dataset, transform: Transform, *, rank: int, size: int, batch: int, prefetch: int = 2):

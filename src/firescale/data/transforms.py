@@ -94,7 +94,6 @@ class BatchTransformer:
         n, h, w, c = images.shape
         t = self.transform
         crop = t.crop
-        x = images.astype(np.float32)
         mean = self.mean
         if crop and (crop != h or crop != w):
             if train:
@@ -107,16 +106,19 @@ class BatchTransformer:
                 xs = np.full(n, (w - crop) // 2)
             rows = ys[:, None] + np.arange(crop)
             cols = xs[:, None] + np.arange(crop)
-            x = x[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+            images = images[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]  # crop before converting
             if mean is not None and mean.shape[0] != 1:
                 mean = mean[rows[:, :, None], cols[:, None, :]]
+        # numpy's plain cast and in-place arithmetic are vectorised; a ufunc that casts as it computes
+        # (np.multiply(..., dtype=float32) on uint8) runs buffered and is several times slower.
+        x = images.astype(np.float32)
         if mean is not None:
             x -= mean
-        if train and t.mirror:
+        if t.scale != 1:
+            x *= np.float32(t.scale)
+        if train and t.mirror:  # after the mean (Caffe subtracts it at the source pixel); scale commutes with it
             if positions is None:
                 raise ValueError("training transforms need the stream positions of the samples")
             flip = (sample_random(seed, positions, 2) & np.uint64(1)).astype(bool)
             x[flip] = x[flip, :, ::-1]
-        if t.scale != 1:
-            x *= np.float32(t.scale)
         return x
