@@ -208,9 +208,14 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
         solver.apply([g / scale for g in summed], rate, iteration)
 
     eval_step = make_eval_step(net, spec.num_classes, image_shape)
-    grad_step.get_concrete_function()
     apply_step.get_concrete_function()
-    eval_step.get_concrete_function()
+    # Run the forward/backward and evaluation graphs once on zeros, before the clock: TensorFlow
+    # optimises a graph and sets up its kernels on its first execution, not when tracing it.  Neither
+    # touches the weights, the solver's history or the data stream; apply_step would, so it is traced only.
+    zeros = tf.zeros((plan.batch_per_rank, *image_shape), tf.float32)
+    no_labels = tf.zeros((plan.batch_per_rank,), tf.int64)
+    grad_step(zeros, no_labels, tf.constant([seed, 0], tf.int64))[0].numpy()
+    eval_step(zeros, no_labels).numpy()
     rank.sum([tf.zeros_like(p) for p in net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
 
     hostnames = rank.gather_object(socket.gethostname())
