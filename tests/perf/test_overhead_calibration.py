@@ -50,8 +50,6 @@ def test_two_batch_sizes_recover_the_factor_and_the_overhead():
 
 
 def test_fits_that_make_no_sense_are_refused_or_clamped():
-    with pytest.raises(FirescaleError, match="do not grow with the batch"):
-        fit_compute_and_overhead(DIGITS_LENET, [(64, 0.010), (32, 0.011)], START.device)
     with pytest.raises(FirescaleError, match="two or more different batch sizes"):
         fit_compute_and_overhead(DIGITS_LENET, [(64, 0.010), (64, 0.011)], START.device)
     # Time growing faster than the compute: a negative intercept is set to 0 and said so.
@@ -172,11 +170,21 @@ def test_comm_record_fits_communication_from_the_trainers_allreduce(repo, tmp_pa
     assert proc.returncode == 1 and "2 or more ranks" in proc.stderr
 
 
-def test_an_unphysical_overhead_fit_falls_back_to_paleos_single_factor():
-    # Noise made the smaller batch slower: the two-term fit is refused, the baseline alone calibrates.
+def test_an_unphysical_fit_keeps_the_device_at_its_peak_and_the_rest_as_overhead():
+    # Noise made the smaller batch slower: the time does not grow with the batch as compute must.
+    ideal = {b: predict_point(replace(START, device=replace(START.device, ppp=1.0)), DIGITS_LENET, 1, b).iteration_s
+             for b in (64, 32)}
     cal = calibrate(START, DIGITS_LENET, 64, 0.010, more_runs=[(32, 0.011)])
-    single = calibrate(START, DIGITS_LENET, 64, 0.010)
-    assert cal.overhead_s == 0.0 and cal.ppp_compute == single.ppp_compute
-    assert cal.compute_source["overhead_fitted"] is False
-    assert "do not grow with the batch" in cal.compute_source["overhead_fit_refused"]
+    assert cal.ppp_compute == 1.0                                     # at most the peak
+    assert cal.overhead_s == pytest.approx(((0.010 - ideal[64]) + (0.011 - ideal[32])) / 2)
+    assert cal.compute_source["overhead_fitted"] is True
+    assert "less than the peak allows" in cal.compute_source["compute_clamped"]
     assert [r["batch"] for r in cal.compute_source["runs"]] == [64, 32]  # the measurements stay on record
+    # So the half batch is predicted from the overhead, not at half the baseline's time (Paleo's single factor).
+    half = predict_point(cal.apply(START), DIGITS_LENET, 1, 32).iteration_s
+    assert half > 0.0095 and half < 0.010
+    # Faster than the peak at every batch: refused by name, and the baseline alone cannot calibrate either.
+    with pytest.raises(FirescaleError, match="faster than the peak allows"):
+        fit_compute_and_overhead(DIGITS_LENET, [(64, ideal[64] / 2), (32, ideal[32] / 2)], START.device)
+    with pytest.raises(FirescaleError, match="faster than the peak allows"):
+        calibrate(START, DIGITS_LENET, 64, ideal[64] / 2, more_runs=[(32, ideal[32] / 2)])
