@@ -49,12 +49,20 @@ class Plan:
             atomic_write_text(path, text)
         return str(path)
 
+    def allreduce_measurement(self) -> Path:
+        """Where a cluster's Horovod allreduce measurement goes (`bench allreduce --json`, run in a job)."""
+        return Path("results") / self.site.name / "allreduce.json"
+
     def calibration_options(self, experiment: str) -> str:
         """Extra `predict calibrate` options.  On a site without a scheduler, a short second run at half
         the batch fits the fixed per-iteration overhead, and Horovod's allreduce timed on the sweep's most
-        ranks fits the communication factor; on a cluster both would run on the login node."""
+        ranks fits the communication factor.  On a cluster both would run on the login node: there the
+        communication factor comes from results/<site>/allreduce.json when someone measured it in a job."""
+        import shlex
+
         if self.site.scheduler != "local":
-            return ""
+            measured = self.allreduce_measurement()
+            return f"--allreduce-json {shlex.quote(str(measured))}" if measured.is_file() else ""
         most = max(p.gpus for p in self.points[experiment])
         return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
 

@@ -81,3 +81,20 @@ def test_snakemake_lint_is_clean():
     proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, monkeypatch):
+    """`local` runs the short run and the Horovod allreduce probe on the sweep's most ranks; a cluster
+    calibrates communication only from an allreduce.json someone measured there in a job."""
+    from firescale.workflow import Plan
+
+    config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    local = Plan.build({**config, "site": "local"})
+    assert local.calibration_options("digits-lenet") == "--short-run 300 --allreduce-probe 2"
+    titan = Plan.build({**config, "site": "titan"})
+    assert titan.calibration_options("nin-imagenet") == ""
+    measured = tmp_path / "results" / "titan" / "allreduce.json"
+    measured.parent.mkdir(parents=True)
+    measured.write_text("{}")
+    assert titan.calibration_options("nin-imagenet") == "--allreduce-json results/titan/allreduce.json"
