@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -27,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
     if args.batch < 1 or args.seconds <= 0:
         raise FirescaleError("--batch must be >= 1 and --seconds > 0")
     formats = [f.strip() for f in args.formats.split(",")] if args.formats else None
+    from ..data.pixels import PIXELS_KERNEL
+
+    print(f"firescale bench io: pixel interleave by the {'compiled kernel (c)' if PIXELS_KERNEL == 'c' else 'numpy fallback'}",
+          file=sys.stderr)
     result = bench_io(args.dataset, batch=args.batch, seconds=args.seconds, split=args.split, formats=formats,
                       measure_wait=not args.no_wait)
     if args.json:

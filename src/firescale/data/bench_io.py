@@ -5,7 +5,8 @@ one buffer, repeated), and through the reader in training order (one rank's shuf
 record order, each batch into one reused array as the training feed does.  Rates are records/s and
 MB/s; a reader's `fraction_of_raw` compares records/s, i.e. the same file bytes per record.  The raw
 read only copies bytes; a reader also checks each record and, for LMDB, interleaves Caffe's CHW planes
-into HWC, which numpy does at a fraction of memcpy's speed.  The data wait is measured on the real
+into HWC: `pixels_kernel` records whether the compiled kernel ("c") or numpy's fallback did that, since
+the fallback is several times slower.  The data wait is measured on the real
 tf.data pipeline (train_batches with its default prefetch depth) feeding
 a synthetic compute step, a TensorFlow matmul loop sized to take at least twice the reader's time per
 batch and at least 50 ms: the fraction of step time spent blocked on the next batch, next to the
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..errors import FirescaleError
 from .manifest import load_manifest, split_files
+from .pixels import PIXELS_KERNEL
 from .readers import Transform, open_dataset, prefetch_depth, train_batches
 from .shard import EpochOrders
 
@@ -153,6 +155,7 @@ def bench_io(dataset: str | Path, *, batch: int = 256, seconds: float = 3.0, spl
     shape = tuple(manifest["shape"])
     record_bytes = int(np.prod(shape))
     out: dict = {"dataset": str(dataset), "split": split, "batch": batch, "seconds": seconds,
+                 "pixels_kernel": PIXELS_KERNEL,
                  "record_shape": list(shape), "record_bytes": record_bytes, "readers": {}, "data_wait": {},
                  "targets": {"reader_fraction_of_raw": READER_TARGET, "wait_fraction": WAIT_TARGET}}
     for fmt in formats:

@@ -6,7 +6,8 @@ Our layout, version 1, one file per split:
     attributes of the file: layout = "firescale-hdf5", layout_version = 1, shape = (H, W, C),
         classes = JSON list of class names, num_classes, mean = per-channel mean of /data (0..255 scale)
 Caffe's HDF5Data layer reads a text file listing .h5 paths, each with float32 /data (N, C, H, W) and
-/label (N,) or (N, 1); channel order is whatever its writer used, so it is left as stored.
+/label (N,) or (N, 1); channel order is whatever its writer used, so it is left as stored (the planes
+are interleaved into (N, H, W, C) by the pixel kernel of .pixels).
 Files are opened read-only with HDF5 file locking off, which shared filesystems often do not support.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from ..errors import FirescaleError
 from .batch import batch_array
+from .pixels import planar_to_hwc
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
@@ -195,6 +197,11 @@ class CaffeHdf5Reader:
             local = indices[sel] - self.offsets[k]
             order = np.argsort(local)
             uniq, inverse = np.unique(local[order], return_inverse=True)
-            block = np.asarray(self.datas[k][uniq], np.float32).transpose(0, 2, 3, 1)
+            planar = np.ascontiguousarray(self.datas[k][uniq], np.float32)
+            if len(uniq) == len(indices) and np.array_equal(sel[order], np.arange(len(indices))):
+                planar_to_hwc(planar, images, bgr=False)  # one file, increasing indices: straight into the batch
+                continue
+            block = np.empty((len(uniq), *self.shape), np.float32)
+            planar_to_hwc(planar, block, bgr=False)
             images[sel[order]] = block[inverse]
         return images, self.labels[indices]
