@@ -49,6 +49,14 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     assert picked["measured"] == "horovod" and picked["algorithm"] == "tree"
     assert picked["bytes"] == 500_000 and picked["seconds"] == horovod_small["median_s"]
     assert allreduce_measurement(out, "tree")["bytes"] == 2_000_000   # no size asked: the largest
+    # After a synthetic step, as an iteration pays it: the step's time alone is recorded and subtracted.
+    stepped = tmp_path / "stepped.json"
+    run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
+                  "--compute-ms", "3", "--json", str(stepped)], timeout=240, cwd=repo)
+    data = json.loads(stepped.read_text())
+    (m,) = data["measurements"]
+    assert data["compute_ms"] == 3 and 0.0015 < m["compute_s"] < 0.03   # sized to ~3 ms on this core
+    assert allreduce_measurement(stepped, "tree", 524_320)["after_step_s"] == m["compute_s"]
     only_mpi = tmp_path / "mpi.json"
     only_mpi.write_text(json.dumps({"measurements": [m for m in runs if m["algorithm"] == "tree"]}))
     assert allreduce_measurement(only_mpi, "tree", 524_320)["measured"] == "tree"

@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reduce-gbs", type=float,
                         help="rate at which a rank sums received gradients, GB/s (default: none modelled, "
                              "or the site's memory bandwidth / 3)")
+    parser.add_argument("--compute-ms", type=float, default=0.0,
+                        help="before each allreduce, a synthetic single-threaded TensorFlow step of about this "
+                             "long, timed alone first and subtracted: communication as a training iteration pays "
+                             "it (waiting for the slowest rank, the runtime's share of the core); default 0")
     parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
@@ -54,18 +58,21 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"--algorithms: unknown {', '.join(unknown)}; known: {', '.join(BENCH_ALGORITHMS)}")
     if args.reps < 1:
         raise FirescaleError("--reps must be at least 1")
+    if not args.compute_ms >= 0:
+        raise FirescaleError(f"--compute-ms must be 0 or more, not {args.compute_ms}")
     comm = MPI.COMM_WORLD
     link, site_algorithm = _link(args)
     results = []
     for size_mb in args.sizes_mb:
         for algo in algorithms:
-            m = measure_allreduce(comm, algo, int(size_mb * 1e6), args.reps)
+            m = measure_allreduce(comm, algo, int(size_mb * 1e6), args.reps, compute_s=args.compute_ms / 1e3)
             model = site_algorithm if algo in ("mpi", "horovod") else algo
             predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
             results.append((m, predicted))
     if comm.Get_rank() != 0:
         return 0
-    print(f"{comm.Get_size()} ranks, {args.reps} repetitions; times are the slowest rank's")
+    print(f"{comm.Get_size()} ranks, {args.reps} repetitions; times are the slowest rank's"
+          + (f", after a {args.compute_ms:g} ms step (its time alone subtracted)" if args.compute_ms else ""))
     head = f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} {'meas/pred':>10}"
     print(head)
     for m, pred in results:
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
               f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
     if args.json:
         atomic_write_json(args.json, {
-            "ranks": comm.Get_size(), "reps": args.reps,
+            "ranks": comm.Get_size(), "reps": args.reps, "compute_ms": args.compute_ms,
             "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
                                                "ppp": link.ppp, "reduce_rate": link.reduce_rate},
             "measurements": [{**m.to_dict(), "predicted_s": pred} for m, pred in results]})

@@ -69,8 +69,9 @@ def _option(command: tuple[str, ...], name: str) -> str | None:
     return None
 
 
-def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str) -> dict:
-    """Run the Horovod allreduce probe on this machine with the site's launcher; its measurement."""
+def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str, step_s: float) -> dict:
+    """Run the Horovod allreduce probe on this machine with the site's launcher, each allreduce after a
+    synthetic step of `step_s` (a measured iteration's time less its allreduce); its measurement."""
     from ..perf.site_ranks import probe_allreduce, site_ranks
 
     site = site_or_none(args)
@@ -82,12 +83,12 @@ def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str) -> dic
                              "there and pass its --json output as --allreduce-json")
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         out = Path(args.workdir or tmp) / "allreduce-probe.json"
-        probe_allreduce(site_ranks(site), args.allreduce_probe, gradient_bytes, out)
+        probe_allreduce(site_ranks(site), args.allreduce_probe, gradient_bytes, out, step_s=step_s)
         measurement = allreduce_measurement(out, algorithm, gradient_bytes)
     if not args.workdir:
         measurement["source"] = f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod)"
-    print(f"measured: Horovod allreduce of {gradient_bytes / 1e6:.3f} MB over {measurement['ranks']} ranks: "
-          f"{measurement['seconds'] * 1e3:.3f} ms (median)")
+    print(f"measured: Horovod allreduce of {gradient_bytes / 1e6:.3f} MB over {measurement['ranks']} ranks after a "
+          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the step alone (median)")
     return measurement
 
 
@@ -125,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
     allreduce = (allreduce_measurement(args.allreduce_json, platform.algorithm, gradient_bytes)
                  if args.allreduce_json else None)
     if args.allreduce_probe:
-        allreduce = _probe(args, gradient_bytes, platform.algorithm)
+        # The step before each allreduce: the smallest per-rank batch measured, as the most ranks run it.
+        smallest = min(measured, key=lambda m: m.batch_per_rank) if measured else None
+        step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
+        allreduce = _probe(args, gradient_bytes, platform.algorithm, step_s)
     if args.comm_record:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:

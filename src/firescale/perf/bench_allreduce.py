@@ -126,12 +126,19 @@ IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
 
 @dataclass(frozen=True)
 class AllreduceMeasurement:
-    """Seconds for one allreduce of `bytes` over `ranks` ranks: the slowest rank, per repetition."""
+    """Seconds for one allreduce of `bytes` over `ranks` ranks: the slowest rank, per repetition.
+
+    With a synthetic step (`compute_s` > 0) each repetition computes first and then reduces, as a
+    training iteration does; `seconds` are then the iteration less the step's time alone, which is
+    what communication costs an iteration: the allreduce, waiting for the slowest rank's step, and
+    the time the communication runtime takes from compute on a shared core.
+    """
 
     algorithm: str
     ranks: int
     bytes: int
     seconds: list[float]
+    compute_s: float = 0.0
 
     @property
     def median_s(self) -> float:
@@ -145,8 +152,49 @@ class AllreduceMeasurement:
         return {**asdict(self), "median_s": self.median_s, "min_s": self.min_s}
 
 
-def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1) -> AllreduceMeasurement:
-    """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum."""
+class SyntheticStep:
+    """A fixed amount of single-threaded TensorFlow compute (square matmuls) standing in for a rank's
+    forward and backward pass, sized to about `target_s` on this core."""
+
+    def __init__(self, target_s: float, size: int = 128) -> None:
+        import tensorflow as tf
+
+        for set_threads in (tf.config.threading.set_intra_op_parallelism_threads,
+                            tf.config.threading.set_inter_op_parallelism_threads):
+            try:
+                set_threads(1)          # one core per rank, as the trainer runs
+            except RuntimeError:        # TensorFlow already started in this process
+                pass
+        self._a = tf.random.stateless_uniform((size, size), seed=(1, 2))
+        self.matmuls = 1
+        one = min(self.alone_s(5) for _ in range(3))
+        self.matmuls = max(1, round(target_s / one))
+
+    def run(self) -> None:
+        import tensorflow as tf
+
+        x = self._a
+        for _ in range(self.matmuls):
+            x = tf.linalg.matmul(x, self._a) * 1e-3
+        x.numpy()
+
+    def alone_s(self, reps: int) -> float:
+        """Median seconds of one step, nothing else running in this process."""
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            self.run()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
+def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1,
+                      compute_s: float = 0.0) -> AllreduceMeasurement:
+    """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
+
+    With `compute_s`, each one follows a synthetic step of about that long, timed alone first (for
+    `horovod`, before Horovod starts its background thread) and subtracted.
+    """
     import numpy as np
     from mpi4py import MPI
 
@@ -157,16 +205,22 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     send = np.full(count, float(rank + 1), dtype=np.float32)
     recv = np.empty_like(send)
     run = HorovodAllreduce() if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
+    step, alone = None, 0.0
+    if compute_s > 0:
+        step = SyntheticStep(compute_s)
+        alone = comm.allreduce(step.alone_s(max(10, reps)), op=MPI.MAX)
     seconds = []
     for rep in range(warmup + reps):
         comm.Barrier()
         start = time.perf_counter()
+        if step is not None:
+            step.run()
         run(comm, send, recv)
         elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
         if rep >= warmup:
-            seconds.append(elapsed)
+            seconds.append(elapsed - alone)
     expected = size * (size + 1) / 2
     if not (recv[0] == expected and recv[-1] == expected):
         raise FirescaleError(f"{algorithm} allreduce on {size} ranks gave {recv[0]} and {recv[-1]}, "
                              f"expected {expected}: the implementation is wrong")
-    return AllreduceMeasurement(algorithm, size, count * 4, seconds)
+    return AllreduceMeasurement(algorithm, size, count * 4, seconds, alone)

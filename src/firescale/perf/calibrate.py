@@ -78,7 +78,7 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
     runs = [r for r in runs if r["ranks"] == most]
     best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))
     return {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
-            "seconds": best["median_s"], "source": str(path)}
+            "seconds": best["median_s"], "after_step_s": best.get("compute_s", 0.0), "source": str(path)}
 
 
 def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
@@ -173,7 +173,7 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
             raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
         ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
         comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
-                       **{k: allreduce[k] for k in ("measured", "source") if k in allreduce}}
+                       **{k: allreduce[k] for k in ("measured", "after_step_s", "source") if k in allreduce}}
     return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead)
 
 

@@ -53,11 +53,13 @@ def site_ranks(site: Any) -> SiteRanks:
 
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, nbytes: int, out: str | os.PathLike[str],
-                    *, reps: int = 50, timeout: float = 600.0) -> None:
-    """Time Horovod's allreduce of `nbytes` over `ranks` ranks started as the site starts them, into `out`
-    (`firescale bench allreduce --json` format): the communication measurement a calibration fits."""
+                    *, step_s: float = 0.0, reps: int = 50, timeout: float = 600.0) -> None:
+    """Time Horovod's allreduce of `nbytes` over `ranks` ranks started as the site starts them, each after
+    a synthetic step of `step_s`, into `out` (`firescale bench allreduce --json` format): the
+    communication measurement a calibration fits."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
     command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
-               "--sizes-mb", f"{nbytes / 1e6:.6f}", "--reps", str(reps), "--json", str(out)]
+               "--sizes-mb", f"{nbytes / 1e6:.6f}", "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
+               "--json", str(out)]
     ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)
