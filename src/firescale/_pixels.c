@@ -29,6 +29,9 @@
 #endif
 
 #define RELEASE_BYTES (64 * 1024)
+/* Raised whenever a function's arguments or results change, so that firescale.data.pixels can tell a
+ * stale build (a .so left from older sources) from the one it was written for. */
+#define KERNEL_VERSION 1
 
 /* ---- the kernels -------------------------------------------------------------------------------- */
 
@@ -321,6 +324,10 @@ static PyObject *decode_raw_datums(PyObject *self, PyObject *args, PyObject *kwa
     if (seq == NULL)
         goto done;
     n = PySequence_Fast_GET_SIZE(seq);
+    if (n > 0 && size > PY_SSIZE_T_MAX / n) {
+        PyErr_SetString(PyExc_ValueError, "the batch is too large: records * channels*height*width overflows");
+        goto done;
+    }
     if (get_output(dst_obj, &dst, "dst") < 0)
         goto done;
     have_dst = 1;
@@ -431,7 +438,8 @@ PyMODINIT_FUNC PyInit__pixels(void)
     __builtin_cpu_init();
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "RELEASE_BYTES", RELEASE_BYTES) < 0)
+    if (m != NULL && (PyModule_AddIntConstant(m, "RELEASE_BYTES", RELEASE_BYTES) < 0
+                      || PyModule_AddIntConstant(m, "KERNEL_VERSION", KERNEL_VERSION) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import struct
 import sys
 from pathlib import Path
@@ -58,6 +59,20 @@ def test_digits_ingest_verify_read(digits, capsys):
     key = lambda x, y: sorted(zip(y.tolist(), [a.tobytes() for a in x]))  # noqa: E731
     assert key(both, both_labels) == key(expected, bunch.target)
     assert images["train"].max() == 255
+
+
+def test_bench_io_records_the_pixel_kernel_it_ran(digits, tmp_path, capsys):
+    from firescale.data.datum import PIXELS_KERNEL
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "io", "--dataset", str(digits), "--batch", "8", "--seconds", "0.05", "--no-wait",
+                 "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["pixels_kernel"] == PIXELS_KERNEL
+    assert set(result["readers"]) == {"lmdb", "hdf5"} and result["readers"]["lmdb"]["shuffled"]["records_per_s"] > 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["pixels_kernel"] == PIXELS_KERNEL
+    assert "pixel interleave by the " + ("compiled kernel (c)" if PIXELS_KERNEL == "c" else "numpy") in captured.err
 
 
 def test_ingest_again_is_left_alone_and_changes_rebuild(digits, capsys):

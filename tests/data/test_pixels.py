@@ -3,6 +3,7 @@ other threads run while it works."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ def test_the_extension_is_built_and_in_use():
     from firescale import _pixels as kernel  # an ImportError here means pip install did not build it
 
     assert callable(kernel.interleave) and callable(kernel.decode_raw_datums)
+    assert kernel.KERNEL_VERSION == pixels.KERNEL_VERSION, "firescale._pixels is stale: reinstall (pip install -e .)"
     if os.environ.get(pixels.KERNEL_ENV) != "numpy":
         assert PIXELS_KERNEL == "c"
 
@@ -165,3 +167,27 @@ def test_the_gil_is_free_while_a_large_interleave_runs():
         assert len(inside) >= 3, f"the main thread ran {len(inside)} times during {window[1] - window[0]:.3f} s"
     finally:
         sys.setswitchinterval(previous)
+
+
+def _kernel_in_a_fresh_interpreter(env_value: str | None, block_import: bool = False) -> subprocess.CompletedProcess:
+    code = ("import sys, warnings\n"
+            + ("sys.modules['firescale._pixels'] = None\n" if block_import else "")
+            + "warnings.simplefilter('always')\n"
+            "from firescale.data.datum import PIXELS_KERNEL\n"
+            "print(PIXELS_KERNEL)\n")
+    env = {k: v for k, v in os.environ.items() if k != pixels.KERNEL_ENV}
+    if env_value is not None:
+        env[pixels.KERNEL_ENV] = env_value
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_fallback_is_chosen_on_purpose_or_announced():
+    forced = _kernel_in_a_fresh_interpreter("numpy")
+    assert forced.returncode == 0 and forced.stdout.strip() == "numpy" and "RuntimeWarning" not in forced.stderr
+    missing = _kernel_in_a_fresh_interpreter(None, block_import=True)
+    assert missing.returncode == 0 and missing.stdout.strip() == "numpy"
+    assert "RuntimeWarning: the compiled module firescale._pixels cannot be imported" in missing.stderr
+    required = _kernel_in_a_fresh_interpreter("c", block_import=True)
+    assert required.returncode != 0 and "FIRESCALE_PIXELS_KERNEL=c but the compiled module" in required.stderr
+    wrong = _kernel_in_a_fresh_interpreter("fast")
+    assert wrong.returncode != 0 and "allowed are 'c', 'numpy' or unset" in wrong.stderr

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import FirescaleError
 
 KERNEL_ENV = "FIRESCALE_PIXELS_KERNEL"
+KERNEL_VERSION = 1  # the version of src/firescale/_pixels.c this module calls
 
 
 def _load_kernel() -> tuple[str, ModuleType | None]:
@@ -29,14 +30,19 @@ def _load_kernel() -> tuple[str, ModuleType | None]:
     try:
         from .. import _pixels
     except ImportError as exc:
-        if choice == "c":
-            raise FirescaleError(f"{KERNEL_ENV}=c but the compiled module firescale._pixels cannot be imported "
-                                 f"({exc}); reinstall firescale with a C compiler (pip install -e .)") from exc
-        warnings.warn("firescale._pixels is not built, so the readers interleave pixels with numpy, several "
-                      "times slower; reinstall firescale with a C compiler and Python headers (pip install -e .)",
-                      RuntimeWarning, stacklevel=2)
-        return "numpy", None
-    return "c", _pixels
+        problem = f"the compiled module firescale._pixels cannot be imported ({exc})"
+    else:
+        built = getattr(_pixels, "KERNEL_VERSION", 0)
+        if built == KERNEL_VERSION:
+            return "c", _pixels
+        problem = (f"the compiled module {_pixels.__file__} is version {built} but this firescale calls "
+                   f"version {KERNEL_VERSION} (a build left from older sources)")
+    fix = "reinstall firescale with a C compiler and the Python headers (pip install -e .)"
+    if choice == "c":
+        raise FirescaleError(f"{KERNEL_ENV}=c but {problem}; {fix}")
+    warnings.warn(f"{problem}, so the readers interleave pixels with numpy, several times slower; {fix}",
+                  RuntimeWarning, stacklevel=2)
+    return "numpy", None
 
 
 PIXELS_KERNEL, _kernel = _load_kernel()
