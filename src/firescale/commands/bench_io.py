@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     formats = [f.strip() for f in args.formats.split(",")] if args.formats else None
     from ..data.pixels import PIXELS_KERNEL
 
-    print(f"firescale bench io: pixel interleave by the {'compiled kernel (c)' if PIXELS_KERNEL == 'c' else 'numpy fallback'}",
-          file=sys.stderr)
+    kernel = "compiled kernel (c)" if PIXELS_KERNEL == "c" else "numpy fallback"
+    print(f"firescale bench io: pixel interleave by the {kernel}", file=sys.stderr)
     result = bench_io(args.dataset, batch=args.batch, seconds=args.seconds, split=args.split, formats=formats,
                       measure_wait=not args.no_wait)
     if args.json:
