@@ -66,7 +66,7 @@ $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
 	  || { echo "firescale: Python 3.11 is required; set PYTHON=/path/to/python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "setuptools>=68,<75" wheel
+	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "setuptools>=74.1,<75" wheel
 
 $(STAMPS)/stack: pyproject.toml $(STAMPS)/system | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test,tensorflow]'
@@ -86,7 +86,9 @@ $(STAMPS)/horovod: $(STAMPS)/stack
 	fi
 	@touch $@
 
-$(STAMPS)/package: $(STAMPS)/horovod $(wildcard src/firescale/schemas/*.json)
+# firescale itself, rebuilt when its C extension (the pixel kernel) changes.
+$(STAMPS)/package: $(STAMPS)/horovod $(wildcard src/firescale/schemas/*.json) src/firescale/_pixels.c
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/firescale --version
 	@touch $@
 
