@@ -146,3 +146,33 @@ def test_hdf5_file_cut_short_after_open_names_record_and_bytes(big, tmp_path):
                                              rf"{offsets[last] + 5760} but the file has {offsets[last] + 10} bytes"):
         reader.read(np.array([1, last]))
     reader.close()
+
+
+def test_small_hdf5_records_gather_exactly_and_a_file_cut_before_the_first_read_is_named(tmp_path):
+    rng = np.random.default_rng(8)
+    images = rng.integers(0, 256, (300, 8, 8, 1), dtype=np.uint8)
+    labels = rng.integers(0, 10, 300)
+    path = tmp_path / "train.h5"
+    write_hdf5(path, images, labels, [str(k) for k in range(10)])
+    reader = Hdf5Reader(path)
+    assert reader._direct
+    batch = np.empty((6, 8, 8, 1), np.uint8)
+    for indices in (np.array([299, 0, 150, 150, 7, 298]), np.arange(6) + 100):
+        got, got_labels = reader.read(indices, out=batch)
+        assert got is batch and np.array_equal(got, images[indices]) and np.array_equal(got_labels, labels[indices])
+    offsets = reader._chunk_table()
+    reader.close()
+
+    reader = Hdf5Reader(path)  # the map is made at the first read, here of a file already cut short
+    size = path.stat().st_size
+    last = int(np.argmax(offsets))
+    os.truncate(path, int(offsets[last]) + 3)
+    assert np.array_equal(reader.read(np.array([0, 5]))[0], images[[0, 5]])  # records before the cut still read
+    with pytest.raises(FirescaleError, match=rf"train.h5 record {last}: its chunk needs bytes {offsets[last]}\.\."
+                                             rf"{offsets[last] + 64} but the file has {offsets[last] + 3} bytes"):
+        reader.read(np.array([3, last, 4]))
+    os.truncate(path, size)  # grown again: the map still ends at the cut
+    with pytest.raises(FirescaleError, match=rf"record {last}: .* but the file had {offsets[last] + 3} bytes when "
+                                             "opened; it has changed since"):
+        reader.read(np.array([last]))
+    reader.close()

@@ -9,10 +9,16 @@ Caffe's HDF5Data layer reads a text file listing .h5 paths, each with float32 /d
 /label (N,) or (N, 1); channel order is whatever its writer used, so it is left as stored (the planes
 are interleaved into (N, H, W, C) by the pixel kernel of .pixels).
 Files are opened read-only with HDF5 file locking off, which shared filesystems often do not support.
+Records of our layout (one unfiltered record per chunk) are copied out of a read-only map of the file
+at the offsets of HDF5's chunk index; before each batch the file's size is checked against the end of
+every chunk it needs, so a file cut short since it was opened is a named error, not a SIGBUS.  The
+datasets are immutable once ingest renames them into place: a file truncated by another process during
+a batch's copy is still a SIGBUS, the same exposure as LMDB's map.
 """
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from pathlib import Path
 
@@ -25,6 +31,7 @@ from .pixels import planar_to_hwc
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
+GATHER_BYTES = 4096  # records up to this size are copied by one numpy gather per batch
 
 
 def write_hdf5(path: str | os.PathLike[str], images: np.ndarray, labels: np.ndarray, classes: list[str]) -> None:
@@ -76,11 +83,14 @@ class Hdf5Reader:
             raise FirescaleError(f"{self.path}: /data {self.data.shape} and /label {self.label.shape} do not "
                                  f"match the shape attribute {self.shape}")
         self.labels = self.label[()]  # labels are small: read once
-        # One uncompressed record per chunk: records are read straight from the file into the batch.
+        # One uncompressed record per chunk: records are copied from the file's map into the batch.
         self._direct = (self.data.chunks == (1, *self.shape)
                         and self.data.id.get_create_plist().get_nfilters() == 0)
         self._chunk_offsets: np.ndarray | None = None
         self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        self._bytes: np.ndarray | None = None  # the map as uint8, for numpy's copies
+        self._record_span: np.ndarray | None = None  # 0..record bytes - 1, for the gather of small records
 
     def _chunk_table(self) -> np.ndarray:
         """File offset of each record's chunk (-1 where none was written), from HDF5's chunk index."""
@@ -104,6 +114,13 @@ class Hdf5Reader:
             if bad:
                 raise FirescaleError(f"{self.path} {bad[0]}")
             self._fd = os.open(self.path, os.O_RDONLY)
+            if os.fstat(self._fd).st_size:
+                self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+                self._bytes = np.frombuffer(self._map, np.uint8)
+            else:
+                self._bytes = np.empty(0, np.uint8)
+            if size <= GATHER_BYTES:
+                self._record_span = np.arange(size, dtype=np.int64)
             self._chunk_offsets = offsets
         return self._chunk_offsets
 
@@ -126,23 +143,36 @@ class Hdf5Reader:
         return images, self.labels[indices].astype(np.int64)
 
     def _read_chunks(self, indices: np.ndarray, images: np.ndarray) -> None:
-        """One pread per record, in file order, from the chunk's bytes into its row of `images`."""
+        """Copy each record's chunk from the map into its row of `images`, after checking the file's size."""
         offsets = self._chunk_table()[indices]
-        if len(offsets) and offsets.min() < 0:
+        if not len(offsets):
+            return
+        if offsets.min() < 0:
             i = int(indices[np.argmin(offsets)])
             raise FirescaleError(f"{self.path} record {i}: its chunk was never written")
-        size = images[0].nbytes if len(indices) else 0
-        rows = images.reshape(len(indices), -1)
-        preadv, fd = os.preadv, self._fd
-        for j in np.argsort(offsets, kind="stable").tolist():
-            offset = int(offsets[j])
-            got = preadv(fd, [rows[j]], offset)
-            if got != size:
-                have = os.fstat(fd).st_size
-                raise FirescaleError(f"{self.path} record {int(indices[j])}: its chunk needs bytes {offset}.."
-                                     f"{offset + size} but the file has {have} bytes; it is truncated")
+        size = images[0].nbytes
+        data = self._bytes
+        ends = offsets + size
+        have = os.fstat(self._fd).st_size
+        if int(ends.max()) > min(have, len(data)):
+            past = np.nonzero(ends > min(have, len(data)))[0]
+            j = int(past[np.argmin(offsets[past])])
+            state = (f"the file has {have} bytes; it is truncated" if have < int(ends[j]) else
+                     f"the file had {len(data)} bytes when opened; it has changed since")
+            raise FirescaleError(f"{self.path} record {int(indices[j])}: its chunk needs bytes {int(offsets[j])}.."
+                                 f"{int(ends[j])} but {state}")
+        rows = images.view(np.uint8).reshape(len(offsets), size)
+        if self._record_span is not None:  # small records: one gather of every byte the batch needs
+            np.take(data, offsets[:, None] + self._record_span, out=rows, mode="clip")
+            return
+        for j, offset in enumerate(offsets.tolist()):  # straight into each record's row, in batch order
+            rows[j] = data[offset:offset + size]
 
     def close(self) -> None:
+        self._bytes = None  # release numpy's hold on the map before closing it
+        if self._map is not None:
+            self._map.close()
+            self._map = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
