@@ -31,7 +31,7 @@ from .pixels import planar_to_hwc
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
-GATHER_BYTES = 4096  # records up to this size are copied by one numpy gather per batch
+GATHER_BYTES = 4096  # records up to this size are copied by one fancy-indexing gather per batch
 
 
 def write_hdf5(path: str | os.PathLike[str], images: np.ndarray, labels: np.ndarray, classes: list[str]) -> None:
@@ -90,7 +90,7 @@ class Hdf5Reader:
         self._fd: int | None = None
         self._map: mmap.mmap | None = None
         self._bytes: np.ndarray | None = None  # the map as uint8, for numpy's copies
-        self._record_span: np.ndarray | None = None  # 0..record bytes - 1, for the gather of small records
+        self._windows: np.ndarray | None = None  # for small records: row k is the record-sized run at byte k
 
     def _chunk_table(self) -> np.ndarray:
         """File offset of each record's chunk (-1 where none was written), from HDF5's chunk index."""
@@ -119,8 +119,9 @@ class Hdf5Reader:
                 self._bytes = np.frombuffer(self._map, np.uint8)
             else:
                 self._bytes = np.empty(0, np.uint8)
-            if size <= GATHER_BYTES:
-                self._record_span = np.arange(size, dtype=np.int64)
+            if size <= GATHER_BYTES and len(self._bytes) >= size:
+                self._windows = np.lib.stride_tricks.as_strided(
+                    self._bytes, (len(self._bytes) - size + 1, size), (1, 1), writeable=False)
             self._chunk_offsets = offsets
         return self._chunk_offsets
 
@@ -162,14 +163,14 @@ class Hdf5Reader:
             raise FirescaleError(f"{self.path} record {int(indices[j])}: its chunk needs bytes {int(offsets[j])}.."
                                  f"{int(ends[j])} but {state}")
         rows = images.view(np.uint8).reshape(len(offsets), size)
-        if self._record_span is not None:  # small records: one gather of every byte the batch needs
-            np.take(data, offsets[:, None] + self._record_span, out=rows, mode="clip")
+        if self._windows is not None:  # small records: one gather, a run of bytes per record
+            rows[...] = self._windows[offsets]
             return
         for j, offset in enumerate(offsets.tolist()):  # straight into each record's row, in batch order
             rows[j] = data[offset:offset + size]
 
     def close(self) -> None:
-        self._bytes = None  # release numpy's hold on the map before closing it
+        self._bytes = self._windows = None  # release numpy's hold on the map before closing it
         if self._map is not None:
             self._map.close()
             self._map = None
