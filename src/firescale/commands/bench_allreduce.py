@@ -20,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or the site's memory bandwidth / 3)")
     parser.add_argument("--compute-ms", type=float, default=0.0,
                         help="before each allreduce, a synthetic single-threaded TensorFlow step of about this "
-                             "long, timed alone first and subtracted: communication as a training iteration pays "
-                             "it (waiting for the slowest rank, the runtime's share of the core); default 0")
+                             "long; the ranks' mean step in each repetition is subtracted from its slowest rank's "
+                             "total: communication as a training iteration pays it (the allreduce and waiting for "
+                             "the slowest rank); default 0")
     parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if comm.Get_rank() != 0:
         return 0
     print(f"{comm.Get_size()} ranks, {args.reps} repetitions; times are the slowest rank's"
-          + (f", after a {args.compute_ms:g} ms step (its time alone subtracted)" if args.compute_ms else ""))
+          + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
     head = f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} {'meas/pred':>10}"
     print(head)
     for m, pred in results:

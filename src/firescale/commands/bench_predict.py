@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from ..atomic import atomic_write_json
 from ..errors import FirescaleError
@@ -21,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", default="1,2", help="rank counts to check (default 1,2)")
     parser.add_argument("--iterations", type=int, default=400, help="timed iterations per run (default 400)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of runs; medians are compared (default 3)")
-    parser.add_argument("--allreduce-json", help="`bench allreduce --json` output to fit the communication factor")
+    parser.add_argument("--allreduce-json", help="`bench allreduce --json` output to fit the communication factor "
+                                                 "(default: the workflow's probe, Horovod's allreduce after a "
+                                                 "synthetic step as long as the half-batch iteration)")
     parser.add_argument("--fit-comm", action="store_true",
                         help="fit the communication factor from a separate run on the most ranks (the trainer's "
                              "own allreduce time) instead of leaving the link at its peak")
@@ -51,12 +54,25 @@ def run(args: argparse.Namespace) -> int:
         from ..perf.layers import net_cost
         allreduce = allreduce_measurement(args.allreduce_json, platform_from_site(site).algorithm,
                                           net_cost(spec, 1).weight_bytes)
+    def probe(workdir: Path) -> Callable[[float], dict]:
+        from ..perf.calibrate import allreduce_measurement
+        from ..perf.layers import net_cost
+        from ..perf.site_ranks import probe_allreduce
+
+        def measure(step_s: float) -> dict:
+            out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*')))}.json"
+            probe_allreduce(site_ranks(site), max(ranks), net_cost(spec, 1).weight_bytes, out, step_s=step_s)
+            return allreduce_measurement(out, platform_from_site(site).algorithm, net_cost(spec, 1).weight_bytes)
+
+        return measure
+
     def go(workdir: Path) -> int:
         runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
                          site_ranks(site), reference_batch=args.batch)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
-                                     allreduce=allreduce, fit_comm=args.fit_comm, say=print)
+                                     allreduce=allreduce, fit_comm=args.fit_comm, say=print,
+                                     probe=None if (allreduce or args.fit_comm or max(ranks) < 2) else probe(workdir))
         load_after = os.getloadavg()
         print(describe(cal.apply(platform_from_site(site))))
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")

@@ -78,12 +78,14 @@ class CheckRow:
 
 def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_batch: int, ranks: Sequence[int],
                      repeats: int, *, allreduce: dict[str, Any] | None = None, fit_comm: bool = False,
+                     probe: Callable[[float], dict[str, Any]] | None = None,
                      say: Callable[[str], None] = lambda s: None) -> tuple[Calibration, list[CheckRow]]:
     """Calibrate from single-rank runs at the total batch and at the per-rank batch of the largest rank
     count, then predict and measure `total_batch` split over each rank count, in fresh runs.
 
     With `fit_comm`, a separate run on the largest rank count fits the communication factor from the
-    trainer's own allreduce time.  Runs go round-robin, `repeats` rounds, so that a change in the
+    trainer's own allreduce time; with `probe` (as the workflow calibrates), the communication
+    measurement comes from probe(step seconds), given the fastest small-batch step less its allreduce.  Runs go round-robin, `repeats` rounds, so that a change in the
     machine's load touches every case; each calibration point takes its fastest run.
     """
     if repeats < 1 or total_batch % max(ranks):
@@ -93,10 +95,13 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
     calibration_runs: dict[int, list[float]] = {b: [] for b in cal_batches}
     measured: dict[int, list[MeasuredIteration]] = {r: [] for r in ranks}
     comm_runs: list[MeasuredIteration] = []
+    small_runs: list[MeasuredIteration] = []
     for k in range(repeats):
         for b in cal_batches:
             m = runs.run(1, b, f"calibrate-b{b}-{k}")
             calibration_runs[b].append(m.iteration_s)
+            if b == small:
+                small_runs.append(m)
             say(f"round {k + 1}: calibration, 1 rank, batch {b}: {m.iteration_s * 1e3:.3f} ms")
         if fit_comm:
             m = runs.run(max(ranks), total_batch, f"calibrate-comm-r{max(ranks)}-{k}")
@@ -109,6 +114,10 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
             say(f"round {k + 1}: check, {r} ranks, total batch {total_batch}: {m.iteration_s * 1e3:.3f} ms "
                 f"(allreduce {m.allreduce_s * 1e3:.3f} ms)")
     fit = [(b, min(ts)) for b, ts in calibration_runs.items()]
+    if probe is not None:
+        allreduce = probe(min(m.iteration_s - m.allreduce_s for m in small_runs))
+        say(f"allreduce probe after a {allreduce.get('after_step_s', 0) * 1e3:.3f} ms step: "
+            f"{allreduce['seconds'] * 1e3:.3f} ms")
     if fit_comm:
         best = min(comm_runs, key=lambda m: m.iteration_s)
         allreduce = allreduce_from_run(best.ranks, best.allreduce_s, spec, platform.algorithm)

@@ -128,10 +128,11 @@ IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
 class AllreduceMeasurement:
     """Seconds for one allreduce of `bytes` over `ranks` ranks: the slowest rank, per repetition.
 
-    With a synthetic step (`compute_s` > 0) each repetition computes first and then reduces, as a
-    training iteration does; `seconds` are then the iteration less the step's time alone, which is
-    what communication costs an iteration: the allreduce, waiting for the slowest rank's step, and
-    the time the communication runtime takes from compute on a shared core.
+    With a synthetic step (`compute_s` > 0, the median of the ranks' mean step time) each repetition
+    computes first and then reduces, as a training iteration does; `seconds` are then the slowest
+    rank's iteration less the ranks' mean step in that same repetition, which is what communication
+    costs an iteration: the allreduce and waiting for the slowest rank's step.  Measuring both in one
+    repetition cancels the drift of a shared machine's speed between repetitions.
     """
 
     algorithm: str
@@ -167,7 +168,7 @@ class SyntheticStep:
                 pass
         self._a = tf.random.stateless_uniform((size, size), seed=(1, 2))
         self.matmuls = 1
-        one = min(self.alone_s(5) for _ in range(3))
+        one = min(self.timed() for _ in range(15))
         self.matmuls = max(1, round(target_s / one))
 
     def run(self) -> None:
@@ -178,22 +179,18 @@ class SyntheticStep:
             x = tf.linalg.matmul(x, self._a) * 1e-3
         x.numpy()
 
-    def alone_s(self, reps: int) -> float:
-        """Median seconds of one step, nothing else running in this process."""
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            self.run()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+    def timed(self) -> float:
+        start = time.perf_counter()
+        self.run()
+        return time.perf_counter() - start
 
 
 def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1,
                       compute_s: float = 0.0) -> AllreduceMeasurement:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
-    With `compute_s`, each one follows a synthetic step of about that long, timed alone first (for
-    `horovod`, before Horovod starts its background thread) and subtracted.
+    With `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean step
+    time in that repetition is subtracted from its slowest rank's total.
     """
     import numpy as np
     from mpi4py import MPI
@@ -205,22 +202,20 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     send = np.full(count, float(rank + 1), dtype=np.float32)
     recv = np.empty_like(send)
     run = HorovodAllreduce() if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
-    step, alone = None, 0.0
-    if compute_s > 0:
-        step = SyntheticStep(compute_s)
-        alone = comm.allreduce(step.alone_s(max(10, reps)), op=MPI.MAX)
-    seconds = []
+    step = SyntheticStep(compute_s) if compute_s > 0 else None
+    seconds, steps = [], []
     for rep in range(warmup + reps):
         comm.Barrier()
         start = time.perf_counter()
-        if step is not None:
-            step.run()
+        stepped = step.timed() if step is not None else 0.0
         run(comm, send, recv)
         elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        mean_step = comm.allreduce(stepped, op=MPI.SUM) / size
         if rep >= warmup:
-            seconds.append(elapsed - alone)
+            seconds.append(elapsed - mean_step)
+            steps.append(mean_step)
     expected = size * (size + 1) / 2
     if not (recv[0] == expected and recv[-1] == expected):
         raise FirescaleError(f"{algorithm} allreduce on {size} ranks gave {recv[0]} and {recv[-1]}, "
                              f"expected {expected}: the implementation is wrong")
-    return AllreduceMeasurement(algorithm, size, count * 4, seconds, alone)
+    return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps))
