@@ -62,3 +62,14 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     assert allreduce_measurement(only_mpi, "tree", 524_320)["measured"] == "tree"
     with pytest.raises(FirescaleError, match="no 'horovod' or 'ring' measurement"):
         allreduce_measurement(only_mpi, "ring")
+
+
+def test_bad_benchmark_options_are_refused(repo):
+    import subprocess
+    import sys
+
+    for args, message in ((["--compute-ms", "-1"], "--compute-ms must be 0 or more"),
+                          (["--algorithms", "ps,gossip"], "unknown gossip")):
+        proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "allreduce", *args],
+                              capture_output=True, text=True, cwd=repo, timeout=120)
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr

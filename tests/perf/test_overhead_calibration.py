@@ -188,3 +188,14 @@ def test_an_unphysical_fit_keeps_the_device_at_its_peak_and_the_rest_as_overhead
         fit_compute_and_overhead(DIGITS_LENET, [(64, ideal[64] / 2), (32, ideal[32] / 2)], START.device)
     with pytest.raises(FirescaleError, match="faster than the peak allows"):
         calibrate(START, DIGITS_LENET, 64, ideal[64] / 2, more_runs=[(32, ideal[32] / 2)])
+
+
+def test_the_allreduce_probe_is_refused_where_it_would_run_on_a_login_node(repo, tmp_path):
+    base = [sys.executable, "-m", "firescale", "predict", "calibrate", "--net", "lenet", "--batch", "64",
+            "--iteration-s", "0.5", "--out", str(tmp_path / "c.json")]
+    proc = subprocess.run(base + ["--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 1 and "scheduler 'torque'" in proc.stderr and "--allreduce-json" in proc.stderr
+    proc = subprocess.run(base + ["--site", "local", "--allreduce-probe", "2", "--allreduce-json", "x.json"],
+                          capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 1 and "give one of --allreduce-json, --comm-record and --allreduce-probe" in proc.stderr
+    assert not (tmp_path / "c.json").exists()
