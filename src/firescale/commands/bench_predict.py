@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     from ..perf.acceptance import TrainRuns, prediction_check
     from ..perf.cli_args import describe, int_list
     from ..perf.paleo import platform_from_site
-    from ..perf.site_ranks import site_ranks
+    from ..perf.calibrate import allreduce_measurement
+    from ..perf.layers import net_cost
+    from ..perf.site_ranks import probe_allreduce, site_ranks
     from ..site import load_site
 
     site = load_site(args.site)
@@ -48,21 +50,15 @@ def run(args: argparse.Namespace) -> int:
     if manifest is None:
         raise FirescaleError(f"{args.dataset / 'manifest.json'} does not exist; ingest the dataset first")
     spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
-    allreduce = None
-    if args.allreduce_json:
-        from ..perf.calibrate import allreduce_measurement
-        from ..perf.layers import net_cost
-        allreduce = allreduce_measurement(args.allreduce_json, platform_from_site(site).algorithm,
-                                          net_cost(spec, 1).weight_bytes)
-    def probe(workdir: Path) -> Callable[[float], dict]:
-        from ..perf.calibrate import allreduce_measurement
-        from ..perf.layers import net_cost
-        from ..perf.site_ranks import probe_allreduce
+    algorithm, gradient_bytes = platform_from_site(site).algorithm, net_cost(spec, 1).weight_bytes
+    allreduce = allreduce_measurement(args.allreduce_json, algorithm, gradient_bytes) if args.allreduce_json else None
 
+    def probe(workdir: Path) -> Callable[[float], dict]:
+        """The workflow's communication measurement: Horovod's allreduce after a step of the given length."""
         def measure(step_s: float) -> dict:
-            out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*')))}.json"
-            probe_allreduce(site_ranks(site), max(ranks), net_cost(spec, 1).weight_bytes, out, step_s=step_s)
-            return allreduce_measurement(out, platform_from_site(site).algorithm, net_cost(spec, 1).weight_bytes)
+            out = workdir / "allreduce-probe.json"
+            probe_allreduce(site_ranks(site), max(ranks), gradient_bytes, out, step_s=step_s)
+            return allreduce_measurement(out, algorithm, gradient_bytes)
 
         return measure
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from ..errors import FirescaleError
 from ..netspec import NET_NAMES, get_net
-from ..perf.layers import net_cost
 from ..perf.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_measurement, calibrate,
                               save_calibration)
 from ..perf.cli_args import add_platform_arguments, describe, platform_from_args, site_or_none
+from ..perf.layers import net_cost
 from ..perf.measured import MeasuredIteration, read_measured_iteration, short_run
 
 
@@ -88,7 +88,7 @@ def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str, step_s
     if not args.workdir:
         measurement["source"] = f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod)"
     print(f"measured: Horovod allreduce of {gradient_bytes / 1e6:.3f} MB over {measurement['ranks']} ranks after a "
-          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the step alone (median)")
+          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (median)")
     return measurement
 
 
