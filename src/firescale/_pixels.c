@@ -12,6 +12,9 @@
  *       a batch of raw uint8 Caffe Datums (header, pixels, 0x28 label varint, optional 0x38 0x00)
  *       copied and interleaved into `dst` with their labels into `labels` (int64), in one call; returns
  *       the positions whose bytes are laid out otherwise, for the caller's full decoder.
+ *   decode_raw_datums_at(map, offsets, lengths, header, dst, labels, channels, height, width, reverse=False)
+ *       the same for records lying in one buffer (a read-only map of data.mdb) at int64 `offsets` with
+ *       int64 `lengths`, each checked to lie inside the buffer: one call per batch, no Python per record.
  *
  * The GIL is released around the loops once a call moves RELEASE_BYTES or more, so the tf.data thread
  * and the training thread run side by side; for less, taking the GIL back would cost more than the copy.
@@ -31,7 +34,7 @@
 #define RELEASE_BYTES (64 * 1024)
 /* Raised whenever a function's arguments or results change, so that firescale.data.pixels can tell a
  * stale build (a .so left from older sources) from the one it was written for. */
-#define KERNEL_VERSION 1
+#define KERNEL_VERSION 2
 
 /* ---- the kernels -------------------------------------------------------------------------------- */
 
@@ -415,12 +418,162 @@ done:
     return result;
 }
 
+/* ---- decode_raw_datums_at ----------------------------------------------------------------------- */
+
+/* Decode records j of `map` at offsets[j], lengths[j] (bounds already checked); status[j] = 1 for a
+ * record laid out otherwise. */
+static void decode_at(const unsigned char *base, const int64_t *offsets, const int64_t *lengths, Py_ssize_t n,
+                      const unsigned char *head, Py_ssize_t start, Py_ssize_t size, unsigned char *out,
+                      int64_t *label_out, char *status, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w, int reverse)
+{
+    Py_ssize_t end = start + size;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const unsigned char *value = base + offsets[j];
+        Py_ssize_t len = (Py_ssize_t)lengths[j];
+        int64_t label;
+        if (len < end + 2 || memcmp(value, head, (size_t)start) != 0
+            || tail_label(value + end, len - end, &label) < 0) {
+            status[j] = 1;
+            continue;
+        }
+        if (c == 1)
+            memcpy(out + j * size, value + start, (size_t)size);  /* one plane is already interleaved */
+        else
+            record_u8(value + start, out + j * size, c, h, w, reverse);
+        label_out[j] = label;
+    }
+}
+
+static int get_int64s(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t n)
+{
+    if (get_input(obj, view, what) < 0)
+        return -1;
+    char code = format_code(view);
+    if (view->itemsize != 8 || !(code == 'q' || code == 'l') || (n >= 0 && view->len != n * 8)) {
+        PyErr_Format(PyExc_ValueError, "%s must be int64%s, got %zd bytes of format '%s'", what,
+                     n >= 0 ? " of the same length as offsets" : "", view->len, view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(decode_raw_datums_at_doc,
+"decode_raw_datums_at(map, offsets, lengths, header, dst, labels, channels, height, width, reverse=False) -> list\n--\n\n"
+"As decode_raw_datums, for records lying in the one bytes-like `map` (e.g. a read-only mmap of\n"
+"data.mdb): record j is map[offsets[j]:offsets[j] + lengths[j]] (int64 arrays).  Every record must\n"
+"lie inside the map (ValueError otherwise, before anything is written).  Returns the positions j\n"
+"laid out otherwise; their rows are left untouched.");
+
+static PyObject *decode_raw_datums_at(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"map", "offsets", "lengths", "header", "dst", "labels", "channels", "height",
+                               "width", "reverse", NULL};
+    PyObject *map_obj, *offsets_obj, *lengths_obj, *dst_obj, *labels_obj;
+    Py_buffer header;
+    Py_ssize_t c, h, w;
+    int reverse = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOy*OOnnn|p:decode_raw_datums_at", keywords, &map_obj,
+                                     &offsets_obj, &lengths_obj, &header, &dst_obj, &labels_obj, &c, &h, &w,
+                                     &reverse))
+        return NULL;
+    PyObject *result = NULL;
+    Py_buffer map = {0}, offsets = {0}, lengths = {0}, dst = {0}, labels = {0};
+    int have_map = 0, have_offsets = 0, have_lengths = 0, have_dst = 0, have_labels = 0;
+    char *status = NULL;
+    Py_ssize_t n = 0;
+
+    if (check_dims(c, h, w) < 0)
+        goto done;
+    Py_ssize_t size = c * h * w;
+    if (get_input(map_obj, &map, "map") < 0)
+        goto done;
+    have_map = 1;
+    if (get_int64s(offsets_obj, &offsets, "offsets", -1) < 0)
+        goto done;
+    have_offsets = 1;
+    n = offsets.len / 8;
+    if (get_int64s(lengths_obj, &lengths, "lengths", n) < 0)
+        goto done;
+    have_lengths = 1;
+    if (n > 0 && size > PY_SSIZE_T_MAX / n) {
+        PyErr_SetString(PyExc_ValueError, "the batch is too large: records * channels*height*width overflows");
+        goto done;
+    }
+    if (get_output(dst_obj, &dst, "dst") < 0)
+        goto done;
+    have_dst = 1;
+    if (get_output(labels_obj, &labels, "labels") < 0)
+        goto done;
+    have_labels = 1;
+    char code = format_code(&labels);
+    if (dst.itemsize != 1 || dst.len != n * size) {
+        PyErr_Format(PyExc_ValueError, "dst must be uint8 holding %zd records of %zdx%zdx%zd (%zd bytes), "
+                     "got %zd bytes of %zd-byte elements", n, h, w, c, n * size, dst.len, dst.itemsize);
+        goto done;
+    }
+    if (labels.itemsize != 8 || !(code == 'q' || code == 'l') || labels.len != n * 8) {
+        PyErr_Format(PyExc_ValueError, "labels must be int64 with %zd elements, got %zd bytes of format '%s'",
+                     n, labels.len, labels.format ? labels.format : "B");
+        goto done;
+    }
+    if (overlaps(&dst, &labels) || overlaps(&map, &dst) || overlaps(&map, &labels)) {
+        PyErr_SetString(PyExc_ValueError, "map, dst and labels must not overlap");
+        goto done;
+    }
+    const int64_t *off = offsets.buf, *len = lengths.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (off[j] < 0 || len[j] < 0 || off[j] > (int64_t)map.len || len[j] > (int64_t)map.len - off[j]) {
+            PyErr_Format(PyExc_ValueError, "record %zd at offset %lld with %lld bytes lies outside the map of %zd bytes",
+                         j, (long long)off[j], (long long)len[j], map.len);
+            goto done;
+        }
+    }
+    status = PyMem_Calloc(n ? n : 1, 1);
+    if (status == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n * size >= RELEASE_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        decode_at(map.buf, off, len, n, header.buf, header.len, size, dst.buf, labels.buf, status, c, h, w, reverse);
+        Py_END_ALLOW_THREADS
+    } else {
+        decode_at(map.buf, off, len, n, header.buf, header.len, size, dst.buf, labels.buf, status, c, h, w, reverse);
+    }
+    result = PyList_New(0);
+    for (Py_ssize_t j = 0; result != NULL && j < n; j++) {
+        if (!status[j])
+            continue;
+        PyObject *index = PyLong_FromSsize_t(j);
+        if (index == NULL || PyList_Append(result, index) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(index);
+    }
+done:
+    PyMem_Free(status);
+    if (have_labels)
+        PyBuffer_Release(&labels);
+    if (have_dst)
+        PyBuffer_Release(&dst);
+    if (have_lengths)
+        PyBuffer_Release(&lengths);
+    if (have_offsets)
+        PyBuffer_Release(&offsets);
+    if (have_map)
+        PyBuffer_Release(&map);
+    PyBuffer_Release(&header);
+    return result;
+}
+
 /* ---- the module --------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
     {"interleave", (PyCFunction)(void (*)(void))interleave, METH_VARARGS | METH_KEYWORDS, interleave_doc},
     {"decode_raw_datums", (PyCFunction)(void (*)(void))decode_raw_datums, METH_VARARGS | METH_KEYWORDS,
      decode_raw_datums_doc},
+    {"decode_raw_datums_at", (PyCFunction)(void (*)(void))decode_raw_datums_at, METH_VARARGS | METH_KEYWORDS,
+     decode_raw_datums_at_doc},
     {NULL, NULL, 0, NULL},
 };
 

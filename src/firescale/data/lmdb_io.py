@@ -6,19 +6,30 @@ lock.mdb badly, and many ranks would contend on it); it is safe because nothing 
 once ingest has renamed it into place.  Without readahead the kernel reads only the pages a record
 touches: with random access by many ranks, readahead would fetch neighbouring pages that this rank
 never uses and multiply the traffic to the file servers.
+
+A finished dataset is immutable, so LmdbReader also walks data.mdb's B-tree once at open (plain
+reads, lmdb_pages.value_index) for the file offset and length of every value.  When the keys are the
+dense "%08d" indices ingest writes and the pixels are uint8, a batch is then one fancy index into those
+arrays and one call of the compiled kernel over a read-only map of data.mdb: no LMDB lookup and no
+Python per record.  The file's size is checked before every batch, so a file cut short after open is
+an error naming the first lost key, never a SIGBUS.
 """
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 from typing import Iterator
+
+from struct import error as struct_error
 
 import lmdb
 import numpy as np
 
 from ..errors import FirescaleError
 from .batch import batch_array
-from .datum import DatumError, RawDatumCodec, datum_to_image, decode_datum, encode_datum, image_to_datum
+from .datum import DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
+from .pixels import PIXELS_KERNEL, compiled_kernel
 
 DATA_FILE = "data.mdb"
 
@@ -166,13 +177,18 @@ class LmdbReader:
     """Random access to the Datums of one LMDB by record index."""
 
     def __init__(self, path: str | os.PathLike[str], *, keys: list[bytes] | None = None,
-                 shape: tuple[int, int, int] | None = None) -> None:
+                 shape: tuple[int, int, int] | None = None, index: bool = True) -> None:
+        """`index=False` keeps every read going through LMDB's lookups (to compare or to test them)."""
         self.path = Path(path)
         self.env = open_lmdb_readonly(self.path)
+        found = self._value_index() if index else None
         if keys is None:
-            check_tree(self.path / DATA_FILE)
-            with self.env.begin() as txn:
-                keys = list(txn.cursor().iternext(keys=True, values=False))
+            if found is not None:
+                keys = found.keys
+            else:
+                check_tree(self.path / DATA_FILE)
+                with self.env.begin() as txn:
+                    keys = list(txn.cursor().iternext(keys=True, values=False))
         self.keys = keys
         if not keys:
             raise FirescaleError(f"{self.path / DATA_FILE} holds no records")
@@ -183,6 +199,28 @@ class LmdbReader:
             raise FirescaleError(f"{self.path / DATA_FILE} record key {keys[0].decode()} has shape "
                                  f"{first.shape}, expected {self.shape}")
         self.codec = RawDatumCodec(self.shape)
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        self._offsets = self._lengths = None
+        if (found is not None and self.dtype == np.uint8 and PIXELS_KERNEL == "c"
+                and (keys is found.keys or keys == found.keys)
+                and keys == [datum_key(i) for i in range(len(keys))]):
+            self._fd = os.open(self.path / DATA_FILE, os.O_RDONLY)
+            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+            self._offsets, self._lengths = found.offsets, found.lengths
+
+    @property
+    def indexed(self) -> bool:
+        """True when batches are read through the value index and the compiled kernel."""
+        return self._map is not None
+
+    def _value_index(self):
+        from .lmdb_pages import LayoutError, value_index
+
+        try:
+            return value_index(self.path / DATA_FILE)
+        except (LayoutError, OSError, struct_error):
+            return None  # not a layout the walk knows: LMDB reads it (and check_tree names a damaged page)
 
     def _get(self, key: bytes) -> bytes:
         with self.env.begin() as txn:
@@ -204,6 +242,8 @@ class LmdbReader:
         n = len(indices)
         images = batch_array(out, n, self.shape, self.dtype)
         labels = np.empty(n, np.int64)
+        if self._map is not None:
+            return self._read_indexed(np.asarray(indices, np.int64), images, labels)
         keys = [self.keys[i] for i in indices.tolist()]
         # buffers=True: values are views into the memory map, valid inside the transaction; decoding
         # copies the pixels straight from them into `images`, one copy per record.
@@ -228,6 +268,37 @@ class LmdbReader:
             images[j] = image
         return images, labels
 
+    def _read_indexed(self, indices: np.ndarray, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One gather through the value index: check the file still holds every record, then one C call."""
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self.keys)):
+            raise FirescaleError(f"{self.path / DATA_FILE}: record index out of range 0..{len(self.keys) - 1}")
+        offsets = self._offsets[indices]
+        lengths = self._lengths[indices]
+        if not len(indices):
+            return images, labels
+        ends = offsets + lengths
+        have = os.fstat(self._fd).st_size
+        limit = min(have, len(self._map))
+        if int(ends.max()) > limit:
+            past = np.nonzero(ends > limit)[0]
+            j = int(past[np.argmin(offsets[past])])
+            state = (f"the file has {have} bytes; it is truncated" if have < int(ends[j]) else
+                     f"the file had {len(self._map)} bytes when opened; it has changed since")
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {self.keys[int(indices[j])].decode()} needs "
+                                 f"bytes {int(offsets[j])}..{int(ends[j])} but {state}")
+        h, w, c = self.shape
+        todo = compiled_kernel().decode_raw_datums_at(self._map, offsets, lengths, self.codec.header, images,
+                                                      labels, c, h, w, reverse=c == 3)
+        for j in todo:  # laid out otherwise: the full decoder, one by one
+            key = self.keys[int(indices[j])]
+            value = self._map[int(offsets[j]):int(ends[j])]
+            try:
+                labels[j] = self.codec.decode_into(value, images[j])
+            except DatumError as exc:
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                                     f"{exc}") from exc
+        return images, labels
+
     def _get_all(self, txn: lmdb.Transaction, keys: list[bytes]) -> list:
         """The values of `keys`; a missing record or one LMDB cannot reach is an error naming its key."""
         get = txn.get
@@ -244,4 +315,10 @@ class LmdbReader:
         return values
 
     def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self.env.close()

@@ -135,3 +135,63 @@ def lost_records(path: str | os.PathLike[str]) -> LostRecords | None:
     if first is None:
         return None
     return LostRecords(first.key, first.end, count, first.subtree)
+
+
+@dataclass
+class ValueIndex:
+    """Where each record's value lies in data.mdb, in key order: `keys`, and int64 `offsets`, `lengths`."""
+
+    keys: list[bytes]
+    offsets: "np.ndarray"
+    lengths: "np.ndarray"
+
+
+def value_index(path: str | os.PathLike[str]) -> ValueIndex:
+    """The file offset and length of every value of the main database, from one walk with plain reads.
+
+    Only the main database of plain records is indexed: a page outside the file, a damaged page, or
+    duplicate-sorted or sub-database nodes raise LayoutError (the caller then reads through LMDB).
+    """
+    import numpy as np
+
+    fd = os.open(path, os.O_RDONLY)
+    keys: list[bytes] = []
+    offsets: list[int] = []
+    lengths: list[int] = []
+    try:
+        size = os.fstat(fd).st_size
+        psize, root = _meta(fd)
+        stack = [] if root == NO_PAGE else [(root, 0)]
+        while stack:
+            pgno, depth = stack.pop()
+            offset = pgno * psize
+            if depth > 64 or offset + psize > size:
+                raise LayoutError(f"tree page {pgno} is too deep or lies past the end")
+            page = os.pread(fd, psize, offset)
+            flags, lower = struct.unpack_from("<HH", page, 10)
+            count = (lower - PAGE_HEADER) >> 1
+            if lower < PAGE_HEADER or lower > psize or flags & P_LEAF2 or not flags & (P_BRANCH | P_LEAF):
+                raise LayoutError(f"tree page {pgno} is neither a branch nor a leaf page (flags {flags:#x})")
+            ptrs = struct.unpack_from(f"<{count}H", page, PAGE_HEADER)
+            if flags & P_BRANCH:
+                children = []
+                for ptr in ptrs:
+                    lo, hi, node_flags = struct.unpack_from("<3H", page, ptr)
+                    children.append((lo | hi << 16 | node_flags << 32, depth + 1))
+                stack.extend(reversed(children))  # popped in key order
+                continue
+            for ptr in ptrs:
+                if ptr + 8 > psize:
+                    raise LayoutError(f"tree page {pgno} has a node starting past the page")
+                lo, hi, node_flags, ksize = struct.unpack_from("<4H", page, ptr)
+                keys.append(page[ptr + 8:ptr + 8 + ksize])
+                lengths.append(lo | hi << 16)
+                if node_flags == F_BIGDATA:
+                    offsets.append(struct.unpack_from("<Q", page, ptr + 8 + ksize)[0] * psize + PAGE_HEADER)
+                elif node_flags == 0:
+                    offsets.append(offset + ptr + 8 + ksize)
+                else:
+                    raise LayoutError(f"tree page {pgno} holds a node with flags {node_flags:#x}")
+    finally:
+        os.close(fd)
+    return ValueIndex(keys, np.asarray(offsets, np.int64), np.asarray(lengths, np.int64))
