@@ -15,6 +15,8 @@
  *   decode_raw_datums_at(map, offsets, lengths, header, dst, labels, channels, height, width, reverse=False)
  *       the same for records lying in one buffer (a read-only map of data.mdb) at int64 `offsets` with
  *       int64 `lengths`, each checked to lie inside the buffer: one call per batch, no Python per record.
+ *   gather(src, offsets, dst)
+ *       row j of `dst` (N rows of equal size) copied from `src` at byte offsets[j] (int64), bounds-checked.
  *
  * The GIL is released around the loops once a call moves RELEASE_BYTES or more, so the tf.data thread
  * and the training thread run side by side; for less, taking the GIL back would cost more than the copy.
@@ -34,7 +36,7 @@
 #define RELEASE_BYTES (64 * 1024)
 /* Raised whenever a function's arguments or results change, so that firescale.data.pixels can tell a
  * stale build (a .so left from older sources) from the one it was written for. */
-#define KERNEL_VERSION 2
+#define KERNEL_VERSION 3
 
 /* ---- the kernels -------------------------------------------------------------------------------- */
 
@@ -566,6 +568,68 @@ done:
     return result;
 }
 
+/* ---- gather ------------------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(gather_doc,
+"gather(src, offsets, dst)\n--\n\n"
+"Copy row j of `dst` (a writable C-contiguous array of N equal rows, N = len(offsets)) from the\n"
+"bytes of `src` starting at offsets[j] (int64).  Every row must lie inside `src` (ValueError\n"
+"otherwise, before anything is written).");
+
+static PyObject *gather(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"src", "offsets", "dst", NULL};
+    PyObject *src_obj, *offsets_obj, *dst_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:gather", keywords, &src_obj, &offsets_obj, &dst_obj))
+        return NULL;
+    Py_buffer src, offsets, dst;
+    if (get_input(src_obj, &src, "src") < 0)
+        return NULL;
+    if (get_int64s(offsets_obj, &offsets, "offsets", -1) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    if (get_output(dst_obj, &dst, "dst") < 0) {
+        PyBuffer_Release(&offsets);
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = offsets.len / 8;
+    const int64_t *off = offsets.buf;
+    Py_ssize_t row = n ? dst.len / n : 0;
+    if (n == 0 ? dst.len != 0 : dst.len % n != 0) {
+        PyErr_Format(PyExc_ValueError, "dst holds %zd bytes, not %zd equal rows", dst.len, n);
+        goto done;
+    }
+    if (overlaps(&src, &dst)) {
+        PyErr_SetString(PyExc_ValueError, "src and dst overlap");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (off[j] < 0 || off[j] > (int64_t)src.len || (int64_t)row > (int64_t)src.len - off[j]) {
+            PyErr_Format(PyExc_ValueError, "row %zd at offset %lld with %zd bytes lies outside src of %zd bytes",
+                         j, (long long)off[j], row, src.len);
+            goto done;
+        }
+    }
+    {
+        const unsigned char *in = src.buf;
+        unsigned char *out = dst.buf;
+        PyThreadState *save = dst.len >= RELEASE_BYTES ? PyEval_SaveThread() : NULL;
+        for (Py_ssize_t j = 0; j < n; j++)
+            memcpy(out + j * row, in + off[j], (size_t)row);
+        if (save != NULL)
+            PyEval_RestoreThread(save);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&src);
+    return result;
+}
+
 /* ---- the module --------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -574,6 +638,7 @@ static PyMethodDef methods[] = {
      decode_raw_datums_doc},
     {"decode_raw_datums_at", (PyCFunction)(void (*)(void))decode_raw_datums_at, METH_VARARGS | METH_KEYWORDS,
      decode_raw_datums_at_doc},
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_VARARGS | METH_KEYWORDS, gather_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -177,3 +177,42 @@ def test_small_hdf5_records_gather_exactly_and_a_file_cut_before_the_first_read_
                                              "opened; it has changed since"):
         reader.read(np.array([last]))
     reader.close()
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 1), (48, 40, 3)])
+def test_hdf5_c_gather_equals_numpy_copies_with_duplicates_and_a_reused_batch(tmp_path, monkeypatch, shape):
+    from firescale.data import hdf5_io
+    from firescale.data.pixels import PIXELS_KERNEL
+
+    if PIXELS_KERNEL != "c":
+        pytest.skip("the gather is the compiled kernel's")
+    rng = np.random.default_rng(8)
+    images = rng.integers(0, 256, (60, *shape), dtype=np.uint8)
+    labels = rng.integers(0, 4, 60)
+    write_hdf5(tmp_path / "g.h5", images, labels, [str(k) for k in range(4)])
+    order = rng.integers(0, 60, 33)
+    order[5] = order[20]
+    reader = Hdf5Reader(tmp_path / "g.h5")
+    out = np.zeros((33, *shape), np.uint8)
+    got, got_labels = reader.read(order, out=out)
+    assert got is out
+    monkeypatch.setattr(hdf5_io, "PIXELS_KERNEL", "numpy")  # the numpy copies, for comparison
+    want, want_labels = reader.read(order)
+    reader.close()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, images[order])
+    np.testing.assert_array_equal(got_labels, labels[order])
+    np.testing.assert_array_equal(want_labels, labels[order])
+
+
+def test_c_gather_refuses_rows_outside_the_source():
+    from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel
+
+    if PIXELS_KERNEL != "c":
+        pytest.skip("the gather is the compiled kernel's")
+    dst = np.empty((2, 8), np.uint8)
+    src = np.arange(64, dtype=np.uint8)
+    compiled_kernel().gather(src, np.array([56, 3]), dst)
+    np.testing.assert_array_equal(dst, [src[56:64], src[3:11]])
+    with pytest.raises(ValueError, match=r"row 1 at offset 57 with 8 bytes lies outside src of 64 bytes"):
+        compiled_kernel().gather(src, np.array([0, 57]), dst)

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import FirescaleError
 
 KERNEL_ENV = "FIRESCALE_PIXELS_KERNEL"
-KERNEL_VERSION = 2  # the version of src/firescale/_pixels.c this module calls
+KERNEL_VERSION = 3  # the version of src/firescale/_pixels.c this module calls
 
 
 def _load_kernel() -> tuple[str, ModuleType | None]:
