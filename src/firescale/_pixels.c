@@ -269,6 +269,56 @@ static PyObject *interleave(PyObject *self, PyObject *args, PyObject *kwargs)
     return result;
 }
 
+/* The positions j < n with status[j] set, as a list (the records left to the caller's full decoder). */
+static PyObject *flagged_positions(const char *status, Py_ssize_t n)
+{
+    PyObject *result = PyList_New(0);
+    for (Py_ssize_t j = 0; result != NULL && j < n; j++) {
+        if (!status[j])
+            continue;
+        PyObject *index = PyLong_FromSsize_t(j);
+        if (index == NULL || PyList_Append(result, index) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(index);
+    }
+    return result;
+}
+
+/* The outputs of a batch decode: `dst` uint8 holding n records of c*h*w and `labels` int64 of n, apart.
+ * Sets *have_dst / *have_labels as each buffer is acquired (the caller releases them); 0, or -1 with an error. */
+static int get_batch_outputs(PyObject *dst_obj, Py_buffer *dst, int *have_dst, PyObject *labels_obj,
+                             Py_buffer *labels, int *have_labels, Py_ssize_t n, Py_ssize_t c, Py_ssize_t h,
+                             Py_ssize_t w)
+{
+    Py_ssize_t size = c * h * w;
+    if (n > 0 && size > PY_SSIZE_T_MAX / n) {
+        PyErr_SetString(PyExc_ValueError, "the batch is too large: records * channels*height*width overflows");
+        return -1;
+    }
+    if (get_output(dst_obj, dst, "dst") < 0)
+        return -1;
+    *have_dst = 1;
+    if (get_output(labels_obj, labels, "labels") < 0)
+        return -1;
+    *have_labels = 1;
+    char code = format_code(labels);
+    if (dst->itemsize != 1 || dst->len != n * size) {
+        PyErr_Format(PyExc_ValueError, "dst must be uint8 holding %zd records of %zdx%zdx%zd (%zd bytes), "
+                     "got %zd bytes of %zd-byte elements", n, h, w, c, n * size, dst->len, dst->itemsize);
+        return -1;
+    }
+    if (labels->itemsize != 8 || !(code == 'q' || code == 'l') || labels->len != n * 8) {
+        PyErr_Format(PyExc_ValueError, "labels must be int64 with %zd elements, got %zd bytes of format '%s'",
+                     n, labels->len, labels->format ? labels->format : "B");
+        return -1;
+    }
+    if (overlaps(dst, labels)) {
+        PyErr_SetString(PyExc_ValueError, "dst and labels overlap");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- decode_raw_datums -------------------------------------------------------------------------- */
 
 /* The label of a raw Datum's tail (0x28 varint, then nothing or 0x38 0x00) as the wire format's
@@ -329,31 +379,8 @@ static PyObject *decode_raw_datums(PyObject *self, PyObject *args, PyObject *kwa
     if (seq == NULL)
         goto done;
     n = PySequence_Fast_GET_SIZE(seq);
-    if (n > 0 && size > PY_SSIZE_T_MAX / n) {
-        PyErr_SetString(PyExc_ValueError, "the batch is too large: records * channels*height*width overflows");
+    if (get_batch_outputs(dst_obj, &dst, &have_dst, labels_obj, &labels, &have_labels, n, c, h, w) < 0)
         goto done;
-    }
-    if (get_output(dst_obj, &dst, "dst") < 0)
-        goto done;
-    have_dst = 1;
-    if (get_output(labels_obj, &labels, "labels") < 0)
-        goto done;
-    have_labels = 1;
-    char code = format_code(&labels);
-    if (dst.itemsize != 1 || dst.len != n * size) {
-        PyErr_Format(PyExc_ValueError, "dst must be uint8 holding %zd records of %zdx%zdx%zd (%zd bytes), "
-                     "got %zd bytes of %zd-byte elements", n, h, w, c, n * size, dst.len, dst.itemsize);
-        goto done;
-    }
-    if (labels.itemsize != 8 || !(code == 'q' || code == 'l') || labels.len != n * 8) {
-        PyErr_Format(PyExc_ValueError, "labels must be int64 with %zd elements, got %zd bytes of format '%s'",
-                     n, labels.len, labels.format ? labels.format : "B");
-        goto done;
-    }
-    if (overlaps(&dst, &labels)) {
-        PyErr_SetString(PyExc_ValueError, "dst and labels overlap");
-        goto done;
-    }
     views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
     status = PyMem_Calloc(n ? n : 1, 1);
     if (views == NULL || status == NULL) {
@@ -397,15 +424,7 @@ static PyObject *decode_raw_datums(PyObject *self, PyObject *args, PyObject *kwa
         if (save != NULL)
             PyEval_RestoreThread(save);
     }
-    result = PyList_New(0);
-    for (Py_ssize_t j = 0; result != NULL && j < n; j++) {
-        if (!status[j])
-            continue;
-        PyObject *index = PyLong_FromSsize_t(j);
-        if (index == NULL || PyList_Append(result, index) < 0)
-            Py_CLEAR(result);
-        Py_XDECREF(index);
-    }
+    result = flagged_positions(status, n);
 done:
     for (Py_ssize_t j = 0; j < acquired; j++)
         PyBuffer_Release(&views[j]);
@@ -498,29 +517,10 @@ static PyObject *decode_raw_datums_at(PyObject *self, PyObject *args, PyObject *
     if (get_int64s(lengths_obj, &lengths, "lengths", n) < 0)
         goto done;
     have_lengths = 1;
-    if (n > 0 && size > PY_SSIZE_T_MAX / n) {
-        PyErr_SetString(PyExc_ValueError, "the batch is too large: records * channels*height*width overflows");
+    if (get_batch_outputs(dst_obj, &dst, &have_dst, labels_obj, &labels, &have_labels, n, c, h, w) < 0)
         goto done;
-    }
-    if (get_output(dst_obj, &dst, "dst") < 0)
-        goto done;
-    have_dst = 1;
-    if (get_output(labels_obj, &labels, "labels") < 0)
-        goto done;
-    have_labels = 1;
-    char code = format_code(&labels);
-    if (dst.itemsize != 1 || dst.len != n * size) {
-        PyErr_Format(PyExc_ValueError, "dst must be uint8 holding %zd records of %zdx%zdx%zd (%zd bytes), "
-                     "got %zd bytes of %zd-byte elements", n, h, w, c, n * size, dst.len, dst.itemsize);
-        goto done;
-    }
-    if (labels.itemsize != 8 || !(code == 'q' || code == 'l') || labels.len != n * 8) {
-        PyErr_Format(PyExc_ValueError, "labels must be int64 with %zd elements, got %zd bytes of format '%s'",
-                     n, labels.len, labels.format ? labels.format : "B");
-        goto done;
-    }
-    if (overlaps(&dst, &labels) || overlaps(&map, &dst) || overlaps(&map, &labels)) {
-        PyErr_SetString(PyExc_ValueError, "map, dst and labels must not overlap");
+    if (overlaps(&map, &dst) || overlaps(&map, &labels)) {
+        PyErr_SetString(PyExc_ValueError, "map must not overlap dst or labels");
         goto done;
     }
     const int64_t *off = offsets.buf, *len = lengths.buf;
@@ -543,15 +543,7 @@ static PyObject *decode_raw_datums_at(PyObject *self, PyObject *args, PyObject *
     } else {
         decode_at(map.buf, off, len, n, header.buf, header.len, size, dst.buf, labels.buf, status, c, h, w, reverse);
     }
-    result = PyList_New(0);
-    for (Py_ssize_t j = 0; result != NULL && j < n; j++) {
-        if (!status[j])
-            continue;
-        PyObject *index = PyLong_FromSsize_t(j);
-        if (index == NULL || PyList_Append(result, index) < 0)
-            Py_CLEAR(result);
-        Py_XDECREF(index);
-    }
+    result = flagged_positions(status, n);
 done:
     PyMem_Free(status);
     if (have_labels)

@@ -18,7 +18,6 @@ a batch's copy is still a SIGBUS, the same exposure as LMDB's map.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from ..errors import FirescaleError
 from .batch import batch_array
+from .mapped import MappedFile
 from .pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
 
 LAYOUT = "firescale-hdf5"
@@ -87,9 +87,7 @@ class Hdf5Reader:
         self._direct = (self.data.chunks == (1, *self.shape)
                         and self.data.id.get_create_plist().get_nfilters() == 0)
         self._chunk_offsets: np.ndarray | None = None
-        self._fd: int | None = None
-        self._map: mmap.mmap | None = None
-        self._bytes: np.ndarray | None = None  # the map as uint8, for numpy's copies
+        self._mapped: MappedFile | None = None  # the file mapped read-only, once the chunk table is built
         self._windows: np.ndarray | None = None  # for small records: row k is the record-sized run at byte k
 
     def _chunk_table(self) -> np.ndarray:
@@ -113,15 +111,11 @@ class Hdf5Reader:
                     visit(dsid.get_chunk_info(k))
             if bad:
                 raise FirescaleError(f"{self.path} {bad[0]}")
-            self._fd = os.open(self.path, os.O_RDONLY)
-            if os.fstat(self._fd).st_size:
-                self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
-                self._bytes = np.frombuffer(self._map, np.uint8)
-            else:
-                self._bytes = np.empty(0, np.uint8)
-            if size <= GATHER_BYTES and len(self._bytes) >= size:
-                self._windows = np.lib.stride_tricks.as_strided(
-                    self._bytes, (len(self._bytes) - size + 1, size), (1, 1), writeable=False)
+            self._mapped = MappedFile(self.path)
+            data = self._mapped.bytes
+            if size <= GATHER_BYTES and len(data) >= size:
+                self._windows = np.lib.stride_tricks.as_strided(data, (len(data) - size + 1, size), (1, 1),
+                                                                writeable=False)
             self._chunk_offsets = offsets
         return self._chunk_offsets
 
@@ -152,16 +146,13 @@ class Hdf5Reader:
             i = int(indices[np.argmin(offsets)])
             raise FirescaleError(f"{self.path} record {i}: its chunk was never written")
         size = images[0].nbytes
-        data = self._bytes
+        data = self._mapped.bytes
         ends = offsets + size
-        have = os.fstat(self._fd).st_size
-        if int(ends.max()) > min(have, len(data)):
-            past = np.nonzero(ends > min(have, len(data)))[0]
-            j = int(past[np.argmin(offsets[past])])
-            state = (f"the file has {have} bytes; it is truncated" if have < int(ends[j]) else
-                     f"the file had {len(data)} bytes when opened; it has changed since")
+        short = self._mapped.short_record(offsets, ends)
+        if short is not None:
+            j, why = short
             raise FirescaleError(f"{self.path} record {int(indices[j])}: its chunk needs bytes {int(offsets[j])}.."
-                                 f"{int(ends[j])} but {state}")
+                                 f"{int(ends[j])} but {why}")
         rows = images.view(np.uint8).reshape(len(offsets), size)
         if PIXELS_KERNEL == "c":  # one C call: a memcpy per record, bounds-checked against the map
             compiled_kernel().gather(data, offsets, rows)
@@ -173,13 +164,10 @@ class Hdf5Reader:
             rows[j] = data[offset:offset + size]
 
     def close(self) -> None:
-        self._bytes = self._windows = None  # release numpy's hold on the map before closing it
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._windows = None  # release numpy's hold on the map before closing it
+        if self._mapped is not None:
+            self._mapped.close()
+            self._mapped = None
         self.file.close()
 
 

@@ -16,12 +16,10 @@ an error naming the first lost key, never a SIGBUS.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
-from typing import Iterator
-
 from struct import error as struct_error
+from typing import Iterator
 
 import lmdb
 import numpy as np
@@ -29,6 +27,7 @@ import numpy as np
 from ..errors import FirescaleError
 from .batch import batch_array
 from .datum import DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
+from .mapped import MappedFile
 from .pixels import PIXELS_KERNEL, compiled_kernel
 
 DATA_FILE = "data.mdb"
@@ -199,20 +198,18 @@ class LmdbReader:
             raise FirescaleError(f"{self.path / DATA_FILE} record key {keys[0].decode()} has shape "
                                  f"{first.shape}, expected {self.shape}")
         self.codec = RawDatumCodec(self.shape)
-        self._fd: int | None = None
-        self._map: mmap.mmap | None = None
+        self._mapped: MappedFile | None = None
         self._offsets = self._lengths = None
         if (found is not None and self.dtype == np.uint8 and PIXELS_KERNEL == "c"
                 and (keys is found.keys or keys == found.keys)
                 and keys == [datum_key(i) for i in range(len(keys))]):
-            self._fd = os.open(self.path / DATA_FILE, os.O_RDONLY)
-            self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+            self._mapped = MappedFile(self.path / DATA_FILE)
             self._offsets, self._lengths = found.offsets, found.lengths
 
     @property
     def indexed(self) -> bool:
         """True when batches are read through the value index and the compiled kernel."""
-        return self._map is not None
+        return self._mapped is not None
 
     def _value_index(self):
         from .lmdb_pages import LayoutError, value_index
@@ -242,7 +239,7 @@ class LmdbReader:
         n = len(indices)
         images = batch_array(out, n, self.shape, self.dtype)
         labels = np.empty(n, np.int64)
-        if self._map is not None:
+        if self._mapped is not None:
             return self._read_indexed(np.asarray(indices, np.int64), images, labels)
         keys = [self.keys[i] for i in indices.tolist()]
         # buffers=True: values are views into the memory map, valid inside the transaction; decoding
@@ -277,21 +274,18 @@ class LmdbReader:
         if not len(indices):
             return images, labels
         ends = offsets + lengths
-        have = os.fstat(self._fd).st_size
-        limit = min(have, len(self._map))
-        if int(ends.max()) > limit:
-            past = np.nonzero(ends > limit)[0]
-            j = int(past[np.argmin(offsets[past])])
-            state = (f"the file has {have} bytes; it is truncated" if have < int(ends[j]) else
-                     f"the file had {len(self._map)} bytes when opened; it has changed since")
+        short = self._mapped.short_record(offsets, ends)
+        if short is not None:
+            j, why = short
             raise FirescaleError(f"{self.path / DATA_FILE} record key {self.keys[int(indices[j])].decode()} needs "
-                                 f"bytes {int(offsets[j])}..{int(ends[j])} but {state}")
+                                 f"bytes {int(offsets[j])}..{int(ends[j])} but {why}")
         h, w, c = self.shape
-        todo = compiled_kernel().decode_raw_datums_at(self._map, offsets, lengths, self.codec.header, images,
+        mapped = self._mapped.map
+        todo = compiled_kernel().decode_raw_datums_at(mapped, offsets, lengths, self.codec.header, images,
                                                       labels, c, h, w, reverse=c == 3)
         for j in todo:  # laid out otherwise: the full decoder, one by one
             key = self.keys[int(indices[j])]
-            value = self._map[int(offsets[j]):int(ends[j])]
+            value = mapped[int(offsets[j]):int(ends[j])]
             try:
                 labels[j] = self.codec.decode_into(value, images[j])
             except DatumError as exc:
@@ -315,10 +309,7 @@ class LmdbReader:
         return values
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._mapped is not None:
+            self._mapped.close()
+            self._mapped = None
         self.env.close()
