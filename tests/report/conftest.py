@@ -8,7 +8,8 @@ import pytest
 from report_records import RUNS, raw_record
 
 from firescale.report.cells import ReportContext
-from firescale.report.collect import RunRecord, collect_runs, run_record_from_dict
+from firescale.report.collect import collect_runs
+from firescale.sweep.records import RunRecord, run_record_from_dict
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from report_records import DATA, RUNS, raw_record
 
 from firescale.errors import FirescaleError
 from firescale.report import cells
-from firescale.report.collect import collect_runs, run_record_from_dict
+from firescale.report.collect import collect_runs
+from firescale.sweep.records import run_record_from_dict
 from firescale.report.html import to_html
 from firescale.report.summary import load_predictions, run_metrics, summarize
 from firescale.report.tables import tex_escape, to_csv, to_json, to_latex, to_markdown

@@ -86,7 +86,7 @@ def test_snakemake_lint_is_clean():
 def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, monkeypatch):
     """`local` runs the short run and the Horovod allreduce probe on the sweep's most ranks; a cluster
     calibrates communication only from an allreduce.json someone measured there in a job."""
-    from firescale.workflow import Plan
+    from firescale.sweep.plan import Plan
 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)

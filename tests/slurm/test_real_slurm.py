@@ -11,7 +11,8 @@ import yaml
 from firescale.render import JobSpec, render_job_script
 from firescale.schedulers import get_scheduler
 from firescale.site import load_site
-from firescale.sweep_run import PointRun, Polling, collect
+from firescale.sweep.records import PointRecord
+from firescale.sweep.run import PointRun, Polling, collect
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slurm
@@ -67,8 +68,8 @@ def test_a_two_rank_job_runs_under_slurm_and_succeeds(tmp_path, monkeypatch, slu
     assert status["job_id"] == subs[0].job_id == result["job"] and status["exit_code"] == 0
     assert status["scheduler"] == "slurm" and len(status["hosts"]) == 1
     assert any("submitted" in l for l in lines)
-    point = {"site": "slurm-here", "experiment": "e", "point": "g2-b2-r0", "gpus": 2, "nodes": 1, "batch": 2,
-             "lr": 0.1, "repeat": 0, "baseline": False}
+    point = PointRecord(site="slurm-here", experiment="e", point="g2-b2-r0", gpus=2, nodes=1, batch=2, lr=0.1,
+                        repeat=0, baseline=False, walltime="00:05:00", run_dir=str(run), max_resubmits=0)
     record = collect(point, verdict, subs, run, tmp_path / "out" / "result.json", tmp_path / "out" / "status.json")
     assert record["outcome"] == "succeeded" and record["train"]["size"] == 2 and record["queue_s"] >= 0
 

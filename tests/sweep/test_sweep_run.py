@@ -11,7 +11,8 @@ from firescale.errors import FirescaleError
 from firescale.schedulers import get_scheduler
 from firescale.schedulers.base import RUNNING, TIMEOUT
 from firescale.schedulers.pbs import parse_qstat_f
-from firescale.sweep_run import PointRun, Polling, collect
+from firescale.sweep.records import PointRecord
+from firescale.sweep.run import PointRun, Polling, collect
 
 OK_STATUS = {"exit_code": 0, "signal": "", "start": "2026-01-01T00:01:00Z", "end": "2026-01-01T00:05:00Z", "hosts": ["n1"]}
 RESULT = {"status": "target_reached", "time_to_accuracy_s": 100.0}
@@ -132,8 +133,8 @@ def test_collect_writes_the_run_record_and_the_failure_reason(tmp_path):
     status = {**OK_STATUS, "exit_code": 3}
     verdict, subs, *_ = _run(tmp_path, "slurm", [FakeJob(["RUNNING", "FAILED"], status)])
     (tmp_path / "run" / "job.log").write_text("line 1\nTraceback: boom\n")
-    point = {"site": "s", "experiment": "e", "point": "g2-b64-r0", "gpus": 2, "nodes": 1, "batch": 64,
-             "lr": 0.1, "repeat": 0, "baseline": False}
+    point = PointRecord(site="s", experiment="e", point="g2-b64-r0", gpus=2, nodes=1, batch=64, lr=0.1, repeat=0,
+                        baseline=False, walltime="00:10:00", run_dir=str(tmp_path / "run"), max_resubmits=2)
     out = tmp_path / "collected"
     record = collect(point, verdict, subs, tmp_path / "run", out / "result.json", out / "status.json")
     saved = json.loads((out / "result.json").read_text())

@@ -2,7 +2,7 @@
 # A point larger than the site allows stops the workflow here, before anything is submitted.
 import os
 
-from firescale.workflow import Plan
+from firescale.sweep.plan import Plan
 
 PLAN = Plan.build(config)
 SITE = PLAN.site.name

@@ -13,7 +13,7 @@ from ..perf.cli_args import format_duration
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("site", help="site name (site/<name>/site.yaml) or path to a site.yaml")
     parser.add_argument("--experiment", required=True, help="experiment name in the config")
-    parser.add_argument("--config", default="workflow/config.yaml", help="experiments (default workflow/config.yaml)")
+    parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml, else the repository's)")
     parser.add_argument("--calibration", help="calibration.json of this site from `firescale predict calibrate`")
     parser.add_argument("--dataset-size", type=int,
                         help="training images per epoch when the dataset has no manifest yet")
@@ -29,14 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from ..perf.calibrate import load_calibration
     from ..perf.cli_args import describe
     from ..perf.experiment import baseline_epochs_to_target, experiment_platform, predict_experiment
-    from ..sweep import load_config
-    from ..workflow import Plan
+    from ..sweep.plan import load_plan
 
     if args.dataset_size is not None and args.dataset_size < 1:
         raise FirescaleError(f"--dataset-size must be at least 1, not {args.dataset_size}")
     if args.calibration and (args.ppp_compute is not None or args.ppp_comm is not None):
         raise FirescaleError("give either --calibration or --ppp-compute/--ppp-comm, not both")
-    plan = Plan.build(load_config(args.config, {"site": args.site}))
+    plan = load_plan(args.site, args.config)
     calibration = load_calibration(args.calibration) if args.calibration else None
     platform = experiment_platform(plan.site, calibration)
     if args.ppp_compute is not None:

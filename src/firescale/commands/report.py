@@ -16,15 +16,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="parity tolerance as a fraction (default: the experiment's target.tolerance)")
 
 
-def _config_path(given: str | None) -> Path:
-    from ..sweep import repo_root
-
-    if given:
-        return Path(given)
-    local = Path("workflow/config.yaml")
-    return local if local.is_file() else repo_root() / "workflow" / "config.yaml"
-
-
 def _command_line(args: argparse.Namespace, config_path: Path) -> list[str]:
     """The command that makes this report again, from the parsed options (the config's path resolved)."""
     argv = ["firescale", "report", args.site, "--experiment", args.experiment, "--results", args.results,
@@ -43,16 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from ..report.collect import RUN_FILE, collect_runs, missing_record
     from ..report.provenance import collect_provenance
     from ..report.summary import load_predictions, summarize
-    from ..site import load_site
-    from ..sweep import load_config, plan_sweep, repo_root, solver_base_lr
+    from ..sweep.paths import config_file, repo_root
+    from ..sweep.plan import load_plan
 
-    site = load_site(args.site)
-    config_path = _config_path(args.config)
-    config = load_config(config_path, {"site": site.name})
-    experiments = config["experiments"]
-    if args.experiment not in experiments:
-        raise FirescaleError(f"{config_path}: no experiment {args.experiment!r}; known: {', '.join(sorted(experiments))}")
-    exp = experiments[args.experiment]
+    config_path = config_file(args.config)
+    plan = load_plan(args.site, config_path, experiments=[args.experiment], check_limits=False)
+    site, exp = plan.site, plan.experiment(args.experiment)
     tolerance = exp["target"]["tolerance"] if args.tolerance is None else args.tolerance
     if not 0 <= tolerance <= 1:
         raise FirescaleError(f"--tolerance {tolerance} is not a fraction between 0 and 1")
@@ -65,9 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if site.name in exp["sites"]:
         # Points the sweep plans but that have no record still get a row that says so.
         have = {r.point for r in records}
-        planned = plan_sweep(config, args.experiment, site.name, solver_base_lr(config, args.experiment))
         records += [missing_record(p, site.name, site.nodes_for(p.gpus), results / p.name / RUN_FILE)
-                    for p in planned if p.name not in have]
+                    for p in plan.points[args.experiment] if p.name not in have]
 
     predictions = load_predictions(args.predictions) if args.predictions else None
     summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"),

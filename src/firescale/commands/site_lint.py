@@ -12,7 +12,7 @@ from ..site import SiteProfile, check_site
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("site", help="a site name (site/<name>/site.yaml) or a path to a site folder or site.yaml")
-    parser.add_argument("--config", default=None, help="experiments file whose sweep is checked (default: workflow/config.yaml)")
+    parser.add_argument("--config", default=None, help="experiments file whose sweep is checked (default: ./workflow/config.yaml, else the repository's)")
 
 
 def bash_syntax_error(script: str) -> str | None:
@@ -28,9 +28,11 @@ def bash_syntax_error(script: str) -> str | None:
 
 def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     """Every problem with a site: schema, rendering, bash syntax, and its sweep against its limits."""
-    from ..jobs import job_for_point
     from ..render import JobSpec, render_job_script
-    from ..sweep import experiments_for, limit_errors, load_config, plan_sweep, repo_root, solver_base_lr, sweep_walltime
+    from ..sweep.jobs import job_for_point
+    from ..sweep.config import experiments_for, load_config
+    from ..sweep.paths import config_file
+    from ..sweep.plan import Plan
 
     path, config, problems = check_site(site_arg)
     if problems:
@@ -41,16 +43,15 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
                     workdir=Path("/tmp/firescale-lint"), log_file=Path("/tmp/firescale-lint/job.log"),
                     status_file=Path("/tmp/firescale-lint/status.json"))
             for n in sorted({1, site.gpus_per_node})]
-    cfg_file = Path(config_path) if config_path else repo_root() / "workflow" / "config.yaml"
+    cfg_file = config_file(config_path)
     if cfg_file.exists():
         cfg = load_config(cfg_file, {"site": site.name})
-        for experiment in experiments_for(cfg, site.name):
-            points = plan_sweep(cfg, experiment, site.name, solver_base_lr(cfg, experiment))
-            walltime = sweep_walltime(cfg, experiment, site.name)
-            limits = limit_errors(points, site, walltime)
+        plan = Plan.build(cfg, site, experiments=experiments_for(cfg, site.name), source=cfg_file, check_limits=False)
+        for experiment, points in plan.points.items():
+            limits = plan.limit_problems[experiment]
             problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]
             if not limits:
-                jobs += [job_for_point(site, cfg, experiment, p, walltime) for p in points]
+                jobs += [job_for_point(plan, experiment, p) for p in points]
     elif config_path:
         raise FirescaleError(f"{cfg_file}: no such experiments file")
     for job in jobs:

@@ -21,23 +21,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..schedulers import get_scheduler
     from ..site import load_site
-    from ..sweep_run import Polling, PointRun, collect, install_cancel_handlers, read_json
+    from ..sweep.records import read_point_record
+    from ..sweep.run import Polling, PointRun, collect, install_cancel_handlers
 
     site = load_site(args.site)
     if site.archival:
         raise FirescaleError(
             f"site {site.name} is archival (a retired machine): its job scripts are rendered "
             f"(`snakemake --profile {site.name} render`) and predicted, never submitted")
-    point = read_json(args.point_file)
-    if point is None:
-        raise FirescaleError(f"{args.point_file}: no such point file; render the point first")
+    point = read_point_record(args.point_file)
     if not args.script.is_file():
         raise FirescaleError(f"{args.script}: no such job script")
-    run_dir = Path(point["run_dir"])
+    run_dir = Path(point.run_dir)
     first = args.poll_seconds if args.poll_seconds is not None else (2.0 if site.scheduler == "local" else 10.0)
     log = lambda line: print(line, flush=True)  # noqa: E731
     point_run = PointRun(scheduler=get_scheduler(site.scheduler), script=args.script.resolve(), run_dir=run_dir,
-                         max_resubmits=int(point["max_resubmits"]), polling=Polling(first=first), log=log)
+                         max_resubmits=point.max_resubmits, polling=Polling(first=first), log=log)
     install_cancel_handlers(point_run)
     try:
         verdict, submissions = point_run.run()
@@ -46,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
         return 130
     record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
     if record["outcome"] != "succeeded":
-        print(f"firescale: point {point['point']} FAILED: {record['reason']}\n{record['log_tail']}", flush=True)
+        print(f"firescale: point {point.point} FAILED: {record['reason']}\n{record['log_tail']}", flush=True)
     return 0

@@ -80,11 +80,10 @@ def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None
         else:
             raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
                                  "ingest it first or give --dataset-size")
-    from ..sweep import repo_root
+    from ..sweep.paths import in_repo
     from ..train.solver_config import load_solver
 
-    solver_path = Path(exp["solver"])
-    solver = load_solver(solver_path if solver_path.is_absolute() else repo_root() / solver_path)
+    solver = load_solver(in_repo(exp["solver"]))
     test_size = int(manifest["splits"].get("test", {}).get("records", 0)) if manifest is not None else 0
     evaluation = {"test_interval": solver.test_interval if test_size else 0, "test_size": test_size}
     if epochs is not None:

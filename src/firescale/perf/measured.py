@@ -12,8 +12,8 @@ from typing import Any
 from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import RESULT_FORMAT, TrainResult, result_from_dict
+from ..sweep.records import RUN_FORMAT
 
-RUN_FORMAT = "firescale.sweep.run/1"
 MIN_ITERATIONS = 5
 
 # Options of `firescale train` that a short calibration run replaces or drops, with their value count.

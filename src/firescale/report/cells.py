@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .collect import RunRecord
+from ..sweep.records import RunRecord
 from .summary import Row, Stat, Summary
 
 NOT_REACHED = "†"

@@ -10,7 +10,7 @@ from typing import Any
 from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import EvalPoint
-from .collect import RunRecord
+from ..sweep.records import RunRecord
 from .parity import Parity, check_parity
 
 

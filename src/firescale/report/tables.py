@@ -8,7 +8,7 @@ from typing import Any
 
 from . import cells
 from .cells import ReportContext
-from .collect import RunRecord
+from ..sweep.records import RunRecord
 from .summary import Row, Summary, stat_dict
 
 REPORT_FORMAT = "firescale.report/1"

@@ -1,26 +1,13 @@
-"""Experiments and their sweep points: load workflow/config.yaml, expand a site's points, check limits."""
+"""The sweep points of an experiment on a site (GPUs, batch, learning rate, repeat) and the site's limits."""
 from __future__ import annotations
 
-import copy
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import jsonschema
-import yaml
-
-from .errors import FirescaleError
-from .site import SiteProfile, apply_defaults, parse_walltime
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def config_schema() -> dict[str, Any]:
-    return yaml.safe_load((repo_root() / "workflow" / "schemas" / "config.schema.yaml").read_text())
+from ..errors import FirescaleError
+from ..site import SiteProfile, parse_walltime
+from .paths import in_repo
 
 
 @dataclass(frozen=True)
@@ -41,36 +28,6 @@ class SweepPoint:
     @property
     def batch_per_gpu(self) -> int:
         return self.batch // self.gpus
-
-
-def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """workflow/config.yaml validated against its schema, with defaults; errors name the file and key."""
-    path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise FirescaleError(f"{path}: cannot read experiments: {exc}") from None
-    config.update(overrides or {})
-    return validate_config(config, path)
-
-
-def validate_config(config: dict[str, Any], source: str | os.PathLike[str] = "workflow/config.yaml") -> dict[str, Any]:
-    schema = config_schema()
-    config = copy.deepcopy(config)
-    for exp in (config.get("experiments") or {}).values():
-        if isinstance(exp, dict):
-            apply_defaults(schema["$defs"]["experiment"], exp, schema)
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        e = errors[0]
-        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise FirescaleError(f"{source}: key '{key}': {e.message}")
-    return config
-
-
-def experiments_for(config: dict[str, Any], site: str) -> list[str]:
-    """The experiments that list `site` under their `sites`."""
-    return sorted(name for name, exp in config["experiments"].items() if site in exp["sites"])
 
 
 def _scaled_lr(base_lr: float, rule: str, batch: int, baseline_batch: int) -> float:
@@ -122,7 +79,6 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
 
 def solver_base_lr(config: dict[str, Any], experiment: str) -> float:
     """The base learning rate of the experiment's solver file (YAML or solver.prototxt)."""
-    from .train.solver_config import load_solver  # the trainer's parser: one vocabulary
+    from ..train.solver_config import load_solver  # the trainer's parser: one vocabulary
 
-    solver = Path(config["experiments"][experiment]["solver"])
-    return float(load_solver(solver if solver.is_absolute() else repo_root() / solver).base_lr)
+    return float(load_solver(in_repo(config["experiments"][experiment]["solver"])).base_lr)

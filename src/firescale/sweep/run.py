@@ -9,12 +9,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .atomic import atomic_write_json
-from .errors import FirescaleError
-from .schedulers import Scheduler
-from .schedulers.base import CANCELLED, GONE, PREEMPTED, TIMEOUT, JobState
+from ..atomic import atomic_write_json
+from ..errors import FirescaleError
+from ..schedulers import Scheduler
+from ..schedulers.base import CANCELLED, GONE, PREEMPTED, TIMEOUT, JobState
+from .records import PointRecord, write_run_record
 
-RUN_FORMAT = "firescale.sweep.run/1"
 # Exit codes with which training says "I was interrupted and wrote a snapshot": resubmit with --resume.
 INTERRUPTED_EXIT_CODES = frozenset({143, 138, 130})
 WALLTIME_SIGNALS = frozenset({"USR1", "TERM"})
@@ -173,25 +173,16 @@ class PointRun:
             self.scheduler.cancel(job_id)
 
 
-def collect(point: dict[str, Any], verdict: Verdict, submissions: list[Submission], run_dir: Path,
+def collect(point: PointRecord, verdict: Verdict, submissions: list[Submission], run_dir: Path,
             result_out: Path, status_out: Path) -> dict[str, Any]:
     """Write the point's run record (and the job's status file) where the workflow expects them."""
     status = read_json(run_dir / "status.json")
     train = read_json(run_dir / "result.json") if verdict.outcome == "succeeded" else None
-    record = {
-        "format": RUN_FORMAT,
-        **{k: point[k] for k in ("site", "experiment", "point", "gpus", "nodes", "batch", "lr", "repeat", "baseline")},
-        "outcome": verdict.outcome,
-        "reason": verdict.reason,
-        "log_tail": "" if verdict.outcome == "succeeded" else log_tail(run_dir / "job.log"),
-        "queue_s": sum(s.queue_s or 0.0 for s in submissions),
-        "submissions": [asdict(s) for s in submissions],
-        "train": train,
-        "status": status,
-    }
     atomic_write_json(status_out, status if status is not None else {"exit_code": None, "reason": verdict.reason})
-    atomic_write_json(result_out, record)
-    return record
+    return write_run_record(
+        result_out, point, verdict.outcome, verdict.reason,
+        log_tail="" if verdict.outcome == "succeeded" else log_tail(run_dir / "job.log"),
+        submissions=[asdict(s) for s in submissions], train=train, status=status)
 
 
 def install_cancel_handlers(run: PointRun) -> None:

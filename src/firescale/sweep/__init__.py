@@ -1,0 +1,1 @@
+"""The sweep stage: experiments, their points, one Plan, job scripts, and running and recording each point."""

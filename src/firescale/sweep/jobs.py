@@ -1,0 +1,62 @@
+"""From a sweep point to a JobSpec: the `firescale train` command, its run folder, log and status file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..render import JobSpec
+from ..site import parse_walltime
+from .paths import in_repo
+from .plan import Plan
+from .points import SweepPoint
+from .records import PointRecord
+
+
+def run_dir(plan: Plan, experiment: str, point: SweepPoint) -> Path:
+    """Where the job of `point` trains and writes its result, snapshots, log and status file."""
+    return (plan.site.paths.results / experiment / point.name).resolve()
+
+
+def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
+    """argv of one rank: `firescale train` with the point's net, data, solver, batch and target."""
+    exp = plan.experiment(experiment)
+    argv = [*plan.site.config["environment"]["firescale"].split(), "train",
+            "--dataset", str(plan.dataset_dir(experiment)),
+            "--net", exp["net"],
+            "--solver", str(in_repo(exp["solver"])),
+            "--out", str(run_dir(plan, experiment, point)),
+            "--total-batch", str(point.batch),
+            "--lr-scaling", "none",
+            "--set", f"base_lr={point.lr:.10g}",
+            "--warmup-iters", str(exp["warmup_iters"]),
+            "--resume"]
+    target = exp["target"]
+    if "accuracy" in target:
+        argv += ["--target", f"{target['accuracy']:.10g}"]
+    elif not point.baseline:
+        baseline = next(p for p in plan.points[experiment] if p.baseline)
+        argv += ["--target-from", str(run_dir(plan, experiment, baseline) / "result.json"),
+                 "--tolerance", f"{target['tolerance']:.10g}"]
+    return argv
+
+
+def job_for_point(plan: Plan, experiment: str, point: SweepPoint) -> JobSpec:
+    out = run_dir(plan, experiment, point)
+    return JobSpec(
+        name=f"fs-{experiment[:6]}-{point.name}"[:40],
+        ranks=point.gpus,
+        walltime_s=parse_walltime(plan.walltimes[experiment]),
+        command=train_command(plan, experiment, point),
+        workdir=out,
+        log_file=out / "job.log",
+        status_file=out / "status.json",
+        env={"FIRESCALE_RUN_DIR": str(out), "FIRESCALE_EXPERIMENT": experiment, "FIRESCALE_POINT": point.name},
+    )
+
+
+def point_record(plan: Plan, experiment: str, point: SweepPoint) -> PointRecord:
+    """What `firescale sweep run` needs to know of a point besides its script."""
+    return PointRecord(
+        site=plan.site.name, experiment=experiment, point=point.name, gpus=point.gpus,
+        nodes=plan.site.nodes_for(point.gpus), batch=point.batch, lr=point.lr, repeat=point.repeat,
+        baseline=point.baseline, walltime=plan.walltimes[experiment], run_dir=str(run_dir(plan, experiment, point)),
+        max_resubmits=int(plan.experiment(experiment)["max_resubmits"]))

@@ -1,0 +1,131 @@
+"""One Plan of the sweep stage: the site, its experiments' points and walltimes; built once, handed on."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import FirescaleError
+from ..site import SiteProfile, load_site
+from .config import experiments_for, load_config, validate_config
+from .paths import config_file
+from .points import SweepPoint, limit_errors, plan_sweep, solver_base_lr, sweep_walltime
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The site and, per experiment, its sweep points, walltime and any point over the site's limits.
+
+    The Snakefile, `site render`, `site lint`, `report` and `predict experiment` all build this one
+    object and read the points from it; none plans a sweep by hand."""
+
+    site: SiteProfile
+    points: dict[str, list[SweepPoint]]
+    config: dict[str, Any]
+    walltimes: dict[str, str]
+    limit_problems: dict[str, list[str]]
+    source: str = "workflow/config.yaml"
+
+    @classmethod
+    def build(cls, config: dict[str, Any], site: SiteProfile | None = None, *, experiments: list[str] | None = None,
+              source: str | Path = "workflow/config.yaml", check_limits: bool = True) -> "Plan":
+        """Plan `experiments` (default: every experiment that lists the site) on `site` (default: the
+        config's `site`).  With `check_limits`, a point over the site's limits stops here."""
+        config = validate_config(config, source)
+        site = site or load_site(config["site"])
+        if experiments is None:
+            experiments = experiments_for(config, site.name)
+            if not experiments:
+                raise FirescaleError(f"{source}: no experiment lists site {site.name!r} under its 'sites'")
+        for experiment in experiments:
+            if experiment not in config["experiments"]:
+                raise FirescaleError(f"{source}: no experiment {experiment!r}; known: "
+                                     f"{', '.join(sorted(config['experiments']))}")
+        points: dict[str, list[SweepPoint]] = {}
+        walltimes: dict[str, str] = {}
+        problems: dict[str, list[str]] = {}
+        for experiment in experiments:
+            points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment))
+            walltimes[experiment] = sweep_walltime(config, experiment, site.name)
+            problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
+            if check_limits and problems[experiment]:
+                raise FirescaleError("; ".join(problems[experiment]))
+        return cls(site=site, points=points, config=config, walltimes=walltimes, limit_problems=problems,
+                   source=str(source))
+
+    def experiment(self, name: str) -> dict[str, Any]:
+        """The experiment's settings, defaults filled in."""
+        return self.config["experiments"][name]
+
+    def point(self, experiment: str, name: str) -> SweepPoint:
+        """The planned point called `name`; an unknown name lists the known ones."""
+        for point in self.points[experiment]:
+            if point.name == name:
+                return point
+        raise FirescaleError(f"experiment {experiment}: no sweep point {name!r}; points: {', '.join(self.point_names(experiment))}")
+
+    def write_config(self, path: str | Path) -> str:
+        """Write the merged, validated config (profile and --configfile overrides included) for the
+        commands the rules call; rewritten only when it changed, so Snakemake sees no new mtime."""
+        import yaml
+
+        from ..atomic import atomic_write_text
+
+        path = Path(path)
+        text = "# written by the workflow: the experiments as this run sees them\n" + yaml.safe_dump(self.config, sort_keys=True)
+        if not path.exists() or path.read_text() != text:
+            atomic_write_text(path, text)
+        return str(path)
+
+    def allreduce_measurement(self) -> Path:
+        """Where a cluster's Horovod allreduce measurement goes (`bench allreduce --json`, run in a job)."""
+        return Path("results") / self.site.name / "allreduce.json"
+
+    def calibration_options(self, experiment: str) -> str:
+        """Extra `predict calibrate` options.  On a site without a scheduler, a short second run at half
+        the batch fits the fixed per-iteration overhead, and Horovod's allreduce timed on the sweep's most
+        ranks fits the communication factor.  On a cluster both would run on the login node: there the
+        communication factor comes from results/<site>/allreduce.json when someone measured it in a job."""
+        import shlex
+
+        if self.site.scheduler != "local":
+            measured = self.allreduce_measurement()
+            return f"--allreduce-json {shlex.quote(str(measured))}" if measured.is_file() else ""
+        most = max(p.gpus for p in self.points[experiment])
+        return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
+
+    def point_names(self, experiment: str) -> list[str]:
+        return [p.name for p in self.points[experiment]]
+
+    def dataset(self, experiment: str) -> dict[str, Any]:
+        return self.experiment(experiment)["dataset"]
+
+    def dataset_source(self, name: str) -> str:
+        """The ingest source of the dataset called `name`."""
+        for experiment in self.points:
+            if self.dataset(experiment)["name"] == name:
+                return self.dataset(experiment)["source"]
+        raise FirescaleError(f"no experiment of site {self.site.name} uses dataset {name!r}")
+
+    def dataset_manifest_pattern(self) -> str:
+        """Where an ingested dataset's manifest lands: the site's datasets path, `{dataset}` left open."""
+        return str(self.site.paths.datasets.resolve() / "{dataset}" / "manifest.json")
+
+    def dataset_dir(self, experiment: str) -> Path:
+        return (self.site.paths.datasets / self.dataset(experiment)["name"]).resolve()
+
+    def files(self, pattern: str, experiment: str | None = None) -> list[str]:
+        """`pattern` filled in for every point (of one experiment, or of all)."""
+        names = [experiment] if experiment else list(self.points)
+        return [pattern.format(site=self.site.name, experiment=e, point=p)
+                for e in names for p in self.point_names(e)]
+
+
+def load_plan(site: str | SiteProfile, config: str | Path | None = None, *, experiments: list[str] | None = None,
+              check_limits: bool = True) -> Plan:
+    """The Plan a command works from: the site (a name, a path or a profile already checked), the
+    experiments file given on the command line or the default one, and the experiments asked for."""
+    profile = site if isinstance(site, SiteProfile) else load_site(site)
+    path = config_file(config)
+    loaded = load_config(path, {"site": profile.name})
+    return Plan.build(loaded, profile, experiments=experiments, source=path, check_limits=check_limits)
