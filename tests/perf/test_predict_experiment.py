@@ -57,10 +57,11 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     assert model["dataset_size"] == 1438 and model["input_shape"] == [8, 8, 1]
     assert model["epochs"] == pytest.approx(1500 * 64 / 1438)
     assert base["training_s"] == pytest.approx(1500 * base["iteration_s"])
-    # An evaluation every 50 iterations (the solver's test_interval): 30 of the calibrated 50 ms on one
-    # device, sharded in two at 2 ranks; time to accuracy is training plus evaluating.
-    assert model["test_interval"] == 50 and model["test_size"] == 359
-    assert base["evaluation_s"] == pytest.approx(30 * 0.05) and two["evaluation_s"] == pytest.approx(30 * 0.05 / 2)
+    # An evaluation before the first iteration (Caffe's default test_initialization) and every 50
+    # iterations (the solver's test_interval): 31 of the calibrated 50 ms on one device, sharded in two
+    # at 2 ranks; time to accuracy is training plus evaluating.
+    assert model["test_interval"] == 50 and model["test_size"] == 359 and model["test_initialization"] is True
+    assert base["evaluation_s"] == pytest.approx(31 * 0.05) and two["evaluation_s"] == pytest.approx(31 * 0.05 / 2)
     for p in (base, two):
         assert p["time_to_accuracy_s"] == pytest.approx(p["training_s"] + p["evaluation_s"])
     assert two["speedup"] == pytest.approx(base["time_to_accuracy_s"] / two["time_to_accuracy_s"])

@@ -41,6 +41,20 @@ def test_warmup_ramps_from_the_unscaled_rate():
     assert [plain.warmup_factor(i) for i in range(5)] == pytest.approx([0.25, 0.4375, 0.625, 0.8125, 1.0])
 
 
+def test_a_sweep_point_warms_up_from_the_baselines_rate():
+    """A sweep sets base_lr to the point's own rate (0.4 at 4x the batch) and names the baseline's 0.1:
+    the ramp starts at 0.1, a quarter of the point's rate, not at 1/warmup_iters of it."""
+    plan = plan_batches(2, total_batch=256, warmup_iters=10, base_lr=0.4, warmup_start_lr=0.1)
+    assert plan.lr_scale == 1.0 and plan.warmup_start_lr == 0.1
+    assert 0.4 * plan.warmup_factor(0) == pytest.approx(0.1)
+    assert 0.4 * plan.warmup_factor(5) == pytest.approx(0.25)
+    assert plan.warmup_factor(10) == 1.0
+    # a point at or below the baseline's rate needs no warm-up
+    assert plan_batches(1, total_batch=64, warmup_iters=10, base_lr=0.05, warmup_start_lr=0.1).warmup_factor(0) == 1.0
+    with pytest.raises(FirescaleError, match="--warmup-start-lr must be positive"):
+        plan_batches(1, total_batch=64, warmup_iters=10, base_lr=0.05, warmup_start_lr=0.0)
+
+
 def test_snapshot_round_trip_and_latest(tmp_path):
     weights = {"conv1/weights": np.arange(6, dtype=np.float32).reshape(2, 3)}
     state = {"history/conv1/weights": np.ones((2, 3), np.float32)}

@@ -103,3 +103,22 @@ def test_solver_state_round_trip_continues_identically():
     for it, g in enumerate(grads[2:], start=2):
         sc.apply([tf.constant(g)], tf.constant(0.01), tf.constant(it, tf.int64))
     assert np.array_equal(c.numpy(), a.numpy())
+
+
+def test_clip_gradients_acts_before_the_iter_size_normalisation():
+    """Caffe clips the gradients accumulated over iter_size batches, then divides by iter_size: with a
+    threshold between the normalised norm and the accumulated one, only Caffe's order clips."""
+    rng = np.random.default_rng(5)
+    w0 = [rng.normal(size=(5,)).astype(np.float32), rng.normal(size=(2, 3)).astype(np.float32)]
+    g = [rng.normal(size=x.shape).astype(np.float32) for x in w0]
+    norm = float(np.sqrt(sum(np.sum(x.astype(np.float64) ** 2) for x in g)))
+    iter_size, clip = 4, 2.0 * norm          # the normalised norm is under it, the accumulated one over it
+    cfg = solver_from_mapping({"base_lr": 0.1, "max_iter": 10, "iter_size": iter_size, "clip_gradients": clip})
+    params = [tf.Variable(x) for x in w0]
+    CaffeSolver(cfg, params, ["a", "b"]).apply([tf.constant(x) for x in g], tf.constant(0.1), tf.constant(0, tf.int64))
+    accumulated = [x.astype(np.float64) * iter_size for x in g]
+    clipped = [x * clip / (iter_size * norm) for x in accumulated]     # Caffe's ClipGradients
+    expected = [w - 0.1 * c / iter_size for w, c in zip(w0, clipped)]  # then Normalize, then SGD
+    for got, want, start, grad in zip(params, expected, w0, g):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(got.numpy(), start - 0.1 * grad)         # clipping changed the step

@@ -26,6 +26,8 @@ max_iter: {max_iter}
 test_interval: {test_interval}
 display: 10
 snapshot: {snapshot}
+snapshot_prefix: snapshot
+test_initialization: false
 random_seed: 7
 """
 

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr-scaling", choices=("none", "linear", "sqrt"), default="none",
                         help="scale base_lr with effective batch / reference batch (FireCaffe: linear)")
     parser.add_argument("--warmup-iters", type=int, default=0, help="linear learning-rate warm-up over K updates")
+    parser.add_argument("--warmup-start-lr", type=float,
+                        help="the rate warm-up starts from (Goyal et al.: the baseline's unscaled rate; default: "
+                             "base_lr before --lr-scaling, or base_lr / K without scaling)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, help="stop at the first evaluation with top-1 >= this")
     target.add_argument("--target-from", type=Path, metavar="BASELINE_RESULT.json",
@@ -62,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     opts = TrainOptions(
         dataset=args.dataset, net=args.net, solver=args.solver, out=args.out, overrides=list(args.overrides),
         batch_per_rank=args.batch_per_rank, total_batch=args.total_batch, reference_batch=args.reference_batch,
-        lr_scaling=args.lr_scaling, warmup_iters=args.warmup_iters, target=args.target,
+        lr_scaling=args.lr_scaling, warmup_iters=args.warmup_iters, warmup_start_lr=args.warmup_start_lr,
+        target=args.target,
         target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,

@@ -33,7 +33,7 @@ class TrainRuns:
         out = self.workdir / name
         cmd = [sys.executable, "-m", "firescale", "train", "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--total-batch", str(total_batch), "--out", str(out),
-               "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "snapshot=0",
+               "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "test_initialization=false", "--set", "snapshot=0",
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
         if self.reference_batch:
             cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]

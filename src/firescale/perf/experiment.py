@@ -31,12 +31,13 @@ class ExperimentModel:
     epochs_source: str
     test_interval: int = 0
     test_size: int = 0
+    test_initialization: bool = False   # Caffe's evaluation before the first iteration
 
     def to_dict(self) -> dict[str, Any]:
         return {"net": self.net.name, "input_shape": list(self.net.input_shape), "classes": self.net.num_classes,
                 "dataset_size": self.dataset_size, "dataset_size_source": self.dataset_size_source,
                 "epochs": self.epochs, "epochs_source": self.epochs_source, "test_interval": self.test_interval,
-                "test_size": self.test_size}
+                "test_size": self.test_size, "test_initialization": self.test_initialization}
 
 
 def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
@@ -85,7 +86,8 @@ def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None
 
     solver = load_solver(in_repo(exp["solver"]))
     test_size = int(manifest["splits"].get("test", {}).get("records", 0)) if manifest is not None else 0
-    evaluation = {"test_interval": solver.test_interval if test_size else 0, "test_size": test_size}
+    evaluation = {"test_interval": solver.test_interval if test_size else 0, "test_size": test_size,
+                  "test_initialization": solver.test_initialization}
     if epochs is not None:
         return ExperimentModel(spec, size, size_source, float(epochs[0]), epochs[1], **evaluation)
     if exp.get("epochs") is not None:
@@ -100,14 +102,15 @@ def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None
 def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iterations: int,
                  calibration: Calibration | None = None) -> float:
     """Seconds spent evaluating before `iterations` are done: one evaluation every test_interval
-    iterations (the one that sees the target included), each sharded over the `gpus` devices.
+    iterations (the one that sees the target included), and one before the first iteration when the
+    solver has Caffe's test_initialization, each sharded over the `gpus` devices.
 
     One evaluation takes the baseline's measured time when the calibration has it, else the forward
     pass over the test set at the platform's compute factor (Paleo's forward time; no overhead).
     """
     if not model.test_interval or not model.test_size:
         return 0.0
-    evaluations = math.ceil(iterations / model.test_interval)
+    evaluations = math.ceil(iterations / model.test_interval) + int(model.test_initialization)
     if calibration is not None and calibration.eval_s > 0:
         return evaluations * calibration.eval_s / gpus
     per_device = math.ceil(model.test_size / gpus)

@@ -106,7 +106,7 @@ def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int,
         i += 1
     scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
     return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
-            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
+            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0", "--set", "test_initialization=false",
             "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
 
 

@@ -29,6 +29,9 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
             "--set", f"base_lr={point.lr:.10g}",
             "--warmup-iters", str(exp["warmup_iters"]),
             "--resume"]
+    if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
+        baseline = next(p for p in plan.points[experiment] if p.baseline)
+        argv[-1:-1] = ["--warmup-start-lr", f"{baseline.lr:.10g}"]
     target = exp["target"]
     if "accuracy" in target:
         argv += ["--target", f"{target['accuracy']:.10g}"]

@@ -24,6 +24,7 @@ class BatchPlan:
     lr_scale: float            # multiplies base_lr: 1, B/B_ref or sqrt(B/B_ref)
     warmup_iters: int          # linear warm-up length in updates (0: none)
     warmup_start_factor: float  # the warm-up multiplier at iteration 0
+    warmup_start_lr: float | None = None  # the rate warm-up starts from, when given (Goyal et al.: the unscaled one)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,29 +39,21 @@ class BatchPlan:
 
 def plan_batches(ranks: int, *, batch_per_rank: int | None = None, total_batch: int | None = None,
                  iter_size: int = 1, reference_batch: int | None = None, lr_scaling: str = "none",
-                 warmup_iters: int = 0) -> BatchPlan:
+                 warmup_iters: int = 0, base_lr: float | None = None,
+                 warmup_start_lr: float | None = None) -> BatchPlan:
     """Resolve `--batch-per-rank b` or `--total-batch B` for `ranks` ranks and the LR rule.
 
     The learning rate is scaled relative to `reference_batch` (default: the per-rank batch when the
     per-rank batch is given, as with one worker's tuned batch in weak scaling; the total batch when the
     total is given, so strong scaling keeps the rate).  FireCaffe: batch x4 -> LR x4 (linear).
-    A warm-up starts at 1/lr_scale of the scaled rate (the unscaled rate, Goyal et al.) or, without
-    scaling, at 1/warmup_iters, and grows linearly to the full rate at `warmup_iters`.
+    Warm-up (Goyal et al. 2017) starts from the unscaled rate and grows linearly to the full rate at
+    `warmup_iters`: from `warmup_start_lr` when given (a sweep sets base_lr to the point's own rate and
+    names the baseline's rate here), else from base_lr, 1/lr_scale of the scaled rate, else, without
+    scaling, from 1/warmup_iters of it.  A start at or above the full rate needs no warm-up (factor 1).
     """
     if ranks < 1:
         raise FirescaleError(f"the number of ranks must be at least 1, not {ranks}")
-    if (batch_per_rank is None) == (total_batch is None):
-        raise FirescaleError("give exactly one of --batch-per-rank and --total-batch")
-    if batch_per_rank is not None:
-        if batch_per_rank < 1:
-            raise FirescaleError(f"--batch-per-rank must be at least 1, not {batch_per_rank}")
-        per_rank = batch_per_rank
-    else:
-        assert total_batch is not None
-        if total_batch < 1 or total_batch % ranks:
-            raise FirescaleError(f"--total-batch {total_batch} must be a positive multiple of the "
-                                 f"{ranks} ranks so that every rank gets the same batch")
-        per_rank = total_batch // ranks
+    per_rank = _per_rank_batch(ranks, batch_per_rank, total_batch)
     total = per_rank * ranks
     if reference_batch is None:
         reference_batch = per_rank if batch_per_rank is not None else total
@@ -72,8 +65,35 @@ def plan_batches(ranks: int, *, batch_per_rank: int | None = None, total_batch: 
         raise FirescaleError(f"--warmup-iters must not be negative, not {warmup_iters}")
     ratio = total * iter_size / reference_batch
     scale = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[lr_scaling]
-    start = 1.0 / scale if scale > 1.0 else (1.0 / warmup_iters if warmup_iters else 1.0)
+    start = _warmup_start(scale, warmup_iters, base_lr, warmup_start_lr)
     return BatchPlan(ranks=ranks, batch_per_rank=per_rank, total_batch=total, iter_size=iter_size,
                      effective_batch=total * iter_size, reference_batch=reference_batch,
                      lr_scaling=lr_scaling, lr_scale=scale, warmup_iters=warmup_iters,
-                     warmup_start_factor=start)
+                     warmup_start_factor=start, warmup_start_lr=warmup_start_lr)
+
+
+def _per_rank_batch(ranks: int, batch_per_rank: int | None, total_batch: int | None) -> int:
+    if (batch_per_rank is None) == (total_batch is None):
+        raise FirescaleError("give exactly one of --batch-per-rank and --total-batch")
+    if batch_per_rank is not None:
+        if batch_per_rank < 1:
+            raise FirescaleError(f"--batch-per-rank must be at least 1, not {batch_per_rank}")
+        return batch_per_rank
+    assert total_batch is not None
+    if total_batch < 1 or total_batch % ranks:
+        raise FirescaleError(f"--total-batch {total_batch} must be a positive multiple of the "
+                             f"{ranks} ranks so that every rank gets the same batch")
+    return total_batch // ranks
+
+
+def _warmup_start(scale: float, warmup_iters: int, base_lr: float | None, warmup_start_lr: float | None) -> float:
+    """The warm-up multiplier at iteration 0 (see plan_batches)."""
+    if warmup_start_lr is not None:
+        if not warmup_start_lr > 0:
+            raise FirescaleError(f"--warmup-start-lr must be positive, not {warmup_start_lr}")
+        if base_lr is None or base_lr <= 0:
+            raise FirescaleError("--warmup-start-lr needs the solver's base_lr to compare with")
+        return min(1.0, warmup_start_lr / (base_lr * scale))
+    if scale > 1.0:
+        return 1.0 / scale
+    return 1.0 / warmup_iters if warmup_iters else 1.0

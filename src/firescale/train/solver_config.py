@@ -5,19 +5,24 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import FirescaleError
+from .prototxt import parse_prototxt
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
 LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
-# Caffe's old `solver_type` enum spelled the same methods in capitals.
-_OLD_SOLVER_TYPES = {t.upper(): t for t in SOLVER_TYPES}
-# Keys Caffe solver files often carry that name things outside the solver (the net file, the device).
-# They are accepted, kept in `SolverConfig.ignored` and reported, never silently dropped.
-RECORDED_ONLY_KEYS = ("net", "train_net", "test_net", "solver_mode", "device_id", "snapshot_format",
-                      "snapshot_diff", "debug_info")
+# Caffe's deprecated `solver_type` enum (SolverParameter.SolverType), by name and by number, as
+# Caffe's UpgradeSolverType maps it onto `type`.
+OLD_SOLVER_TYPES = {"SGD": "SGD", "NESTEROV": "Nesterov", "ADAGRAD": "AdaGrad", "RMSPROP": "RMSProp",
+                    "ADADELTA": "AdaDelta", "ADAM": "Adam"}
+# SolverParameter fields that describe the net, its test nets, the device or Caffe's own output, not
+# the optimisation: firescale takes the net from --net, the data from --dataset and the devices from the
+# site.  They are accepted, kept in `SolverConfig.ignored` and reported, never silently dropped.
+NET_ONLY_KEYS = ("net", "net_param", "train_net", "test_net", "train_net_param", "test_net_param",
+                 "train_state", "test_state", "test_compute_loss", "solver_mode", "device_id",
+                 "snapshot_format", "snapshot_diff", "debug_info", "layer_wise_reduce", "weights")
 
 
 @dataclass
@@ -42,11 +47,11 @@ class SolverConfig:
     clip_gradients: float = -1.0
     test_interval: int = 0
     test_iter: int | None = None
-    test_initialization: bool = False
+    test_initialization: bool = True
     display: int = 0
     average_loss: int = 1
     snapshot: int = 0
-    snapshot_prefix: str = "snapshot"
+    snapshot_prefix: str = "snapshot"   # as written, or as Caffe completes it (see snapshot_name)
     snapshot_after_train: bool = True
     random_seed: int = -1
     # Per-layer multipliers (Caffe's ParamSpec lr_mult / decay_mult): layer name -> [weights, bias].
@@ -57,6 +62,12 @@ class SolverConfig:
     def to_dict(self) -> dict[str, Any]:
         """All settings as plain JSON-able values (for the result record)."""
         return dataclasses.asdict(self)
+
+    @property
+    def snapshot_name(self) -> str:
+        """The file-name prefix of the run's snapshots in RUNDIR/snapshots/: the last component of
+        snapshot_prefix (Caffe's `examples/mnist/lenet` writes `lenet_iter_N`)."""
+        return PurePosixPath(self.snapshot_prefix).name
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SolverConfig) if f.name != "ignored"}
@@ -139,39 +150,73 @@ def _coerce(source: str, key: str, value: Any) -> Any:
     raise AssertionError(key)
 
 
+def _old_solver_type(source: str, raw: dict[str, Any]) -> str:
+    """The `type` a deprecated `solver_type: ENUM` names (by name or number), as Caffe upgrades it."""
+    if "type" in raw:
+        raise _err(source, "solver_type", "and 'type' cannot both be given (Caffe refuses the same); keep 'type'")
+    value = raw["solver_type"]
+    names = list(OLD_SOLVER_TYPES)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        value = names[value]
+    if value not in OLD_SOLVER_TYPES:
+        raise _err(source, "solver_type", f"must be one of {', '.join(names)} (or 0-{len(names) - 1}), not {value!r}")
+    return OLD_SOLVER_TYPES[value]
+
+
+def _caffe_snapshot_prefix(prefix: Any, source: str) -> str:
+    """Caffe's UpgradeSnapshotPrefixProperty: no prefix means the solver file's path without its
+    extension; a directory (written with a trailing '/') gets the solver file's name appended."""
+    stem = PurePosixPath(Path(source).as_posix()).with_suffix("")
+    if prefix is None:
+        return str(stem)
+    if isinstance(prefix, str) and prefix.endswith("/"):
+        return prefix + stem.name
+    return prefix
+
+
 def solver_from_mapping(raw: dict[str, Any], source: str = "solver") -> SolverConfig:
-    """Build and validate a SolverConfig from a mapping of Caffe keys; `source` names it in errors."""
+    """Build and validate a SolverConfig from a mapping of Caffe keys, read as Caffe reads a
+    SolverParameter; `source` (the solver file) names it in errors and completes snapshot_prefix."""
     if not isinstance(raw, dict):
         raise FirescaleError(f"{source}: a solver must be a mapping of Caffe solver keys, not {type(raw).__name__}")
+    raw = {str(k): v for k, v in raw.items()}
+    if "solver_type" in raw:
+        raw["type"] = _old_solver_type(source, raw)
+        del raw["solver_type"]
     values: dict[str, Any] = {}
     ignored: dict[str, Any] = {}
     for key, value in raw.items():
-        key = str(key)
-        if key == "solver_type":  # old Caffe spelling of `type`
-            name = str(value).upper()
-            if name not in _OLD_SOLVER_TYPES:
-                raise _err(source, key, f"must be one of {', '.join(_OLD_SOLVER_TYPES)}, not {value!r}")
-            key, value = "type", _OLD_SOLVER_TYPES[name]
-        if key == "test_iter" and isinstance(value, list):  # Caffe repeats it per test net; we have one
-            if len(value) != 1:
-                raise _err(source, key, f"is given {len(value)} times but there is one test set")
-            value = value[0]
-        if key in RECORDED_ONLY_KEYS:
+        if key == "test_iter" and isinstance(value, list):  # repeated: one per test net
+            if len(value) == 1:
+                value = value[0]
+            else:  # several test nets (a test_state each); firescale evaluates its one test split whole
+                ignored[key] = value
+                continue
+        if key in NET_ONLY_KEYS:
             ignored[key] = value
             continue
         if key not in _FIELDS:
-            known = ", ".join(sorted([*_FIELDS, "solver_type", *RECORDED_ONLY_KEYS]))
+            known = ", ".join(sorted([*_FIELDS, "solver_type", *NET_ONLY_KEYS]))
             raise FirescaleError(f"{source}: unknown solver key {key!r}; known keys: {known}")
-        if key in values:
-            raise _err(source, key, "is given twice")
+        if isinstance(value, dict) and key not in ("lr_mult", "decay_mult"):
+            raise _err(source, key, "takes a value, not a message {...}")
         values[key] = _coerce(source, key, value)
     if "max_iter" not in values:
         raise _err(source, "max_iter", "is required (the number of iterations to train)")
     if "base_lr" not in values:
         raise _err(source, "base_lr", "is required (the base learning rate)")
+    values["snapshot_prefix"] = _caffe_snapshot_prefix(values.get("snapshot_prefix"), source)
     config = SolverConfig(**values, ignored=ignored)
     validate(config, source)
     return config
+
+
+def ignored_note(config: SolverConfig) -> str:
+    """One sentence naming the solver keys firescale read but does not use, or '' when there are none."""
+    if not config.ignored:
+        return ""
+    return ("solver keys ignored (firescale takes the net from --net, the data from --dataset and the devices "
+            f"from the site): {', '.join(sorted(config.ignored))}")
 
 
 def validate(c: SolverConfig, source: str = "solver") -> None:
@@ -197,8 +242,9 @@ def validate(c: SolverConfig, source: str = "solver") -> None:
     need(c.display >= 0, "display", f"must not be negative, not {c.display}")
     need(c.average_loss >= 1, "average_loss", f"must be at least 1, not {c.average_loss}")
     need(c.snapshot >= 0, "snapshot", f"must not be negative, not {c.snapshot}")
-    need(bool(c.snapshot_prefix) and "/" not in c.snapshot_prefix, "snapshot_prefix",
-         f"must be a plain file-name prefix (snapshots go to RUNDIR/snapshots/), not {c.snapshot_prefix!r}")
+    need(c.snapshot_name not in ("", ".", ".."), "snapshot_prefix",
+         f"must end in a file-name prefix (its last component names the files in RUNDIR/snapshots/), "
+         f"not {c.snapshot_prefix!r}")
     need(c.random_seed >= -1, "random_seed", f"must be -1 (unset) or a non-negative integer, not {c.random_seed}")
     if c.type in ("AdaGrad", "RMSProp"):
         need(c.momentum == 0, "momentum", f"cannot be used with {c.type} (Caffe requires 0), not {c.momentum}")
@@ -220,67 +266,6 @@ def validate(c: SolverConfig, source: str = "solver") -> None:
 
 
 # ------------------------------------------------------------------ reading files
-
-
-_TOKEN = re.compile(r'\s*(?:(#[^\n]*)|("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\')|([{}:])|([^\s{}:#"\']+))')
-
-
-def parse_prototxt(text: str, source: str) -> dict[str, Any]:
-    """Parse Caffe's protobuf text format for a flat SolverParameter; repeated keys become lists."""
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            if text[pos:].strip() == "":
-                break
-            raise FirescaleError(f"{source}: cannot parse solver prototxt near {text[pos:pos + 30]!r}")
-        pos = m.end()
-        comment, quoted, punct, word = m.groups()
-        if comment is not None:
-            continue
-        if quoted is not None:
-            tokens.append(("str", bytes(quoted[1:-1], "utf-8").decode("unicode_escape")))
-        elif punct is not None:
-            tokens.append(("punct", punct))
-        elif word is not None:
-            tokens.append(("word", word))
-    out: dict[str, Any] = {}
-    repeated = {"stepvalue", "test_iter"}
-    i = 0
-    while i < len(tokens):
-        kind, key = tokens[i]
-        if kind != "word":
-            raise FirescaleError(f"{source}: expected a solver key, found {key!r}")
-        if i + 1 < len(tokens) and tokens[i + 1] == ("punct", "{"):
-            raise FirescaleError(f"{source}: unknown solver key {key!r} (nested messages such as net_param "
-                                 "are not supported; name the net with --net)")
-        if i + 2 >= len(tokens) or tokens[i + 1] != ("punct", ":"):
-            raise FirescaleError(f"{source}: solver key {key!r} must be followed by ': value'")
-        vkind, raw = tokens[i + 2]
-        if vkind == "punct":
-            raise FirescaleError(f"{source}: solver key {key!r} has no value")
-        value: Any = raw if vkind == "str" else _scalar(raw)
-        if key in repeated:
-            out.setdefault(key, []).append(value)
-        elif key in out:
-            raise _err(source, key, "is given twice")
-        else:
-            out[key] = value
-        i += 3
-    return out
-
-
-def _scalar(word: str) -> Any:
-    if re.fullmatch(r"[+-]?\d+", word):
-        return int(word)
-    try:
-        return float(word)
-    except ValueError:
-        pass
-    if word in ("true", "false"):
-        return word == "true"
-    return word  # an enum such as GPU or SGD
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -320,5 +305,8 @@ def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         raise FirescaleError(f"solver file {path}: the name must end in .yaml, .yml or .prototxt")
     for item in overrides:
         key, value = parse_override(item)
+        if key in ("type", "solver_type"):  # an override of the method replaces either spelling
+            raw.pop("type", None)
+            raw.pop("solver_type", None)
         raw[key] = value
     return solver_from_mapping(raw, str(path))

@@ -9,14 +9,23 @@ import tensorflow as tf
 from .solver_config import SolverConfig
 
 
+def clip_gradients(grads: Sequence[tf.Tensor], threshold: float, iter_size: int = 1) -> list[tf.Tensor]:
+    """Caffe's ClipGradients, before Normalize: when the joint L2 norm of the accumulated gradients
+    (`iter_size` x the normalised `grads`) exceeds `threshold`, scale them all by threshold / norm."""
+    l2norm = float(iter_size) * tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+    scale = tf.where(l2norm > threshold, threshold / tf.maximum(l2norm, 1e-30), tf.constant(1.0))
+    return [g * scale for g in grads]
+
+
 class CaffeSolver:
     """Applies Caffe's regularisation and update rule to a list of parameters, keeping Caffe's history blobs.
 
     The gradients handed to `apply` are already normalised (the mean over the global batch and
-    `iter_size`), as after Caffe's `Normalize`.  Per parameter, as Caffe's SGDSolver::ApplyUpdate:
-    clip (all parameters together), add weight decay (L2: `decay * w`, L1: `decay * sign(w)`, with
-    `decay = weight_decay * decay_mult`), compute the update with `local_rate = rate * lr_mult` and
-    subtract it from the weights.
+    `iter_size`), as after Caffe's `Normalize`.  In Caffe's SGDSolver::ApplyUpdate order: clip first,
+    on the gradients as they are before Normalize (accumulated over `iter_size` batches, each the
+    batch's mean: `iter_size` times ours), all parameters together by their joint L2 norm; then per
+    parameter add weight decay (L2: `decay * w`, L1: `decay * sign(w)`, with `decay = weight_decay *
+    decay_mult`), compute the update with `local_rate = rate * lr_mult` and subtract it from the weights.
     """
 
     def __init__(self, config: SolverConfig, params: Sequence[tf.Variable], names: Sequence[str],
@@ -39,9 +48,7 @@ class CaffeSolver:
         c = self.config
         grads = [tf.convert_to_tensor(g, tf.float32) for g in grads]
         if c.clip_gradients >= 0:
-            l2norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
-            scale = tf.where(l2norm > c.clip_gradients, c.clip_gradients / l2norm, tf.constant(1.0))
-            grads = [g * scale for g in grads]
+            grads = clip_gradients(grads, c.clip_gradients, c.iter_size)
         for i, (w, g) in enumerate(zip(self.params, grads)):
             g = self._regularize(w, g, self.decay_mults[i])
             local_rate = rate * tf.constant(self.lr_mults[i], tf.float32)

@@ -16,7 +16,7 @@ from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_resu
 from .checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
 from .lr_policies import learning_rate
 from .scaling import plan_batches
-from .solver_config import SolverConfig, load_solver
+from .solver_config import SolverConfig, ignored_note, load_solver
 from .timing import SegmentClock, SplitSums, now, time_to_accuracy
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
@@ -37,6 +37,7 @@ class TrainOptions:
     reference_batch: int | None = None
     lr_scaling: str = "none"
     warmup_iters: int = 0
+    warmup_start_lr: float | None = None
     target: float | None = None
     target_from: Path | None = None
     tolerance: float = 0.01
@@ -129,7 +130,8 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
         raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
     plan = plan_batches(rank.size, batch_per_rank=opts.batch_per_rank, total_batch=opts.total_batch,
                         iter_size=solver_cfg.iter_size, reference_batch=opts.reference_batch,
-                        lr_scaling=opts.lr_scaling, warmup_iters=opts.warmup_iters)
+                        lr_scaling=opts.lr_scaling, warmup_iters=opts.warmup_iters,
+                        base_lr=solver_cfg.base_lr, warmup_start_lr=opts.warmup_start_lr)
     tf.random.set_seed(seed)
 
     transform = Transform(scale=opts.scale, mean=opts.mean, crop=opts.crop, mirror=opts.mirror)
@@ -159,7 +161,7 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
     # ---------------------------------------------------------------- resume or start
     meta: dict[str, Any] = {}
     start_iter = 0
-    snapshot_file = latest_snapshot(snap_dir, solver_cfg.snapshot_prefix) if (opts.resume and rank.is_root) else None
+    snapshot_file = latest_snapshot(snap_dir, solver_cfg.snapshot_name) if (opts.resume and rank.is_root) else None
     snapshot_name = rank.broadcast_object(str(snapshot_file) if snapshot_file else "")
     if snapshot_name:
         if rank.is_root:
@@ -234,6 +236,8 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
                f"{plan.effective_batch}, {solver_cfg.type} base_lr {solver_cfg.base_lr} x {plan.lr_scale:g}, "
                f"allreduce {allreduce_info['algorithm']}, target {target_source}"
                + (f", resumed at iteration {start_iter}" if start_iter else ""))
+    if ignored_note(solver_cfg):
+        _say(rank, ignored_note(solver_cfg))
 
     # ---------------------------------------------------------------- state helpers
     split = SplitSums()
@@ -276,7 +280,7 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
             "split_sums": totals().to_dict(),
         }
         weights = {info.name: var.numpy() for info, var in zip(net.infos, net.params)}
-        write_snapshot(snap_dir, solver_cfg.snapshot_prefix,
+        write_snapshot(snap_dir, solver_cfg.snapshot_name,
                        Snapshot(iteration, weights, solver.state_arrays(), meta_out))
 
     def run_eval() -> EvalPoint:
