@@ -1,5 +1,6 @@
 # firescale: how fast does deep-network training scale on this cluster?
 #   snakemake --profile NAME speedup_sweep    baseline, every sweep point, then the report
+#   snakemake --profile NAME lr_sweep         the baseline and every rate of a learning-rate search
 # The profile (site/NAME/config.yaml, installed by `make setup`) chooses the site; experiments live in
 # workflow/config.yaml. Rules only wire files: each calls one `firescale` command.
 import os
@@ -21,7 +22,7 @@ include: "workflow/rules/common.smk"
 wildcard_constraints:
     site=SITE,
     experiment="|".join(EXPERIMENTS),
-    point=r"baseline|g\d+-b\d+-r\d+",
+    point=POINT_WILDCARD,
 
 
 
@@ -40,7 +41,15 @@ rule speedup_sweep:
 
 rule baseline:
     input:
-        [RUN_RESULT.format(site=SITE, experiment=e, point="baseline") for e in EXPERIMENTS],
+        [baseline_results(e) for e in EXPERIMENTS],
+
+
+# FireCaffe's learning-rate search: the baseline and every rate of each experiment that searches one.
+# The experiment's report (`report`, `speedup_sweep`) has the search's table and the rate it chose.
+rule lr_sweep:
+    input:
+        [baseline_results(e) for e in LR_SEARCH],
+        [PLAN.files(RUN_RESULT, e, lr_search=True) for e in LR_SEARCH],
 
 
 rule predict:

@@ -122,9 +122,16 @@ def read_result(path: str | Path) -> TrainResult:
     return result_from_dict(load_json(path, "result file"), str(path))
 
 
-def baseline_top1(path: str | Path) -> float:
-    """The top-1 accuracy a baseline run ended with (its last evaluation), the target for scaled runs."""
-    result = read_result(path)
-    if result.final_top1 is None:
-        raise FirescaleError(f"baseline result {path} has no evaluation points, so it gives no target accuracy")
-    return float(result.final_top1)
+def baseline_top1(paths: str | Path | list[str] | list[Path]) -> float:
+    """The top-1 accuracy a baseline ended with (its last evaluation), the target for scaled runs; for
+    several repeats of the baseline, the mean of theirs."""
+    paths = list(paths) if isinstance(paths, (list, tuple)) else [paths]
+    if not paths:
+        raise FirescaleError("no baseline result to take the target accuracy from")
+    finals = []
+    for path in paths:
+        result = read_result(path)
+        if result.final_top1 is None:
+            raise FirescaleError(f"baseline result {path} has no evaluation points, so it gives no target accuracy")
+        finals.append(float(result.final_top1))
+    return sum(finals) / len(finals)

@@ -47,7 +47,7 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     points = data["points"]
     assert sorted(points) == ["baseline", "g2-b64-r0"]          # the local sweep: 1 and 2 ranks at total 64
     for p in points.values():
-        assert set(p) == {"gpus", "batch", "iteration_s", "iterations", "training_s", "evaluation_s",
+        assert set(p) == {"gpus", "batch", "lr", "epochs", "iteration_s", "iterations", "training_s", "evaluation_s",
                           "time_to_accuracy_s", "speedup"}
     base, two = points["baseline"], points["g2-b64-r0"]
     assert (base["gpus"], base["batch"], two["gpus"], two["batch"]) == (1, 64, 2, 64)
@@ -66,7 +66,7 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
         assert p["time_to_accuracy_s"] == pytest.approx(p["training_s"] + p["evaluation_s"])
     assert two["speedup"] == pytest.approx(base["time_to_accuracy_s"] / two["time_to_accuracy_s"])
     assert base["iteration_s"] > 0.002                        # the overhead is in every iteration
-    assert "| g2-b64-r0 | 2 | 64 |" in md.read_text()
+    assert "| g2-b64-r0 | 2 | 64 | 0.05 | 66.76 |" in md.read_text()
 
 
 def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site):

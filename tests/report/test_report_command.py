@@ -33,7 +33,7 @@ def test_every_output_written_and_real(tmp_path, capsys):
         assert (out / f"{stem}.pdf").read_bytes().startswith(b"%PDF-")
 
     md = (out / "report.md").read_text()
-    # The config plans two repeats per point; the two without a record render as MISSING rows.
+    # The config plans two repeats per point; the three without a record render as MISSING rows.
     assert re.search(r"\| g2-b128-r1 \|.*\| MISSING: no run record at .*g2-b128-r1/result.json \|", md)
     assert re.search(r"\| g2-b256-r1 \|.*\| 256 \| 0.2 \| MISSING \|", md)
     assert "| g2-b128-r0 |" in md and "FAILED: ended by walltime 3 times" in md
@@ -47,7 +47,9 @@ def test_every_output_written_and_real(tmp_path, capsys):
     assert {r["point"]: r["seed"] for r in prov["runs"]}["g2-b64-r1"] == 2
     assert prov["versions_runs"]["tensorflow"] == ["2.15.1"]
     assert "matplotlib" in prov["versions_report"]
-    assert [f["outcome"] for f in data["failures"]] == ["failed", "missing", "missing"]
+    # the baseline repeats too: its second run has no record
+    assert [(f["point"], f["outcome"]) for f in data["failures"]] == [
+        ("baseline-r1", "missing"), ("g2-b128-r0", "failed"), ("g2-b128-r1", "missing"), ("g2-b256-r1", "missing")]
     html = (out / "report.html").read_text()
     assert "sha256 " + prov["site"]["sha256"] in html and "report command: firescale report local" in html
 

@@ -203,7 +203,7 @@ def test_record_errors_name_file_and_key(tmp_path):
     with pytest.raises(FirescaleError, match="key 'format'"):
         run_record_from_dict(bad, "x.json")
     bad = raw_record("g2-b64-r0") | {"point": "g2-b64-r7"}
-    with pytest.raises(FirescaleError, match="name it 'g2-b64-r0'"):
+    with pytest.raises(FirescaleError, match="key 'point' is 'g2-b64-r7' but gpus 2, batch 64, repeat 0"):
         run_record_from_dict(bad, "x.json")
     bad = raw_record("g2-b64-r0") | {"train": None}
     with pytest.raises(FirescaleError, match="succeeded.*no training result"):

@@ -45,10 +45,20 @@ def test_titan_profile_plans_one_job_per_sweep_point(config_home):
     proc = _snakemake(config_home, "--profile", "titan", "speedup_sweep", "-n")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = _jobs(proc.stdout)
-    assert jobs["render_job"] == 4 and jobs["run_point"] == 4, jobs
+    assert jobs["render_job"] == 11 and jobs["run_point"] == 11, jobs    # NiN's four and GoogLeNet's seven
     for point in ("baseline", "g32-b256-r0", "g32-b1024-r0", "g128-b1024-r0"):
         assert f"results/titan/nin-imagenet/runs/{point}/result.json" in proc.stdout
     assert "firescale site render titan" in proc.stdout
+
+
+def test_titan_lr_sweep_plans_googlenets_five_rates(config_home):
+    proc = _snakemake(config_home, "--profile", "titan", "lr_sweep", "-n")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout)
+    assert jobs["run_point"] == 6 and jobs["render_job"] == 6, jobs     # the baseline and five rates
+    for lr in ("0.02", "0.04", "0.08", "0.16", "0.32"):
+        assert f"results/titan/googlenet-imagenet/runs/g32-b1024-lr{lr}-r0/result.json" in proc.stdout
+    assert "g128-b1024" not in proc.stdout and "nin-imagenet/runs" not in proc.stdout
 
 
 def test_local_profile_plans_ingest_baseline_and_two_ranks(config_home):

@@ -3,10 +3,12 @@
 import os
 
 from firescale.sweep.plan import Plan
+from firescale.sweep.points import POINT_WILDCARD
 
 PLAN = Plan.build(config)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
+LR_SEARCH = [e for e in EXPERIMENTS if PLAN.lr_search(e)]
 # The experiments as this run sees them (profile and --configfile included), for the commands below.
 EFFECTIVE_CONFIG = PLAN.write_config(f"results/{SITE}/experiments.yaml")
 ENV = "../../environment.yml"
@@ -28,11 +30,16 @@ def dataset_manifest(wildcards):
     return str(PLAN.dataset_dir(wildcards.experiment) / "manifest.json")
 
 
+def baseline_results(experiment):
+    """The run records of the baseline's repeats ('baseline', 'baseline-r1', ...)."""
+    return [RUN_RESULT.format(site=SITE, experiment=experiment, point=p.name) for p in PLAN.baselines(experiment)]
+
+
 def baseline_result(wildcards):
-    """Every sweep point waits for its experiment's baseline, whose accuracy is its target."""
-    if wildcards.point == "baseline":
+    """Every sweep point waits for its experiment's baseline repeats, whose mean accuracy is its target."""
+    if wildcards.point.startswith("baseline"):
         return []
-    return RUN_RESULT.format(site=SITE, experiment=wildcards.experiment, point="baseline")
+    return baseline_results(wildcards.experiment)
 
 
 def report_files():

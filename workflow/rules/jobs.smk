@@ -4,6 +4,7 @@
 rule render_job:
     input:
         config=EFFECTIVE_CONFIG,
+        dataset=dataset_manifest,  # a point's max_iter from its epochs needs the training-set size
     output:
         script=JOB_SCRIPT,
         point=POINT_FILE,

@@ -61,12 +61,12 @@ def markdown_table(result: dict) -> str:
     """The predictions as a Markdown table with the model's assumptions above it."""
     m = result["model"]
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
-             f"{m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
+             f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
              + ("calibrated" if result["calibration"] else "not calibrated") + ")", "",
-             "| point | GPUs | batch | iteration (ms) | time to accuracy | speedup |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| point | GPUs | batch | LR | epochs | iteration (ms) | time to accuracy | speedup |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in result["points"].items():
-        lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['iteration_s'] * 1e3:.3f} | "
+        lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['lr']:g} | {p['epochs']:.4g} | {p['iteration_s'] * 1e3:.3f} | "
                      f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "base_lr before --lr-scaling, or base_lr / K without scaling)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, help="stop at the first evaluation with top-1 >= this")
-    target.add_argument("--target-from", type=Path, metavar="BASELINE_RESULT.json",
-                        help="target = the baseline run's final top-1 minus --tolerance")
+    target.add_argument("--target-from", type=Path, nargs="+", metavar="BASELINE_RESULT.json",
+                        help="target = the baseline run's final top-1 (the mean over several) minus --tolerance")
     parser.add_argument("--tolerance", type=float, default=0.01, help="with --target-from (default 0.01)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest snapshot in OUT/snapshots")
     parser.add_argument("--seed", type=int, help="seed for weights, data order and dropout (default: the "

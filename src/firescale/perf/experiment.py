@@ -1,7 +1,6 @@
 """Predict every sweep point of one experiment on one site: iteration time, time-to-accuracy, speedup."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -9,14 +8,15 @@ from typing import Any
 
 from ..errors import FirescaleError
 from ..netspec import NetSpec, get_net
+from ..sweep.budget import KNOWN_TRAIN_IMAGES
 from .calibrate import Calibration
 from .layers import net_cost
 from .paleo import Platform, compute_times, platform_from_site, predict_point
 
 PREDICTION_FORMAT = "firescale.predict.experiment/1"
-# ILSVRC-2012's training set (the 1.28M images FireCaffe and Caffe's ImageNet example train on); used for a
-# dataset called ilsvrc12 when neither its manifest nor --dataset-size is at hand (e.g. an archival site).
-ILSVRC12_TRAIN_IMAGES = 1_281_167
+# ILSVRC-2012's training set, for a dataset called ilsvrc12 when neither its manifest nor --dataset-size
+# is at hand (e.g. an archival site).
+ILSVRC12_TRAIN_IMAGES = KNOWN_TRAIN_IMAGES["ilsvrc12"]
 
 
 @dataclass(frozen=True)
@@ -32,30 +32,21 @@ class ExperimentModel:
     test_interval: int = 0
     test_size: int = 0
     test_initialization: bool = False   # Caffe's evaluation before the first iteration
+    solver_epochs: float = 0.0          # the epochs the solver's max_iter makes at the baseline batch
 
     def to_dict(self) -> dict[str, Any]:
         return {"net": self.net.name, "input_shape": list(self.net.input_shape), "classes": self.net.num_classes,
                 "dataset_size": self.dataset_size, "dataset_size_source": self.dataset_size_source,
                 "epochs": self.epochs, "epochs_source": self.epochs_source, "test_interval": self.test_interval,
-                "test_size": self.test_size, "test_initialization": self.test_initialization}
+                "test_size": self.test_size, "test_initialization": self.test_initialization,
+                "solver_epochs": self.solver_epochs}
 
 
-def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
-    path = plan.dataset_dir(experiment) / "manifest.json"
-    if not path.is_file():
-        return None, path
-    try:
-        return json.loads(path.read_text()), path
-    except (OSError, json.JSONDecodeError) as exc:
-        raise FirescaleError(f"{path}: cannot read the dataset manifest ({exc})") from None
-
-
-def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None,
-                     epochs: tuple[float, str] | None = None) -> ExperimentModel:
-    """The net (input shape from the manifest and crop), the training-set size and the epochs to model."""
-    exp = plan.config["experiments"][experiment]
+def _net_and_size(plan: Any, experiment: str, dataset_size: int | None) -> tuple[NetSpec, int, str, int]:
+    """The net (input shape from the manifest and crop), the training-set size and its source, the test size."""
+    exp = plan.experiment(experiment)
     dataset = exp["dataset"]
-    manifest, path = _manifest(plan, experiment)
+    manifest, path = plan.dataset_manifest(experiment)
     crop = (dataset.get("transform") or {}).get("crop")
     if manifest is not None:
         try:
@@ -68,39 +59,41 @@ def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None
             raise FirescaleError(f"--dataset-size {dataset_size} disagrees with {path}, whose train split has "
                                  f"{records} records; drop the option or re-ingest")
         shape = (int(crop), int(crop), stored[2]) if crop else stored
-        spec = get_net(exp["net"], num_classes=classes, input_shape=shape)
-        size, size_source = records, str(path)
-    else:
-        spec = get_net(exp["net"])
-        if crop:
-            spec = get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2]))
-        if dataset_size is not None:
-            size, size_source = dataset_size, "--dataset-size"
-        elif dataset["name"] == "ilsvrc12":
-            size, size_source = ILSVRC12_TRAIN_IMAGES, "ILSVRC-2012 training set (no manifest at " + str(path) + ")"
-        else:
-            raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
-                                 "ingest it first or give --dataset-size")
-    from ..sweep.paths import in_repo
-    from ..train.solver_config import load_solver
+        test_size = int(manifest["splits"].get("test", {}).get("records", 0))
+        return get_net(exp["net"], num_classes=classes, input_shape=shape), records, str(path), test_size
+    spec = get_net(exp["net"])
+    if crop:
+        spec = get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2]))
+    if dataset_size is not None:
+        return spec, dataset_size, "--dataset-size", 0
+    if dataset["name"] in KNOWN_TRAIN_IMAGES:
+        return spec, KNOWN_TRAIN_IMAGES[dataset["name"]], f"the {dataset['name']} training set (no manifest at {path})", 0
+    raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
+                         "ingest it first or give --dataset-size")
 
-    solver = load_solver(in_repo(exp["solver"]))
-    test_size = int(manifest["splits"].get("test", {}).get("records", 0)) if manifest is not None else 0
+
+def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None,
+                     epochs: tuple[float, str] | None = None) -> ExperimentModel:
+    """The net, the training-set size and the baseline's epochs to model (the given ones, the
+    experiment's, or the solver's max_iter at the baseline batch), with where each came from."""
+    exp = plan.experiment(experiment)
+    spec, size, size_source, test_size = _net_and_size(plan, experiment, dataset_size)
+    solver = plan.solver(experiment)
+    base_batch = exp["batch"]["baseline"]
     evaluation = {"test_interval": solver.test_interval if test_size else 0, "test_size": test_size,
-                  "test_initialization": solver.test_initialization}
+                  "test_initialization": solver.test_initialization,
+                  "solver_epochs": solver.max_iter * base_batch / size}
     if epochs is not None:
         return ExperimentModel(spec, size, size_source, float(epochs[0]), epochs[1], **evaluation)
     if exp.get("epochs") is not None:
-        epochs, epochs_source = float(exp["epochs"]), f"experiments.{experiment}.epochs"
-    else:
-        base = next(p for p in plan.points[experiment] if p.baseline)
-        epochs = solver.max_iter * base.batch / size
-        epochs_source = f"max_iter {solver.max_iter} of {exp['solver']} at the baseline batch {base.batch}"
-    return ExperimentModel(spec, size, size_source, epochs, epochs_source, **evaluation)
+        return ExperimentModel(spec, size, size_source, float(exp["epochs"]), f"experiments.{experiment}.epochs",
+                               **evaluation)
+    source = f"max_iter {solver.max_iter} of {exp['solver']} at the baseline batch {base_batch}"
+    return ExperimentModel(spec, size, size_source, evaluation["solver_epochs"], source, **evaluation)
 
 
 def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iterations: int,
-                 calibration: Calibration | None = None) -> float:
+                 calibration: Calibration | None = None, batch_ratio: float = 1.0) -> float:
     """Seconds spent evaluating before `iterations` are done: one evaluation every test_interval
     iterations (the one that sees the target included), and one before the first iteration when the
     solver has Caffe's test_initialization, each sharded over the `gpus` devices.
@@ -110,7 +103,8 @@ def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iteratio
     """
     if not model.test_interval or not model.test_size:
         return 0.0
-    evaluations = math.ceil(iterations / model.test_interval) + int(model.test_initialization)
+    interval = max(1, round(model.test_interval * batch_ratio))  # at batch B: test_interval x baseline batch / B
+    evaluations = math.ceil(iterations / interval) + int(model.test_initialization)
     if calibration is not None and calibration.eval_s > 0:
         return evaluations * calibration.eval_s / gpus
     per_device = math.ceil(model.test_size / gpus)
@@ -147,23 +141,25 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
 
-    def one(gpus: int, batch: int) -> Any:
-        return predict_point(platform, model.net, gpus, batch, epochs=model.epochs, dataset_size=model.dataset_size,
-                             scaling="strong")
-
     points = plan.points[experiment]
     baseline = next(p for p in points if p.baseline)
-    base = one(1, baseline.batch)
-    out: dict[str, Any] = {}
-    def total_s(gpus: int, pred: Any) -> tuple[float, float]:
-        evaluating = evaluation_s(model, platform, gpus, pred.iterations, calibration)
-        return pred.time_to_accuracy_s + evaluating, evaluating
+    budget = lambda p: p.epochs if p.epochs is not None else model.solver_epochs  # noqa: E731
 
-    base_total, _ = total_s(1, base)
+    def one(p: Any) -> tuple[Any, float, float]:
+        """The point's prediction, its time to accuracy and its evaluating: fixed-epoch budgets give every
+        point the baseline's epochs, times the ratio of the epochs the experiment states for each."""
+        pred = predict_point(platform, model.net, p.gpus, p.batch, epochs=model.epochs * budget(p) / budget(baseline),
+                             dataset_size=model.dataset_size, scaling="strong")
+        evaluating = evaluation_s(model, platform, p.gpus, pred.iterations, calibration,
+                                  batch_ratio=baseline.batch / p.batch)
+        return pred, pred.time_to_accuracy_s + evaluating, evaluating
+
+    base_total = one(baseline)[1]
+    out: dict[str, Any] = {}
     for p in points:
-        pred = base if p.baseline else one(p.gpus, p.batch)
-        total, evaluating = total_s(p.gpus, pred)
-        out[p.name] = {"gpus": p.gpus, "batch": p.batch, "iteration_s": pred.iteration_s,
+        pred, total, evaluating = one(p)
+        out[p.name] = {"gpus": p.gpus, "batch": p.batch, "lr": p.lr, "epochs": pred.epochs,
+                       "iteration_s": pred.iteration_s,
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
                        "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total}
     return {

@@ -16,9 +16,10 @@ from ..sweep.records import RUN_FORMAT
 
 MIN_ITERATIONS = 5
 
-# Options of `firescale train` that a short calibration run replaces or drops, with their value count.
+# Options of `firescale train` that a short calibration run replaces or drops, with their value count
+# (-1: one or more values, up to the next option).
 _DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--target": 1,
-            "--target-from": 1, "--tolerance": 1, "--profile-layers": 0, "--lr-scaling": 1,
+            "--target-from": -1, "--tolerance": 1, "--profile-layers": 0, "--lr-scaling": 1,
             "--reference-batch": 1}
 
 
@@ -100,14 +101,19 @@ def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int,
     while i < len(args):
         name = args[i].split("=", 1)[0]
         if name in _DROPPED:
-            i += 1 + (0 if "=" in args[i] else _DROPPED[name])
+            count = 0 if "=" in args[i] else _DROPPED[name]
+            i += 1
+            if count < 0:  # every value up to the next option
+                while i < len(args) and not args[i].startswith("--"):
+                    i += 1
+            i += max(count, 0)
             continue
         kept.append(args[i])
         i += 1
     scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
     return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
-            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0", "--set", "test_initialization=false",
-            "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
+            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
+            "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
 
 
 def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,

@@ -17,8 +17,10 @@ def run_dir(plan: Plan, experiment: str, point: SweepPoint) -> Path:
 
 
 def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
-    """argv of one rank: `firescale train` with the point's net, data, solver, batch and target."""
+    """argv of one rank: `firescale train` with the point's net, data, solver, batch, rate, fixed-epoch
+    budget (max_iter and the schedule scaled to its batch) and target."""
     exp = plan.experiment(experiment)
+    baselines = plan.baselines(experiment)
     argv = [*plan.site.config["environment"]["firescale"].split(), "train",
             "--dataset", str(plan.dataset_dir(experiment)),
             "--net", exp["net"],
@@ -27,17 +29,16 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
             "--total-batch", str(point.batch),
             "--lr-scaling", "none",
             "--set", f"base_lr={point.lr:.10g}",
-            "--warmup-iters", str(exp["warmup_iters"]),
-            "--resume"]
+            *plan.budget(experiment, point).set_options(),
+            "--warmup-iters", str(exp["warmup_iters"])]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
-        baseline = next(p for p in plan.points[experiment] if p.baseline)
-        argv[-1:-1] = ["--warmup-start-lr", f"{baseline.lr:.10g}"]
+        argv += ["--warmup-start-lr", f"{baselines[0].lr:.10g}"]
+    argv.append("--resume")
     target = exp["target"]
     if "accuracy" in target:
         argv += ["--target", f"{target['accuracy']:.10g}"]
-    elif not point.baseline:
-        baseline = next(p for p in plan.points[experiment] if p.baseline)
-        argv += ["--target-from", str(run_dir(plan, experiment, baseline) / "result.json"),
+    elif not point.baseline:  # the mean final top-1 of the baseline's repeats, minus the tolerance
+        argv += ["--target-from", *(str(run_dir(plan, experiment, b) / "result.json") for b in baselines),
                  "--tolerance", f"{target['tolerance']:.10g}"]
     return argv
 

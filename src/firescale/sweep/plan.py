@@ -7,9 +7,12 @@ from typing import Any
 
 from ..errors import FirescaleError
 from ..site import SiteProfile, load_site
+from ..train.solver_config import SolverConfig, load_solver
+from .budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from .config import experiments_for, load_config, validate_config
-from .paths import config_file
-from .points import SweepPoint, limit_errors, plan_sweep, solver_base_lr, sweep_walltime
+from .paths import config_file, in_repo
+from .points import (CLUSTER_REPEATS, LOCAL_REPEATS, SweepPoint, limit_errors, plan_sweep, solver_base_lr,
+                     sweep_walltime)
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ class Plan:
         walltimes: dict[str, str] = {}
         problems: dict[str, list[str]] = {}
         for experiment in experiments:
-            points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment))
+            repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
+            points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment), repeats)
             walltimes[experiment] = sweep_walltime(config, experiment, site.name)
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
             if check_limits and problems[experiment]:
@@ -63,6 +67,49 @@ class Plan:
             if point.name == name:
                 return point
         raise FirescaleError(f"experiment {experiment}: no sweep point {name!r}; points: {', '.join(self.point_names(experiment))}")
+
+    def baselines(self, experiment: str) -> list[SweepPoint]:
+        """The baseline's repeats ('baseline', 'baseline-r1', ...)."""
+        return [p for p in self.points[experiment] if p.baseline]
+
+    def lr_search(self, experiment: str) -> list[SweepPoint]:
+        """The points of the experiment's learning-rate searches: those whose GPUs and batch it trains at
+        more than one rate (empty when it searches none)."""
+        rates: dict[tuple[int, int], set[float]] = {}
+        for p in self.points[experiment]:
+            if not p.baseline:
+                rates.setdefault((p.gpus, p.batch), set()).add(p.lr)
+        return [p for p in self.points[experiment] if not p.baseline and len(rates[p.gpus, p.batch]) > 1]
+
+    def solver(self, experiment: str) -> SolverConfig:
+        """The experiment's solver file, read as the trainer reads it."""
+        return load_solver(in_repo(self.experiment(experiment)["solver"]))
+
+    def dataset_manifest(self, experiment: str) -> tuple[dict[str, Any] | None, Path]:
+        """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""
+        from ..atomic import load_json
+
+        path = self.dataset_dir(experiment) / "manifest.json"
+        return (load_json(path, "dataset manifest") if path.is_file() else None), path
+
+    def train_images(self, experiment: str) -> tuple[int | None, str]:
+        """The training-set size and where it comes from (the manifest, or a known dataset's size)."""
+        manifest, path = self.dataset_manifest(experiment)
+        if manifest is not None:
+            try:
+                return int(manifest["splits"]["train"]["records"]), str(path)
+            except (KeyError, TypeError, ValueError):
+                raise FirescaleError(f"{path}: a manifest needs splits.train.records") from None
+        name = self.dataset(experiment)["name"]
+        if name in KNOWN_TRAIN_IMAGES:
+            return KNOWN_TRAIN_IMAGES[name], f"the {name} training set (no manifest at {path})"
+        return None, f"no manifest at {path}"
+
+    def budget(self, experiment: str, point: SweepPoint) -> Budget:
+        """The point's fixed-epoch budget: max_iter and the solver keys its job overrides."""
+        size, source = self.train_images(experiment)
+        where = f" of dataset {self.dataset(experiment)['name']!r} ({source})"
+        return point_budget(self.solver(experiment), self.experiment(experiment)["batch"]["baseline"], point, size, where)
 
     def write_config(self, path: str | Path) -> str:
         """Write the merged, validated config (profile and --configfile overrides included) for the
@@ -114,11 +161,12 @@ class Plan:
     def dataset_dir(self, experiment: str) -> Path:
         return (self.site.paths.datasets / self.dataset(experiment)["name"]).resolve()
 
-    def files(self, pattern: str, experiment: str | None = None) -> list[str]:
-        """`pattern` filled in for every point (of one experiment, or of all)."""
+    def files(self, pattern: str, experiment: str | None = None, *, lr_search: bool = False) -> list[str]:
+        """`pattern` filled in for every point (of one experiment, or of all; or only the points of
+        learning-rate searches)."""
         names = [experiment] if experiment else list(self.points)
-        return [pattern.format(site=self.site.name, experiment=e, point=p)
-                for e in names for p in self.point_names(e)]
+        return [pattern.format(site=self.site.name, experiment=e, point=p.name)
+                for e in names for p in (self.lr_search(e) if lr_search else self.points[e])]
 
 
 def load_plan(site: str | SiteProfile, config: str | Path | None = None, *, experiments: list[str] | None = None,

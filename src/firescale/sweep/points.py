@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,9 +11,24 @@ from ..site import SiteProfile, parse_walltime
 from .paths import in_repo
 
 
+LOCAL_REPEATS = 3      # runs per point on a site without a scheduler: enough for a mean ± sd and an interval
+CLUSTER_REPEATS = 1    # on a cluster one run per point, unless the experiment asks for more
+# A point's name: the baseline ("baseline", its repeats "baseline-r1", ...), or GPUs, total batch, the
+# learning rate when the experiment sweeps it, and the repeat.  The run folder and records carry it.
+POINT_NAME = re.compile(r"^(?:baseline(?:-r(?P<brepeat>[1-9]\d*))?"
+                        r"|g(?P<gpus>\d+)-b(?P<batch>\d+)(?:-lr(?P<lr>[0-9][0-9.e+-]*?))?-r(?P<repeat>\d+))$")
+POINT_WILDCARD = r"baseline(-r[1-9]\d*)?|g\d+-b\d+(-lr[0-9][0-9.e+-]*?)?-r\d+"
+
+
+def lr_label(lr: float) -> str:
+    """A learning rate as point names write it: 0.08, 1e-05."""
+    return f"{lr:g}"
+
+
 @dataclass(frozen=True)
 class SweepPoint:
-    """One training run of a sweep: GPUs, total batch, initial learning rate, repeat."""
+    """One training run of a sweep: GPUs, total batch, initial learning rate, repeat, and its epochs
+    when the experiment states them (None: the solver's max_iter at the baseline batch defines them)."""
 
     experiment: str
     gpus: int
@@ -20,10 +36,21 @@ class SweepPoint:
     lr: float
     repeat: int
     baseline: bool = False
+    epochs: float | None = None
+    lr_in_name: bool = False    # the experiment sweeps the learning rate: the name says which
+
+    @property
+    def group(self) -> str:
+        """The name shared by the repeats of one point: 'baseline', 'g2-b128' or 'g32-b1024-lr0.08'."""
+        if self.baseline:
+            return "baseline"
+        return f"g{self.gpus}-b{self.batch}" + (f"-lr{lr_label(self.lr)}" if self.lr_in_name else "")
 
     @property
     def name(self) -> str:
-        return "baseline" if self.baseline else f"g{self.gpus}-b{self.batch}-r{self.repeat}"
+        if self.baseline:
+            return "baseline" if self.repeat == 0 else f"baseline-r{self.repeat}"
+        return f"{self.group}-r{self.repeat}"
 
     @property
     def batch_per_gpu(self) -> int:
@@ -35,24 +62,99 @@ def _scaled_lr(base_lr: float, rule: str, batch: int, baseline_batch: int) -> fl
     return {"none": base_lr, "linear": base_lr * ratio, "sqrt": base_lr * math.sqrt(ratio)}[rule]
 
 
-def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: float) -> list[SweepPoint]:
-    """The baseline and every sweep point of `experiment` on `site`, in a stable order."""
-    exp = config["experiments"][experiment]
-    sweep = {**exp["sweep"], **(exp["sites"].get(site) or {})}
-    mode, baseline_batch = exp["batch"]["mode"], exp["batch"]["baseline"]
-    rule = exp["lr_scaling"]
-    points = [SweepPoint(experiment, 1, baseline_batch, base_lr, 0, baseline=True)]
-    seen = {(1, baseline_batch)}
-    grid = [(g, b if mode == "total" else b * g, None) for g in sweep.get("gpus", []) for b in sweep.get("batch", [baseline_batch])]
-    grid += [(p["gpus"], p["batch"] if mode == "total" else p["batch"] * p["gpus"], p.get("lr")) for p in sweep.get("points", [])]
-    for gpus, batch, lr in grid:
-        if (gpus, batch) in seen:
-            continue
-        seen.add((gpus, batch))
-        if batch % gpus:
-            raise FirescaleError(f"experiment {experiment}: point g{gpus}-b{batch}: total batch {batch} is not divisible by {gpus} GPUs")
-        lr = lr if lr is not None else _scaled_lr(base_lr, rule, batch, baseline_batch)
-        points += [SweepPoint(experiment, gpus, batch, lr, r) for r in range(exp["repeats"])]
+@dataclass(frozen=True)
+class _Candidate:
+    gpus: int
+    batch: int
+    lr: float | None        # None: the lr_scaling rule's
+    epochs: float | None
+    key: str                # where in the experiment it was written, for errors
+
+
+class _Experiment:
+    """One experiment's settings on one site, each read with the key it came from."""
+
+    def __init__(self, config: dict[str, Any], name: str, site: str) -> None:
+        self.name, self.exp = name, config["experiments"][name]
+        self.site_keys = self.exp["sites"].get(site) or {}
+        self.sweep = {**self.exp["sweep"], **self.site_keys}
+        self.site = site
+
+    def key(self, key: str) -> str:
+        return f"sites.{self.site}.{key}" if key in self.site_keys else f"sweep.{key}"
+
+    def error(self, key: str, message: str) -> FirescaleError:
+        return FirescaleError(f"experiment {self.name}: key '{key}' {message}")
+
+    def epochs(self, value: Any, key: str) -> float | None:
+        if value is not None and not value > 0:
+            raise self.error(key, f"is {value}; epochs must be positive")
+        return value
+
+    def lr(self, value: Any, key: str) -> float | None:
+        if value is not None and not value > 0:
+            raise self.error(key, f"is {value}; a learning rate must be positive")
+        return value
+
+
+def _candidates(e: _Experiment) -> list[_Candidate]:
+    """The gpus x batch (x lr) grid and the explicit points, each total batch resolved."""
+    mode, baseline_batch = e.exp["batch"]["mode"], e.exp["batch"]["baseline"]
+    total = lambda gpus, batch: batch if mode == "total" else batch * gpus  # noqa: E731
+    default_epochs = e.epochs(e.exp.get("epochs"), "epochs")
+    sweep_epochs = e.epochs(e.sweep.get("epochs"), e.key("epochs"))
+    epochs = sweep_epochs if sweep_epochs is not None else default_epochs
+    rates = e.sweep.get("lr") or [None]
+    for i, lr in enumerate(rates):
+        e.lr(lr, f"{e.key('lr')}[{i}]")
+        if lr is not None and rates.index(lr) != i:
+            raise e.error(e.key("lr"), f"lists {lr:g} twice; list each learning rate once")
+    out = [_Candidate(g, total(g, b), lr, epochs, e.key("batch"))
+           for g in e.sweep.get("gpus", []) for b in e.sweep.get("batch", [baseline_batch]) for lr in rates]
+    for i, p in enumerate(e.sweep.get("points", [])):
+        key = f"{e.key('points')}[{i}]"
+        point_epochs = e.epochs(p.get("epochs"), f"{key}.epochs")
+        out.append(_Candidate(p["gpus"], total(p["gpus"], p["batch"]), e.lr(p.get("lr"), f"{key}.lr"),
+                              point_epochs if point_epochs is not None else epochs, f"{key}.batch"))
+    for c in out:
+        if c.batch % c.gpus:
+            raise e.error(c.key, f"asks for a total batch of {c.batch} on {c.gpus} GPUs, which does not divide "
+                                 f"evenly; use a total batch that is a multiple of the GPUs")
+    return out
+
+
+def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: float,
+               default_repeats: int = CLUSTER_REPEATS) -> list[SweepPoint]:
+    """The baseline and every sweep point of `experiment` on `site`, each repeated, in a stable order.
+
+    The same point listed twice (in the grid and as an explicit point) is one point; the grid's
+    1-GPU point at the baseline batch and rate is the baseline itself.
+    """
+    e = _Experiment(config, experiment, site)
+    baseline_batch, rule = e.exp["batch"]["baseline"], e.exp["lr_scaling"]
+    repeats = e.sweep.get("repeats") or e.exp.get("repeats") or default_repeats
+    baseline_epochs = e.epochs(e.exp.get("epochs"), "epochs")
+    seen = {(1, baseline_batch, base_lr, baseline_epochs)}
+    unique: list[tuple[int, int, float, float | None]] = []
+    for c in _candidates(e):
+        lr = c.lr if c.lr is not None else _scaled_lr(base_lr, rule, c.batch, baseline_batch)
+        if (c.gpus, c.batch, lr, c.epochs) not in seen:
+            seen.add((c.gpus, c.batch, lr, c.epochs))
+            unique.append((c.gpus, c.batch, lr, c.epochs))
+    rates_per_shape: dict[tuple[int, int], set[float]] = {}
+    for gpus, batch, lr, _ in unique:
+        rates_per_shape.setdefault((gpus, batch), set()).add(lr)
+    lr_in_name = bool(e.sweep.get("lr")) or any(len(r) > 1 for r in rates_per_shape.values())
+    points = [SweepPoint(experiment, 1, baseline_batch, base_lr, r, baseline=True, epochs=baseline_epochs)
+              for r in range(repeats)]
+    for gpus, batch, lr, epochs in unique:
+        points += [SweepPoint(experiment, gpus, batch, lr, r, epochs=epochs, lr_in_name=lr_in_name)
+                   for r in range(repeats)]
+    names = [p.name for p in points]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash:
+        raise e.error(e.key("points"), f"plans point {clash} twice with different epochs; give each point "
+                                       f"of the same GPUs, batch and rate one number of epochs")
     return points
 
 

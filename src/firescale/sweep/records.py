@@ -9,16 +9,28 @@ from typing import Any
 from ..atomic import atomic_write_json, load_json
 from ..errors import FirescaleError
 from ..results import TrainResult, result_from_dict
+from .points import POINT_NAME, lr_label
 
 POINT_FORMAT = "firescale.sweep.point/1"
 RUN_FORMAT = "firescale.sweep.run/1"
 RUN_FILE = "result.json"
 OUTCOMES = ("succeeded", "failed")
-POINT_NAME = re.compile(r"^(baseline|g\d+-b\d+-r\d+)$")
 
 
-def expected_point_name(gpus: int, batch: int, repeat: int, baseline: bool) -> str:
-    return "baseline" if baseline else f"g{gpus}-b{batch}-r{repeat}"
+def name_mismatch(name: str, gpus: int, batch: int, lr: float, repeat: int, baseline: bool) -> str:
+    """Why the point name `name` disagrees with its keys ('' when it agrees)."""
+    m = POINT_NAME.match(name)
+    if m is None:
+        return "is not a point name (baseline, baseline-r1, g2-b128-r0, g32-b1024-lr0.08-r0)"
+    if baseline:
+        expected = "baseline" if repeat == 0 else f"baseline-r{repeat}"
+        return "" if name == expected else f"but baseline and repeat name it {expected!r}"
+    named = (m["gpus"], m["batch"], m["repeat"])
+    if m["gpus"] is None or tuple(map(int, named)) != (gpus, batch, repeat):
+        return f"but gpus {gpus}, batch {batch}, repeat {repeat} and baseline {baseline} disagree with it"
+    if m["lr"] is not None and float(m["lr"]) != float(lr_label(lr)):
+        return f"but its learning rate {m['lr']} is not key 'lr' {lr!r}"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -97,8 +109,13 @@ class RunRecord:
 
     @property
     def group(self) -> str:
-        """The name shared by the repeats of one point: 'baseline' or 'g{gpus}-b{batch}'."""
-        return "baseline" if self.baseline else f"g{self.gpus}-b{self.batch}"
+        """The name shared by the repeats of one point: 'baseline', 'g2-b128' or 'g32-b1024-lr0.08'."""
+        return "baseline" if self.baseline else re.sub(r"-r\d+$", "", self.point)
+
+    @property
+    def lr_swept(self) -> bool:
+        """Whether the point is one rate of a learning-rate search (its name carries the rate)."""
+        return "-lr" in self.point
 
     @property
     def scheduler_states(self) -> list[str]:
@@ -148,10 +165,9 @@ def run_record_from_dict(data: Any, where: str) -> RunRecord:
         raise FirescaleError(f"{where}: keys 'gpus' and 'batch' must be at least 1")
     if not isinstance(data["lr"], (int, float)) or isinstance(data["lr"], bool):
         raise FirescaleError(f"{where}: key 'lr' must be a number, found {data['lr']!r}")
-    name = expected_point_name(data["gpus"], data["batch"], data["repeat"], bool(data["baseline"]))
-    if data["point"] != name:
-        raise FirescaleError(f"{where}: key 'point' is {data['point']!r} but gpus, batch, repeat and baseline "
-                             f"name it {name!r}")
+    why = name_mismatch(str(data["point"]), data["gpus"], data["batch"], data["lr"], data["repeat"], bool(data["baseline"]))
+    if why:
+        raise FirescaleError(f"{where}: key 'point' is {data['point']!r} {why}")
     train = None
     if data.get("train") is not None:
         train = result_from_dict(data["train"], f"{where} train")

@@ -1,7 +1,8 @@
-"""Caffe's learning-rate policies: fixed, step, exp, inv, multistep, poly, sigmoid."""
+"""Caffe's learning-rate policies (fixed, step, exp, inv, multistep, poly, sigmoid) and their schedule at another batch."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .solver_config import SolverConfig
 
@@ -32,3 +33,31 @@ def learning_rate(config: SolverConfig, iteration: int) -> float:
         exponent = -config.gamma * (it - config.stepsize)
         return 0.0 if exponent > 700 else base * (1.0 / (1.0 + math.exp(exponent)))
     raise ValueError(f"unknown lr_policy {policy!r}")
+
+
+def schedule_for_batch(config: SolverConfig, ratio: float, max_iter: int) -> dict[str, Any]:
+    """The solver keys that change when its schedule, written for one batch, runs at a batch 1/ratio
+    as large (ratio = baseline batch / batch) for `max_iter` iterations: every iteration count of the
+    policy scales by `ratio` and every per-iteration rate by its inverse, so that the learning rate
+    is the same function of epochs.  Returns only the keys whose value changes.
+
+    step: stepsize; multistep: stepvalue; sigmoid: stepsize (the midpoint) and gamma (the slope);
+    exp: gamma ** (1 / ratio); inv: gamma / ratio; poly follows max_iter by itself; test_interval
+    scales too, so evaluations fall at the same epochs.
+    """
+    if ratio <= 0 or max_iter < 1:
+        raise ValueError(f"ratio {ratio} and max_iter {max_iter} must be positive")
+    count = lambda n: max(1, round(n * ratio))  # noqa: E731 - an iteration count, at least one
+    new: dict[str, Any] = {"max_iter": int(max_iter)}
+    policy = config.lr_policy
+    if config.stepsize is not None and policy in ("step", "sigmoid"):
+        new["stepsize"] = count(config.stepsize)
+    if policy == "multistep":
+        new["stepvalue"] = [round(v * ratio) for v in config.stepvalue]
+    if config.gamma is not None and policy == "exp":
+        new["gamma"] = config.gamma ** (1.0 / ratio)
+    if config.gamma is not None and policy in ("inv", "sigmoid"):
+        new["gamma"] = config.gamma / ratio
+    if config.test_interval:
+        new["test_interval"] = count(config.test_interval)
+    return {k: v for k, v in new.items() if v != getattr(config, k)}

@@ -39,7 +39,7 @@ class TrainOptions:
     warmup_iters: int = 0
     warmup_start_lr: float | None = None
     target: float | None = None
-    target_from: Path | None = None
+    target_from: list[Path] | None = None   # the baseline's repeats: the target is their mean
     tolerance: float = 0.01
     resume: bool = False
     seed: int | None = None
@@ -88,7 +88,8 @@ def _resolve_target(opts: TrainOptions) -> tuple[float | None, str]:
         return opts.target, f"--target {opts.target}"
     if opts.target_from is not None:
         base = baseline_top1(opts.target_from)
-        return base - opts.tolerance, f"baseline {opts.target_from} top1 {base:.6f} - tolerance {opts.tolerance}"
+        return base - opts.tolerance, (f"baseline {' '.join(map(str, opts.target_from))} top1 {base:.6f} "
+                                       f"- tolerance {opts.tolerance}")
     return None, "none (train to max_iter)"
 
 

@@ -1,0 +1,108 @@
+"""The sweep plan: fixed-epoch budgets, the learning rate as an axis, repeats, warm-up, and bad input."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from firescale.errors import FirescaleError
+from firescale.sweep.jobs import train_command
+from firescale.sweep.plan import Plan
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+ILSVRC12 = 1_281_167
+
+
+def plan(site: str, config: dict | None = None) -> Plan:
+    return Plan.build({**(config or CONFIG), "site": site})
+
+
+def sets(argv: list[str]) -> dict[str, str]:
+    """The `--set key=value` options of a train command."""
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--set")
+
+
+def test_nin_at_batch_1024_has_a_quarter_of_the_iterations_and_drops_its_rate_at_the_same_epochs():
+    p = plan("titan")
+    base, big = p.point("nin-imagenet", "baseline"), p.point("nin-imagenet", "g32-b1024-r0")
+    b, s = sets(train_command(p, "nin-imagenet", base)), sets(train_command(p, "nin-imagenet", big))
+    assert int(b["max_iter"]) == round(47 * ILSVRC12 / 256)         # the experiment's 47 epochs
+    assert int(s["max_iter"]) == round(47 * ILSVRC12 / 1024) == pytest.approx(int(b["max_iter"]) / 4, abs=1)
+    assert "stepsize" not in b and int(s["stepsize"]) == 100000 // 4   # 10x drops at the same epochs
+    assert 100000 * 256 == int(s["stepsize"]) * 1024
+    assert int(s["test_interval"]) == 5000 // 4 and s["base_lr"] == "0.04"
+
+
+def test_googlenet_searches_five_rates_at_batch_1024_for_72_epochs():
+    p = plan("titan")
+    search = p.lr_search("googlenet-imagenet")
+    assert [x.name for x in search] == [f"g32-b1024-lr{lr}-r0" for lr in ("0.02", "0.04", "0.08", "0.16", "0.32")]
+    names = [x.name for x in p.points["googlenet-imagenet"]]
+    assert len(set(names)) == 7 and names[-1] == "g128-b1024-lr0.08-r0"   # distinct names, folders, records
+    base = p.point("googlenet-imagenet", "baseline")
+    assert (base.batch, base.lr, base.epochs) == (32, 0.01, 64)
+    b = sets(train_command(p, "googlenet-imagenet", base))
+    s = sets(train_command(p, "googlenet-imagenet", search[2]))
+    assert int(b["max_iter"]) == round(64 * ILSVRC12 / 32) and int(s["max_iter"]) == round(72 * ILSVRC12 / 1024)
+    assert s["base_lr"] == "0.08" and "power" not in s               # poly follows max_iter by itself
+    assert p.budget("googlenet-imagenet", search[2]).epochs == pytest.approx(72, abs=1e-3)
+
+
+def test_repeats_default_to_three_on_local_and_the_baseline_repeats_too():
+    config = copy.deepcopy(CONFIG)
+    for exp in config["experiments"].values():
+        exp.pop("repeats", None)
+    local = plan("local", config)
+    names = [x.name for x in local.points["digits-lenet"]]
+    assert names[:3] == ["baseline", "baseline-r1", "baseline-r2"] and names[3:] == ["g2-b64-r0", "g2-b64-r1", "g2-b64-r2"]
+    argv = train_command(local, "digits-lenet", local.point("digits-lenet", "g2-b64-r1"))
+    targets = argv[argv.index("--target-from") + 1:argv.index("--tolerance")]
+    assert [Path(t).parent.name for t in targets] == ["baseline", "baseline-r1", "baseline-r2"]
+    assert [x.name for x in plan("titan", config).points["nin-imagenet"]][0:2] == ["baseline", "g32-b256-r0"]
+
+
+def test_a_warm_up_starts_from_the_baselines_rate():
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["nin-imagenet"]["warmup_iters"] = 500
+    p = plan("titan", config)
+    argv = train_command(p, "nin-imagenet", p.point("nin-imagenet", "g32-b1024-r0"))
+    assert argv[argv.index("--warmup-iters") + 1] == "500" and argv[argv.index("--warmup-start-lr") + 1] == "0.01"
+    assert sets(argv)["base_lr"] == "0.04"
+
+
+def _googlenet_with(**sweep) -> dict:
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["googlenet-imagenet"]["sweep"].update(sweep)
+    return config
+
+
+@pytest.mark.parametrize("config, message", [
+    (_googlenet_with(lr=[0.02, 0.08, 0.02]),
+     "experiment googlenet-imagenet: key 'sweep.lr' lists 0.02 twice; list each learning rate once"),
+    (_googlenet_with(lr=[0.02, -0.08]),
+     "experiment googlenet-imagenet: key 'sweep.lr[1]' is -0.08; a learning rate must be positive"),
+    (_googlenet_with(points=[{"gpus": 128, "batch": 1024, "lr": 0}]),
+     "experiment googlenet-imagenet: key 'sweep.points[0].lr' is 0; a learning rate must be positive"),
+    (_googlenet_with(epochs=0),
+     "experiment googlenet-imagenet: key 'sweep.epochs' is 0; epochs must be positive"),
+    (_googlenet_with(batch=[1000], gpus=[32]),
+     "experiment googlenet-imagenet: key 'sweep.batch' asks for a total batch of 1000 on 32 GPUs"),
+])
+def test_bad_sweeps_are_one_sentence_naming_the_experiment_and_key(config, message):
+    with pytest.raises(FirescaleError) as info:
+        plan("titan", config)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_negative_experiment_epochs_and_a_site_override_name_their_keys():
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["nin-imagenet"]["epochs"] = -47
+    with pytest.raises(FirescaleError, match="experiment nin-imagenet: key 'epochs' is -47; epochs must be positive"):
+        plan("titan", config)
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["nin-imagenet"]["sites"]["ib-cluster"]["batch"] = [256, 1000]
+    with pytest.raises(FirescaleError, match="key 'sites.ib-cluster.batch' asks for a total batch of 1000 on 16 GPUs"):
+        plan("ib-cluster", config)
