@@ -1,10 +1,16 @@
 """The parity verdict at the edges of the tolerance, alone and through the report's rows."""
 from __future__ import annotations
 
+import copy
+import math
+
 import pytest
+
+from report_records import raw_record
 
 from firescale.report.parity import check_parity
 from firescale.report.summary import summarize
+from firescale.sweep.records import run_record_from_dict
 
 
 @pytest.mark.parametrize(
@@ -63,3 +69,46 @@ def test_verdict_judges_the_mean_of_repeats(edited):
     row = next(r for r in summarize([base, r0, r1], 0.02).rows if not r.baseline)
     assert row.top1.mean == pytest.approx(0.93)
     assert row.parity.verdict == "MATCHES"
+
+
+def _runs(source, top1s, times):
+    """Repeats of the fixture point `source` whose last evaluation is each top-1, reached at each time."""
+    out = []
+    for i, (top1, wall) in enumerate(zip(top1s, times)):
+        data = copy.deepcopy(raw_record(source))
+        name = (("baseline" if i == 0 else f"baseline-r{i}") if source == "baseline" else f"g2-b64-r{i}")
+        data.update(point=name, repeat=i)
+        data["train"].update(evals=[{"iter": 200, "epoch": 10.0, "wall_s": wall, "top1": top1, "top5": 0.99,
+                                     "loss": 0.5}], train_time_s=wall, reached_target=False,
+                             time_to_accuracy_s=None, target_top1=None)
+        out.append(run_record_from_dict(data, name))
+    return out
+
+
+@pytest.mark.parametrize(("top1s", "verdict"), [
+    ([0.945, 0.950, 0.955], "MATCHES"),         # Δ interval about [−1.1, +1.1] pts, above −2
+    ([0.910, 0.915, 0.920], "BELOW BASELINE by 3.5 pts"),   # about [−4.6, −2.4]: wholly under −2
+    ([0.925, 0.930, 0.935], "UNDECIDED"),       # about [−3.1, −0.9]: straddles −2
+])
+def test_the_verdict_is_a_confidence_interval_against_the_tolerance(top1s, verdict):
+    base = _runs("baseline", [0.945, 0.950, 0.955], [100.0, 100.0, 100.0])
+    point = _runs("g2-b64-r0", top1s, [50.0, 50.0, 50.0])
+    row = next(r for r in summarize(base + point, 0.02).rows if not r.baseline)
+    parity = row.parity
+    assert parity.verdict == verdict and parity.interval is not None
+    # Welch's interval by hand: equal spreads (sd 0.005, n 3 each) give df 4 and t 2.776
+    half = 2.7764451 * (2 * 0.005 ** 2 / 3) ** 0.5
+    mean = sum(top1s) / 3 - 0.95
+    assert (parity.interval.low, parity.interval.high) == pytest.approx((mean - half, mean + half), abs=1e-7)
+    assert parity.interval.df == pytest.approx(4.0)
+
+
+def test_the_speedup_has_an_interval_over_the_repeats():
+    base = _runs("baseline", [0.95] * 3, [100.0, 110.0, 90.0])
+    point = _runs("g2-b64-r0", [0.95] * 3, [50.0, 55.0, 45.0])
+    row = next(r for r in summarize(base + point, 0.02).rows if not r.baseline)
+    interval = row.speedup_interval
+    # both sides have a relative standard error of 0.1 / sqrt(3): log-ratio half width t(4) * 0.1 * sqrt(2/3)
+    half = 2.7764451 * 0.1 * (2 / 3) ** 0.5
+    assert (interval.low, interval.high) == pytest.approx((2.0 * math.exp(-half), 2.0 * math.exp(half)), rel=1e-6)
+    assert interval.low < row.speedup.mean < interval.high

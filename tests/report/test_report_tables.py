@@ -54,12 +54,14 @@ def test_numbers_by_hand(records):
     assert b64.speedup.std == pytest.approx((2.5 - 100 / 60) / math.sqrt(2))
     assert b64.efficiency.mean == pytest.approx(b64.speedup.mean / 2)
     assert b64.efficiency.std == pytest.approx(b64.speedup.std / 2)
-    assert b64.top1.mean == pytest.approx(0.95) and b64.top1.std == pytest.approx(0.02 / math.sqrt(2))
+    # accuracy is each run's final one (0.94, 0.97), epochs those trained; the time is to the target
+    assert b64.top1.mean == pytest.approx(0.955) and b64.top1.std == pytest.approx(0.03 / math.sqrt(2))
     assert b64.top5.mean == pytest.approx(0.999)
-    assert b64.epochs.mean == 7.5                                          # 10 and 5: epochs at the target
-    assert b64.delta_top1_pts.mean == pytest.approx(0.0, abs=1e-9)
-    assert b64.delta_top1_pts.std == pytest.approx(math.sqrt(2))
-    assert b64.parity.verdict == "MATCHES"
+    assert b64.epochs.mean == 10.0 and [m.epochs_to_target for m in b64.runs] == [10.0, 5.0]
+    assert b64.delta_top1_pts.mean == pytest.approx(0.5)
+    assert b64.delta_top1_pts.std == pytest.approx(3 / math.sqrt(2))
+    assert b64.parity.verdict == "MATCHES" and b64.parity.interval is None   # one baseline run: no interval
+    assert b64.speedup_interval is None
     assert b64.not_reached == 0
 
     assert b256.speedup.mean == pytest.approx(100 / 70) and b256.speedup.std is None
@@ -69,33 +71,38 @@ def test_numbers_by_hand(records):
     assert b256.not_reached == 1 and b256.time_s.mean == 70.0
 
 
-def test_judged_eval_is_the_one_that_reached_the_target(edited):
+def test_accuracy_is_the_final_one_and_time_is_to_the_target(edited):
     m = run_metrics(edited("g2-b64-r1"))
-    assert (m.reached_target, m.time_s, m.top1, m.top5, m.epochs) == (True, 40.0, 0.96, 1.0, 5.0)
+    assert (m.reached_target, m.time_s, m.top1, m.epochs, m.epochs_to_target) == (True, 40.0, 0.97, 10.0, 5.0)
+    m = run_metrics(edited("g2-b64-r1"), 0.965)   # timed to the report's target, from its evaluations
+    assert (m.reached_target, m.time_s, m.epochs_to_target) == (True, 80.0, 10.0)
     m = run_metrics(edited("g2-b256-r0"))  # missed: the last eval and the whole train time
     assert (m.reached_target, m.time_s, m.top1, m.epochs) == (False, 70.0, 0.90, 10.0)
 
 
 def test_cells_as_printed(records, ctx):
     heads, body, failed = cells.table(summarize(records, TOL), ctx)
-    assert heads[6:13] == ["Train time", "Speedup", "Efficiency", "Top-1", "Top-5", "Δ top-1", "Parity"]
-    assert body[0][3:] == ["10.0", "64", "0.05", "100.0 s", "1.00×", "100.0%", "95.0%", "99.5%", "—", "baseline"]
+    assert heads[6:15] == ["Train time", "Speedup", "Speedup 95% CI", "Efficiency", "Top-1", "Top-5", "Δ top-1",
+                           "Δ top-1 95% CI", "Parity"]
+    assert body[0][3:] == ["10.0", "64", "0.05", "100.0 s", "1.00×", "—", "100.0%", "95.0%", "99.5%", "—", "—",
+                           "baseline"]
     assert body[1][0] == "g2-b64 (2 repeats)"
     assert body[1][1] == "2 × x86-64 CPU core (local, 1 node)"
-    assert body[1][3:] == ["7.50 ± 3.54", "64", "0.05", "50.0 ± 14.1 s", "2.08 ± 0.59×", "104.2 ± 29.5%",
-                           "95.0 ± 1.4%", "99.9 ± 0.1%", "+0.0 ± 1.4 pts", "MATCHES"]
-    assert body[2][3:] == ["10.0", "256", "0.2", "70.0 s†", "1.43×", "71.4%", "90.0%", "98.5%", "−5.0 pts",
-                           "BELOW BASELINE by 5.0 pts"]
+    assert body[1][3:] == ["10.0 ± 0.0", "64", "0.05", "50.0 ± 14.1 s", "2.08 ± 0.59×", "—", "104.2 ± 29.5%",
+                           "95.5 ± 2.1%", "99.9 ± 0.1%", "+0.5 ± 2.1 pts", "—", "MATCHES"]
+    assert body[2][3:] == ["10.0", "256", "0.2", "70.0 s†", "1.43×", "—", "71.4%", "90.0%", "98.5%", "−5.0 pts",
+                           "—", "BELOW BASELINE by 5.0 pts"]
     assert body[3][6] == "FAILED"
-    assert body[3][12] == ("FAILED: ended by walltime 3 times; resubmit limit 2 reached "
+    assert body[3][14] == ("FAILED: ended by walltime 3 times; resubmit limit 2 reached "
                            "(scheduler: TIMEOUT → TIMEOUT → TIMEOUT)")
     assert failed == [False, False, False, True]
 
 
 def test_markdown_rows_and_failure_details(records, ctx):
     text = to_markdown(summarize(records, TOL), ctx, ["git commit: abc"])
-    assert ("| g2-b64 (2 repeats) | 2 × x86-64 CPU core (local, 1 node) | lenet | 7.50 ± 3.54 | 64 | 0.05 | "
-            "50.0 ± 14.1 s | 2.08 ± 0.59× | 104.2 ± 29.5% | 95.0 ± 1.4% | 99.9 ± 0.1% | +0.0 ± 1.4 pts | MATCHES |") in text
+    assert ("| g2-b64 (2 repeats) | 2 × x86-64 CPU core (local, 1 node) | lenet | 10.0 ± 0.0 | 64 | 0.05 | "
+            "50.0 ± 14.1 s | 2.08 ± 0.59× | — | 104.2 ± 29.5% | 95.5 ± 2.1% | 99.9 ± 0.1% | +0.5 ± 2.1 pts | — | "
+            "MATCHES |") in text
     assert "### g2-b128-r0: FAILED" in text
     assert "- scheduler: TIMEOUT → TIMEOUT → TIMEOUT" in text
     # The log tail holds a ``` line: the fence must be longer so the block does not end early.
@@ -131,7 +138,8 @@ def test_json_round_trip(records, ctx):
     assert data["format"] == "firescale.report/1" and data["speedup_computed"] is True
     b64 = next(r for r in data["rows"] if r["group"] == "g2-b64")
     assert b64["speedup"]["n"] == 2 and b64["parity"] == {"verdict": "MATCHES", "matches": True,
-                                                           "delta_pts": pytest.approx(0.0, abs=1e-9)}
+                                                           "delta_pts": pytest.approx(0.5), "interval_pts": None}
+    assert b64["hyperparameters"]["Batch per GPU"] == "32" and b64["speedup_interval"] is None
     assert data["failures"][0]["log_tail"].startswith("iter 150")
     assert "speedup.pdf" in data["outputs"] and "report.tex" in data["outputs"]
 
@@ -161,7 +169,7 @@ def test_failed_baseline_renders_and_says_so(records, ctx):
                                      "Speedup, scaling efficiency and parity cannot be computed.")
     assert all(r.speedup is None and r.parity is None for r in summary.rows)
     _, body, _ = cells.table(summary, ctx)
-    assert body[0][7:9] == ["—", "—"] and body[0][12] == "cannot judge: no baseline"
+    assert body[0][7:10] == ["—", "—", "—"] and body[0][14] == "cannot judge: no baseline"
     assert summary.baseline_note in to_markdown(summary, ctx, [])
 
 
@@ -223,12 +231,13 @@ def test_the_baseline_races_to_the_same_target_as_the_sweep(edited):
     # Final top-1 0.95; evals 0.90 at 50 s and 0.95 at 100 s. Timed to 0.89, it got there at 50 s,
     # while its accuracy stays its final one, the figure the sweep is judged against.
     m = run_metrics(edited("baseline"), 0.89)
-    assert (m.has_target, m.reached_target, m.time_s, m.epochs, m.top1) == (True, True, 50.0, 5.0, 0.95)
+    assert (m.has_target, m.reached_target, m.time_s, m.epochs_to_target, m.top1) == (True, True, 50.0, 5.0, 0.95)
     m = run_metrics(edited("baseline"), 0.99)  # never reached: the whole train time, marked as missed
     assert (m.reached_target, m.time_s) == (False, 100.0)
     rows = _rows(summarize([r for r in _records_for_speedup(edited)], 0.06))
     assert rows["baseline"].time_s.mean == 50.0  # 0.95 - 0.06 = 0.89
-    assert rows["g2-b64"].speedup.mean == pytest.approx((50 / 60 + 50 / 40) / 2)
+    # the points are timed to that same 0.89 from their own evaluations: 30 s and 40 s
+    assert rows["g2-b64"].speedup.mean == pytest.approx((50 / 30 + 50 / 40) / 2)
 
 
 def _records_for_speedup(edited):

@@ -35,13 +35,6 @@ def baseline_results(experiment):
     return [RUN_RESULT.format(site=SITE, experiment=experiment, point=p.name) for p in PLAN.baselines(experiment)]
 
 
-def baseline_result(wildcards):
-    """Every sweep point waits for its experiment's baseline repeats, whose mean accuracy is its target."""
-    if wildcards.point.startswith("baseline"):
-        return []
-    return baseline_results(wildcards.experiment)
-
-
 def report_files():
     return [REPORT.format(site=SITE, experiment=e) for e in EXPERIMENTS]
 

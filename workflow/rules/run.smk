@@ -7,7 +7,6 @@ rule run_point:
         script=JOB_SCRIPT,
         point=POINT_FILE,
         dataset=dataset_manifest,
-        baseline=baseline_result,
         prediction=PREDICTION,
     output:
         result=RUN_RESULT,

@@ -5,9 +5,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sweep.records import RunRecord
+from .parity import Parity
+from .stats import LEVEL, Interval
 from .summary import Row, Stat, Summary
 
 NOT_REACHED = "†"
+CI = f"{LEVEL:.0%} CI"
+# Columns that hold numbers: right-aligned in every format.
+NUMERIC = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", f"Speedup {CI}", "Efficiency", "Top-1",
+           "Top-5", "Δ top-1", f"Δ top-1 {CI}", "Iter. measured", "Iter. predicted", "Iter. error",
+           "Time predicted", "Time error"}
 DASH = "—"
 MINUS = "−"
 
@@ -81,6 +88,19 @@ def delta_pts(stat: Stat | None) -> str:
     return DASH if stat is None else _pm(stat, 1.0, 1, " pts", signed=True)
 
 
+def speedup_interval(interval: Interval | None) -> str:
+    """'1.71–2.10×', or a dash without repeats on both sides."""
+    return DASH if interval is None else f"{_num(interval.low, 2)}–{_num(interval.high, 2)}×"
+
+
+def delta_interval(parity: Parity | None) -> str:
+    """The interval of Δ top-1 in points, '[−1.2, +0.8] pts', or a dash without one."""
+    if parity is None or parity.interval is None:
+        return DASH
+    low, high = (_signed(round(v * 100.0, 1) + 0.0, 1) for v in (parity.interval.low, parity.interval.high))
+    return f"[{low}, {high}] pts"
+
+
 def epochs(stat: Stat) -> str:
     digits = 2 if stat.mean < 10 else 1 if stat.mean < 100 else 0
     return _pm(stat, 1.0, digits, "")
@@ -97,7 +117,7 @@ def hardware(ctx: ReportContext, gpus: int, nodes: int) -> str:
 def columns(summary: Summary) -> list[str]:
     """The table's headings; the prediction columns appear only with predictions."""
     heads = ["Point", "Hardware", "Net", "Epochs", "Batch", "Initial LR", "Train time", "Speedup",
-             "Efficiency", "Top-1", "Top-5", "Δ top-1", "Parity"]
+             f"Speedup {CI}", "Efficiency", "Top-1", "Top-5", "Δ top-1", f"Δ top-1 {CI}", "Parity"]
     if summary.predictions_source:
         heads += ["Iter. measured", "Iter. predicted", "Iter. error", "Time predicted", "Time error"]
     return heads
@@ -113,8 +133,9 @@ def row_cells(row: Row, summary: Summary, ctx: ReportContext) -> list[str]:
     else:
         verdict = row.parity.verdict
     cells = [name, hardware(ctx, row.gpus, row.nodes), row.net, epochs(row.epochs), str(row.batch),
-             f"{row.lr:g}", time, speedup(row.speedup), efficiency(row.efficiency), percent(row.top1),
-             percent(row.top5), DASH if row.baseline else delta_pts(row.delta_top1_pts), verdict]
+             f"{row.lr:g}", time, speedup(row.speedup), DASH if row.baseline else speedup_interval(row.speedup_interval),
+             efficiency(row.efficiency), percent(row.top1), percent(row.top5),
+             DASH if row.baseline else delta_pts(row.delta_top1_pts), delta_interval(row.parity), verdict]
     if summary.predictions_source:
         p = row.prediction
         if p is None:
@@ -147,7 +168,7 @@ def failure_cells(record: RunRecord, summary: Summary, ctx: ReportContext, *, br
     """A failed or missing point's row; `brief` keeps only the word (LaTeX puts the reason in a note)."""
     verdict = failure_word(record) if brief else failure_text(record)
     cells = [record.point, hardware(ctx, record.gpus, record.nodes), ctx.net, DASH, str(record.batch),
-             f"{record.lr:g}", failure_word(record), DASH, DASH, DASH, DASH, DASH, verdict]
+             f"{record.lr:g}", failure_word(record), DASH, DASH, DASH, DASH, DASH, DASH, DASH, verdict]
     if summary.predictions_source:
         cells += [DASH] * 5
     return cells
@@ -166,8 +187,13 @@ def notes(summary: Summary, ctx: ReportContext) -> list[str]:
     out = []
     if summary.baseline_note:
         out.append(summary.baseline_note)
-    out.append(f"Parity: a point MATCHES when its mean top-1 is at least the baseline's minus {tol:g} pts "
-               f"(FireCaffe 7.1: accuracy against a single-GPU baseline).")
+    level = f"{LEVEL:.0%}"
+    out.append(f"Parity (FireCaffe 7.1: accuracy against a single-GPU baseline) is a non-inferiority test on "
+               f"the final top-1 after each run's fixed-epoch budget: with two or more runs of the point and of "
+               f"the baseline, the point MATCHES when the lower end of the {level} confidence interval of Δ top-1 "
+               f"(Welch's t) is at least −{tol:g} pts, is BELOW BASELINE when its upper end is under −{tol:g} pts, "
+               f"and UNDECIDED otherwise (more repeats narrow the interval); with one run on either side, when "
+               f"its mean top-1 is at least the baseline's minus {tol:g} pts.")
     if summary.target_accuracy is not None:
         out.append(f"Train time is the time to reach the fixed target top-1 ≥ {summary.target_accuracy * 100:g}%.")
     else:
@@ -177,7 +203,9 @@ def notes(summary: Summary, ctx: ReportContext) -> list[str]:
     if any(r.not_reached for r in summary.rows):
         out.append(f"{NOT_REACHED} the target was not reached in at least one repeat: the whole train time is shown.")
     out.append("Speedup = baseline time / this time; efficiency = speedup / GPUs; repeats give mean ± sample "
-               "standard deviation, computed per repeat.")
+               "standard deviation, computed per repeat.  The speedup's interval is that of mean baseline time / "
+               f"mean time ({level}, the delta method on its logarithm with Welch's degrees of freedom).  "
+               "Epochs are those trained: each point's fixed-epoch budget.")
     if summary.predictions_source:
         out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured.")
         if summary.unmatched_predictions:

@@ -5,6 +5,7 @@ from html import escape
 
 from . import cells
 from .cells import ReportContext
+from .sections import sections
 from .summary import Summary
 from .tables import PLOTS, title
 
@@ -17,6 +18,7 @@ tbody tr:last-child td { border-bottom: 2px solid #222; }
 th, td { padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.failed td { background: #fdecea; }
+tr.chosen td { background: #e8f5e9; font-weight: 600; }
 .matches { color: #1b5e20; font-weight: 600; }
 .below, .failed-word { color: #b71c1c; font-weight: 600; }
 .note-baseline { border-left: 4px solid #b71c1c; padding: 0.5em 1em; background: #fdecea; }
@@ -24,10 +26,6 @@ figure { display: inline-block; margin: 1em; max-width: 45%; }
 figure img { max-width: 100%; }
 pre { background: #f5f5f5; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
 """
-
-_NUMERIC = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", "Efficiency", "Top-1", "Top-5",
-            "Δ top-1", "Iter. measured", "Iter. predicted", "Iter. error", "Time predicted", "Time error"}
-
 
 def _verdict_class(text: str) -> str:
     if text == "MATCHES":
@@ -54,10 +52,20 @@ def to_html(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -
     for row, is_failure in zip(body, failed):
         tds = []
         for head, text in zip(heads, row):
-            cls = "num" if head in _NUMERIC else _verdict_class(text) if head in ("Parity", "Train time") else ""
+            cls = "num" if head in cells.NUMERIC else _verdict_class(text) if head in ("Parity", "Train time") else ""
             tds.append(f'<td class="{cls}">{h(text)}</td>' if cls else f"<td>{h(text)}</td>")
         out.append(('<tr class="failed">' if is_failure else "<tr>") + "".join(tds) + "</tr>")
     out += ["</tbody>", "</table>", "<ul>"] + [f"<li>{h(n)}</li>" for n in cells.notes(summary, ctx)] + ["</ul>"]
+    for section in sections(summary):
+        out.append(f"<h2>{h(section.title)}</h2>")
+        if section.rows:
+            out += ["<table>", "<thead><tr>" + "".join(f"<th>{h(x)}</th>" for x in section.heads) + "</tr></thead>",
+                    "<tbody>"]
+            marked = section.marked or [False] * len(section.rows)
+            out += [('<tr class="chosen">' if m else "<tr>") + "".join(f"<td>{h(c)}</td>" for c in row) + "</tr>"
+                    for row, m in zip(section.rows, marked)]
+            out += ["</tbody>", "</table>"]
+        out += ["<ul>"] + [f"<li>{h(n)}</li>" for n in section.notes] + ["</ul>"]
     if summary.failures:
         out.append("<h2>Failed points</h2>")
         for record in summary.failures:

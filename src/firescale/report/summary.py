@@ -11,7 +11,9 @@ from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import EvalPoint
 from ..sweep.records import RunRecord
-from .parity import Parity, check_parity
+from .hyper import hyperparameters
+from .parity import Parity, judge_parity
+from .stats import Interval, mean_ratio
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,14 @@ class RunMetrics:
     has_target: bool
     reached_target: bool
     time_s: float          # time-to-accuracy, or the whole train time when the target was not reached
-    epochs: float
-    top1: float
+    epochs: float          # epochs trained (its fixed-epoch budget, or up to where it stopped)
+    top1: float            # after the last evaluation
     top5: float
     data_wait_s: float
     compute_s: float
     allreduce_s: float
     evals: list[EvalPoint]
+    epochs_to_target: float | None = None
 
     @property
     def iteration_s(self) -> float:
@@ -55,32 +58,35 @@ class RunMetrics:
 
 
 def run_metrics(record: RunRecord, target: float | None = None) -> RunMetrics:
-    """The eval a run is judged by: the first at or above its target if it reached it, else its last.
+    """A run's final accuracy, and its time to `target`: the first of its evaluations at or above it.
 
-    A run trained without a target of its own (the baseline) is timed to `target` when given: the
-    first of its evals at or above it, so the baseline and the sweep points race to the same accuracy.
-    Its accuracy stays its final one, the figure the sweep points are judged against.
+    Every run, the baseline included, is timed to the same `target` (the baseline's final top-1 minus
+    the tolerance, or a fixed one) from its own evaluations; without one, a run's own time to accuracy
+    counts when it had a target.  A run that never got there shows its whole train time.  Its accuracy
+    is its last evaluation's: under a fixed-epoch budget, what it ended with.
     """
     train = record.train
     if train is None or not train.evals:
         raise FirescaleError(f"{record.source}: no evaluations to report")
-    chosen = train.evals[-1]
-    reached = bool(train.reached_target and train.time_to_accuracy_s is not None)
-    if reached and train.target_top1 is not None:
-        chosen = next((e for e in train.evals if e.top1 >= train.target_top1), chosen)
-    time_s = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
-    epochs = float(chosen.epoch) if reached else float(train.epochs)
-    has_target = train.target_top1 is not None
-    if not has_target and target is not None:
+    final = train.evals[-1]
+    hit = None
+    if target is not None:
         hit = next((e for e in train.evals if e.top1 >= target), None)
-        if hit is not None:
-            has_target, reached, time_s, epochs = True, True, float(hit.wall_s), float(hit.epoch)
+        has_target, reached = True, hit is not None
+        time_s = float(hit.wall_s) if hit is not None else float(train.train_time_s)
+    else:
+        has_target = train.target_top1 is not None
+        reached = bool(train.reached_target and train.time_to_accuracy_s is not None)
+        time_s = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
+        if reached and train.target_top1 is not None:
+            hit = next((e for e in train.evals if e.top1 >= train.target_top1), None)
     if time_s <= 0:
         raise FirescaleError(f"{record.source}: its {'time to accuracy' if reached else 'train time'} is "
                              f"{time_s} s; speedups need a positive time")
     split = train.per_iteration
-    return RunMetrics(record.point, has_target, reached, time_s, epochs, float(chosen.top1), float(chosen.top5),
-                      float(split.data_wait_s), float(split.compute_s), float(split.allreduce_s), list(train.evals))
+    return RunMetrics(record.point, has_target, reached, time_s, float(train.epochs), float(final.top1),
+                      float(final.top5), float(split.data_wait_s), float(split.compute_s), float(split.allreduce_s),
+                      list(train.evals), float(hit.epoch) if hit is not None else None)
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ class Row:
     efficiency: Stat | None = None
     delta_top1_pts: Stat | None = None
     parity: Parity | None = None
+    speedup_interval: Interval | None = None   # of mean baseline time / mean time, over the repeats
+    hyper: dict[str, Any] = field(default_factory=dict)   # the hyperparameters every repeat ran with
     prediction: PredictedPoint | None = None
 
 
@@ -156,7 +164,19 @@ def _row(group: str, members: list[RunRecord], target: float | None = None) -> R
                nodes=first.nodes, batch=first.batch, lr=first.lr, net=first.train.net, runs=metrics,
                time_s=stat("time_s"), epochs=stat("epochs"), top1=stat("top1"), top5=stat("top5"),
                data_wait_s=stat("data_wait_s"), compute_s=stat("compute_s"), allreduce_s=stat("allreduce_s"),
-               iteration_s=stat("iteration_s"), not_reached=sum(m.has_target and not m.reached_target for m in metrics))
+               iteration_s=stat("iteration_s"), not_reached=sum(m.has_target and not m.reached_target for m in metrics),
+               hyper=hyperparameters(first))
+
+
+def _baseline_note(baseline: Row | None, record: RunRecord | None) -> str:
+    """Empty when the baseline has a row, else why speedup and parity cannot be computed."""
+    if baseline is not None:
+        return ""
+    if record is None:
+        return "There is no baseline record, so speedup and parity cannot be computed."
+    why = f": {record.reason}" if record.reason else ""
+    return (f"The baseline {'has no record' if record.outcome == 'missing' else 'failed'}{why}. "
+            f"Speedup, scaling efficiency and parity cannot be computed.")
 
 
 def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: float | None = None,
@@ -164,33 +184,23 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
     """Group repeats, compute speedup and efficiency per repeat against the baseline, judge parity.
 
     Speedup, efficiency and Δ top-1 are computed for every repeat and then averaged, so their ± is the
-    spread over repeats.  The verdict judges the row's mean top-1.
+    spread over repeats; the speedup's interval is that of the ratio of mean times.  The verdict tests
+    the repeats' Δ top-1 against the tolerance (parity.judge_parity).
     """
     groups: dict[str, list[RunRecord]] = {}
     failures = []
-    for record in sorted(records, key=lambda r: (not r.baseline, r.gpus, r.batch, r.repeat)):
+    for record in sorted(records, key=lambda r: (not r.baseline, r.gpus, r.batch, r.lr, r.repeat)):
         if record.succeeded:
             groups.setdefault(record.group, []).append(record)
         else:
             failures.append(record)
-    rows = []
-    for group, members in groups.items():
-        target = None
-        if members[0].baseline:
-            # The sweep's target: a fixed accuracy, or the baseline's final top-1 minus the tolerance.
-            final = sum(run_metrics(r).top1 for r in members) / len(members)
-            target = target_accuracy if target_accuracy is not None else final - tolerance
-        rows.append(_row(group, members, target))
+    target = target_accuracy
+    if target is None and "baseline" in groups:
+        # The sweep's target: the baseline's mean final top-1 minus the tolerance.
+        target = statistics.fmean(run_metrics(r).top1 for r in groups["baseline"]) - tolerance
+    rows = [_row(group, members, target) for group, members in groups.items()]
     baseline = next((row for row in rows if row.baseline), None)
-    baseline_record = next((r for r in records if r.baseline), None)
-    if baseline is not None:
-        note = ""
-    elif baseline_record is None:
-        note = "There is no baseline record, so speedup and parity cannot be computed."
-    else:
-        why = f": {baseline_record.reason}" if baseline_record.reason else ""
-        note = (f"The baseline {'has no record' if baseline_record.outcome == 'missing' else 'failed'}{why}. "
-                f"Speedup, scaling efficiency and parity cannot be computed.")
+    note = _baseline_note(baseline, next((r for r in records if r.baseline), None))
     if baseline is not None:
         base_time, base_top1 = baseline.time_s.mean, baseline.top1.mean
         for row in rows:
@@ -198,8 +208,9 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
             row.speedup = Stat.of(speedups)
             row.efficiency = Stat.of([s / row.gpus for s in speedups])
             row.delta_top1_pts = Stat.of([(m.top1 - base_top1) * 100.0 for m in row.runs])
+            row.speedup_interval = mean_ratio([m.time_s for m in baseline.runs], [m.time_s for m in row.runs])
             if not row.baseline:
-                row.parity = check_parity(row.top1.mean, base_top1, tolerance)
+                row.parity = judge_parity([m.top1 for m in row.runs], [m.top1 for m in baseline.runs], tolerance)
     unmatched = []
     if predictions is not None:
         used = set()

@@ -9,6 +9,7 @@ from typing import Any
 from . import cells
 from .cells import ReportContext
 from ..sweep.records import RunRecord
+from .sections import Section, sections
 from .summary import Row, Summary, stat_dict
 
 REPORT_FORMAT = "firescale.report/1"
@@ -53,6 +54,12 @@ def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str
     out += ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
     out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
     out += [""] + [f"- {n}" for n in cells.notes(summary, ctx)] + [""]
+    for section in sections(summary):
+        out += [f"## {section.title}", ""]
+        if section.rows:
+            out += ["| " + " | ".join(section.heads) + " |", "|" + "|".join("---" for _ in section.heads) + "|"]
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.rows] + [""]
+        out += [f"- {n}" for n in section.notes] + [""]
     if summary.failures:
         out += ["## Failed points", ""]
         for record in summary.failures:
@@ -94,9 +101,7 @@ def _tex_comment(text: str) -> str:
 def to_latex(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -> str:
     """A table environment (booktabs) ready to \\input into a paper; provenance as comments."""
     heads, body, failed = cells.table(summary, ctx, brief=True)
-    numeric = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", "Efficiency", "Top-1", "Top-5",
-               "Δ top-1", "Iter. measured", "Iter. predicted", "Iter. error", "Time predicted", "Time error"}
-    spec = "".join("r" if h in numeric else "l" for h in heads)
+    spec = "".join("r" if h in cells.NUMERIC else "l" for h in heads)
     lines = [_tex_comment(f"firescale: {title(ctx)}"),
              "% Needs \\usepackage{booktabs} in the preamble.",
              *(_tex_comment(line) for line in provenance_lines),
@@ -114,16 +119,31 @@ def to_latex(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) 
               *(tex_escape(n) + r"\par" for n in cells.notes(summary, ctx)),
               *(tex_escape(f"{f.point}: {cells.failure_text(f)}") + r"\par" for f in summary.failures),
               r"\end{minipage}", r"\end{table}", ""]
+    for section in sections(summary):
+        lines += _latex_section(section)
     return "\n".join(lines)
+
+
+def _latex_section(section: Section) -> list[str]:
+    """A section after the main table: its own booktabs table, its notes under it."""
+    lines = [r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{tex_escape(section.title)}}}"]
+    if section.rows:
+        lines += [rf"\begin{{tabular}}{{{'l' * len(section.heads)}}}", r"\toprule",
+                  " & ".join(tex_escape(h) for h in section.heads) + r" \\", r"\midrule",
+                  *(" & ".join(tex_escape(c) for c in row) + r" \\" for row in section.rows),
+                  r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\par\smallskip", r"\begin{minipage}{\linewidth}\footnotesize",
+              *(tex_escape(n) + r"\par" for n in section.notes), r"\end{minipage}", r"\end{table}", ""]
+    return lines
 
 
 # ------------------------------------------------------------------------------------ CSV, JSON
 
 CSV_FIELDS = ["point", "kind", "repeats", "site", "device", "gpus", "nodes", "net", "batch", "lr",
               "epochs_mean", "epochs_std", "time_s_mean", "time_s_std", "not_reached",
-              "speedup_mean", "speedup_std", "efficiency_mean", "efficiency_std",
+              "speedup_mean", "speedup_std", "speedup_ci_low", "speedup_ci_high", "efficiency_mean", "efficiency_std",
               "top1_mean", "top1_std", "top5_mean", "top5_std", "delta_top1_pts_mean", "delta_top1_pts_std",
-              "parity", "data_wait_s", "compute_s", "allreduce_s", "iteration_s",
+              "delta_top1_ci_low", "delta_top1_ci_high", "parity", "data_wait_s", "compute_s", "allreduce_s", "iteration_s",
               "predicted_iteration_s", "iteration_error_pct", "predicted_time_s", "time_error_pct",
               "reason", "scheduler_states"]
 
@@ -141,6 +161,10 @@ def _csv_row(row: Row, ctx: ReportContext) -> dict[str, Any]:
     for name in ("epochs", "time_s", "speedup", "efficiency", "top1", "top5", "delta_top1_pts"):
         _mean_std(out, name, getattr(row, name))
     out["parity"] = "baseline" if row.baseline else (row.parity.verdict if row.parity else "")
+    if row.speedup_interval is not None and not row.baseline:
+        out.update(speedup_ci_low=row.speedup_interval.low, speedup_ci_high=row.speedup_interval.high)
+    if row.parity is not None and row.parity.interval is not None:
+        out.update(delta_top1_ci_low=row.parity.interval.low * 100.0, delta_top1_ci_high=row.parity.interval.high * 100.0)
     for name in ("data_wait_s", "compute_s", "allreduce_s", "iteration_s"):
         out[name] = getattr(row, name).mean
     p = row.prediction
@@ -177,7 +201,10 @@ def _row_json(row: Row) -> dict[str, Any]:
            ("time_s", "epochs", "top1", "top5", "speedup", "efficiency", "delta_top1_pts",
             "data_wait_s", "compute_s", "allreduce_s", "iteration_s")},
         "parity": None if row.parity is None else {"verdict": row.parity.verdict, "matches": row.parity.matches,
-                                                    "delta_pts": row.parity.delta_pts},
+                                                    "delta_pts": row.parity.delta_pts,
+                                                    "interval_pts": _interval_json(row.parity.interval, 100.0)},
+        "speedup_interval": None if row.baseline else _interval_json(row.speedup_interval),
+        "hyperparameters": row.hyper,
         "prediction": None if row.prediction is None else {
             "iteration_s": row.prediction.iteration_s, "time_to_accuracy_s": row.prediction.time_to_accuracy_s,
             "iteration_error_pct": row.prediction.iteration_error_pct,
@@ -185,6 +212,12 @@ def _row_json(row: Row) -> dict[str, Any]:
         "runs": [{"point": m.point, "reached_target": m.reached_target, "time_s": m.time_s, "epochs": m.epochs,
                   "top1": m.top1, "top5": m.top5, "iteration_s": m.iteration_s} for m in row.runs],
     }
+
+
+def _interval_json(interval: Any, scale: float = 1.0) -> dict[str, float] | None:
+    if interval is None:
+        return None
+    return {"low": interval.low * scale, "high": interval.high * scale, "level": interval.level, "df": interval.df}
 
 
 def _failure_json(record: RunRecord) -> dict[str, Any]:
@@ -202,7 +235,8 @@ def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
         "target_accuracy": summary.target_accuracy, "baseline_note": summary.baseline_note,
         "speedup_computed": summary.baseline is not None,
         "rows": [_row_json(r) for r in summary.rows], "failures": [_failure_json(f) for f in summary.failures],
-        "notes": cells.notes(summary, ctx), "predictions": summary.predictions_source or None,
+        "notes": cells.notes(summary, ctx), "sections": [x.to_dict() for x in sections(summary)],
+        "predictions": summary.predictions_source or None,
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
         "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in PLOTS.items() for ext in ("png", "pdf")}},
     }

@@ -17,10 +17,10 @@ def run_dir(plan: Plan, experiment: str, point: SweepPoint) -> Path:
 
 
 def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
-    """argv of one rank: `firescale train` with the point's net, data, solver, batch, rate, fixed-epoch
-    budget (max_iter and the schedule scaled to its batch) and target."""
+    """argv of one rank: `firescale train` with the point's net, data, solver, batch, rate and fixed-epoch
+    budget (max_iter and the schedule scaled to its batch).  Every run trains its whole budget: the
+    report times each to the common target from its evaluations and compares final accuracies."""
     exp = plan.experiment(experiment)
-    baselines = plan.baselines(experiment)
     argv = [*plan.site.config["environment"]["firescale"].split(), "train",
             "--dataset", str(plan.dataset_dir(experiment)),
             "--net", exp["net"],
@@ -32,14 +32,8 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
             *plan.budget(experiment, point).set_options(),
             "--warmup-iters", str(exp["warmup_iters"])]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
-        argv += ["--warmup-start-lr", f"{baselines[0].lr:.10g}"]
+        argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
     argv.append("--resume")
-    target = exp["target"]
-    if "accuracy" in target:
-        argv += ["--target", f"{target['accuracy']:.10g}"]
-    elif not point.baseline:  # the mean final top-1 of the baseline's repeats, minus the tolerance
-        argv += ["--target-from", *(str(run_dir(plan, experiment, b) / "result.json") for b in baselines),
-                 "--tolerance", f"{target['tolerance']:.10g}"]
     return argv
 
 

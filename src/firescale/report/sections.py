@@ -1,0 +1,78 @@
+"""The report's sections beside the main table: every hyperparameter (FireCaffe 7.1) and the LR search."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import cells
+from .summary import Row, Summary
+
+DASH = cells.DASH
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled table with the sentences under it, rendered alike in Markdown, LaTeX and HTML."""
+
+    title: str
+    heads: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    marked: list[bool] = field(default_factory=list)   # rows to emphasise (the chosen rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "heads": self.heads, "rows": self.rows, "notes": self.notes,
+                "marked": self.marked}
+
+
+def hyperparameter_section(summary: Summary) -> Section | None:
+    """Settings shared by every row as notes, the rest as a table with one line per row."""
+    rows = [r for r in summary.rows if r.hyper]
+    if not rows:
+        return None
+    keys = list(rows[0].hyper)
+    varying = [k for k in keys if len({r.hyper.get(k) for r in rows}) > 1]
+    common = [f"{k}: {rows[0].hyper[k]}" for k in keys if k not in varying and rows[0].hyper[k] != DASH]
+    body = [[r.group, *(r.hyper.get(k, DASH) for k in varying)] for r in rows]
+    return Section("Hyperparameters", ["Point", *varying], body if varying else [],
+                   ["Every run: " + "; ".join(common) + "."] if common else [])
+
+
+def _search_groups(summary: Summary) -> dict[tuple[int, int], list[Row]]:
+    groups: dict[tuple[int, int], list[Row]] = {}
+    for row in summary.rows:
+        if not row.baseline:
+            groups.setdefault((row.gpus, row.batch), []).append(row)
+    return {k: sorted(v, key=lambda r: r.lr) for k, v in groups.items() if len({r.lr for r in v}) > 1}
+
+
+def chosen_rate(rows: list[Row]) -> Row | None:
+    """FireCaffe's choice: of the rates whose runs match the baseline, the one that trains fastest."""
+    matching = [r for r in rows if r.parity is not None and r.parity.matches]
+    return min(matching, key=lambda r: r.time_s.mean) if matching else None
+
+
+def lr_search_sections(summary: Summary) -> list[Section]:
+    """One table per GPUs x batch trained at several rates: final top-1/top-5, time, verdict, the choice."""
+    out = []
+    for (gpus, batch), rows in _search_groups(summary).items():
+        best = chosen_rate(rows)
+        body = [[f"{r.lr:g}", cells.percent(r.top1), cells.percent(r.top5),
+                 cells.duration(r.time_s) + (cells.NOT_REACHED if r.not_reached else ""), cells.speedup(r.speedup),
+                 r.parity.verdict if r.parity else DASH, "◀ chosen" if r is best else ""] for r in rows]
+        failed = [f for f in summary.failures if (f.gpus, f.batch) == (gpus, batch)]
+        body += [[f"{f.lr:g}", DASH, DASH, cells.failure_word(f), DASH, cells.failure_text(f), ""] for f in failed]
+        verdict = (f"Chosen: LR {best.lr:g}, the fastest rate that matches the baseline." if best else
+                   "No rate matches the baseline: none is chosen.")
+        out.append(Section(f"Learning-rate search: {gpus} GPUs, batch {batch}",
+                           ["Initial LR", "Top-1 (final)", "Top-5 (final)", "Train time", "Speedup", "Parity", ""],
+                           body, [verdict, "FireCaffe 7.3 searched GoogLeNet's rate this way at batch 1024 and "
+                                  "chose 0.08, the rate that matched the baseline's accuracy."],
+                           [r is best for r in rows] + [False] * len(failed)))
+    return out
+
+
+def sections(summary: Summary) -> list[Section]:
+    """Every section after the main table, in the order the report shows them."""
+    hyper = hyperparameter_section(summary)
+    return [*lr_search_sections(summary), *([hyper] if hyper else [])]
