@@ -48,10 +48,12 @@ def test_numbers_by_hand(records):
     assert base.speedup.mean == 1.0 and base.not_reached == 0  # no target: not "missed"
 
     assert b64.points == ["g2-b64-r0", "g2-b64-r1"]
-    assert b64.time_s.mean == 50.0
-    assert b64.time_s.std == pytest.approx(math.sqrt(200.0))            # 14.1421
-    assert b64.speedup.mean == pytest.approx((100 / 60 + 100 / 40) / 2)  # 2.0833
-    assert b64.speedup.std == pytest.approx((2.5 - 100 / 60) / math.sqrt(2))
+    # train time: the whole budget (60 and 80 s); time to accuracy: to 0.95 - 0.02, at 60 and 40 s
+    assert b64.time_s.mean == 70.0 and b64.tta_s.mean == 50.0
+    assert b64.time_s.std == pytest.approx(math.sqrt(200.0)) == b64.tta_s.std     # 14.1421
+    assert b64.speedup.mean == pytest.approx((100 / 60 + 100 / 80) / 2)  # 1.4583
+    assert b64.speedup.std == pytest.approx((100 / 60 - 1.25) / math.sqrt(2))
+    assert b64.tta_speedup.mean == pytest.approx((100 / 60 + 100 / 40) / 2)
     assert b64.efficiency.mean == pytest.approx(b64.speedup.mean / 2)
     assert b64.efficiency.std == pytest.approx(b64.speedup.std / 2)
     # accuracy is each run's final one (0.94, 0.97), epochs those trained; the time is to the target
@@ -68,32 +70,33 @@ def test_numbers_by_hand(records):
     assert b256.efficiency.mean == pytest.approx(100 / 140)
     assert b256.delta_top1_pts.mean == pytest.approx(-5.0)
     assert b256.parity.verdict == "BELOW BASELINE by 5.0 pts"
-    assert b256.not_reached == 1 and b256.time_s.mean == 70.0
+    assert b256.not_reached == 1 and b256.time_s.mean == 70.0 == b256.tta_s.mean
 
 
 def test_accuracy_is_the_final_one_and_time_is_to_the_target(edited):
     m = run_metrics(edited("g2-b64-r1"))
-    assert (m.reached_target, m.time_s, m.top1, m.epochs, m.epochs_to_target) == (True, 40.0, 0.97, 10.0, 5.0)
+    assert (m.reached_target, m.time_s, m.tta_s, m.top1, m.epochs, m.epochs_to_target) == (True, 80.0, 40.0, 0.97,
+                                                                                              10.0, 5.0)
     m = run_metrics(edited("g2-b64-r1"), 0.965)   # timed to the report's target, from its evaluations
-    assert (m.reached_target, m.time_s, m.epochs_to_target) == (True, 80.0, 10.0)
+    assert (m.reached_target, m.tta_s, m.epochs_to_target) == (True, 80.0, 10.0)
     m = run_metrics(edited("g2-b256-r0"))  # missed: the last eval and the whole train time
     assert (m.reached_target, m.time_s, m.top1, m.epochs) == (False, 70.0, 0.90, 10.0)
 
 
 def test_cells_as_printed(records, ctx):
     heads, body, failed = cells.table(summarize(records, TOL), ctx)
-    assert heads[6:15] == ["Train time", "Speedup", "Speedup 95% CI", "Efficiency", "Top-1", "Top-5", "Δ top-1",
-                           "Δ top-1 95% CI", "Parity"]
-    assert body[0][3:] == ["10.0", "64", "0.05", "100.0 s", "1.00×", "—", "100.0%", "95.0%", "99.5%", "—", "—",
-                           "baseline"]
+    assert heads[6:16] == ["Train time", "Speedup", "Speedup 95% CI", "Efficiency", "Time to accuracy", "Top-1",
+                           "Top-5", "Δ top-1", "Δ top-1 95% CI", "Parity"]
+    assert body[0][3:] == ["10.0", "64", "0.05", "100.0 s", "1.00×", "—", "100.0%", "100.0 s", "95.0%", "99.5%",
+                           "—", "—", "baseline"]
     assert body[1][0] == "g2-b64 (2 repeats)"
     assert body[1][1] == "2 × x86-64 CPU core (local, 1 node)"
-    assert body[1][3:] == ["10.0 ± 0.0", "64", "0.05", "50.0 ± 14.1 s", "2.08 ± 0.59×", "—", "104.2 ± 29.5%",
-                           "95.5 ± 2.1%", "99.9 ± 0.1%", "+0.5 ± 2.1 pts", "—", "MATCHES"]
-    assert body[2][3:] == ["10.0", "256", "0.2", "70.0 s†", "1.43×", "—", "71.4%", "90.0%", "98.5%", "−5.0 pts",
-                           "—", "BELOW BASELINE by 5.0 pts"]
+    assert body[1][3:] == ["10.0 ± 0.0", "64", "0.05", "70.0 ± 14.1 s", "1.46 ± 0.29×", "—", "72.9 ± 14.7%",
+                           "50.0 ± 14.1 s", "95.5 ± 2.1%", "99.9 ± 0.1%", "+0.5 ± 2.1 pts", "—", "MATCHES"]
+    assert body[2][3:] == ["10.0", "256", "0.2", "70.0 s", "1.43×", "—", "71.4%", "70.0 s†", "90.0%", "98.5%",
+                           "−5.0 pts", "—", "BELOW BASELINE by 5.0 pts"]
     assert body[3][6] == "FAILED"
-    assert body[3][14] == ("FAILED: ended by walltime 3 times; resubmit limit 2 reached "
+    assert body[3][15] == ("FAILED: ended by walltime 3 times; resubmit limit 2 reached "
                            "(scheduler: TIMEOUT → TIMEOUT → TIMEOUT)")
     assert failed == [False, False, False, True]
 
@@ -101,7 +104,8 @@ def test_cells_as_printed(records, ctx):
 def test_markdown_rows_and_failure_details(records, ctx):
     text = to_markdown(summarize(records, TOL), ctx, ["git commit: abc"])
     assert ("| g2-b64 (2 repeats) | 2 × x86-64 CPU core (local, 1 node) | lenet | 10.0 ± 0.0 | 64 | 0.05 | "
-            "50.0 ± 14.1 s | 2.08 ± 0.59× | — | 104.2 ± 29.5% | 95.5 ± 2.1% | 99.9 ± 0.1% | +0.5 ± 2.1 pts | — | "
+            "70.0 ± 14.1 s | 1.46 ± 0.29× | — | 72.9 ± 14.7% | 50.0 ± 14.1 s | 95.5 ± 2.1% | 99.9 ± 0.1% | "
+            "+0.5 ± 2.1 pts | — | "
             "MATCHES |") in text
     assert "### g2-b128-r0: FAILED" in text
     assert "- scheduler: TIMEOUT → TIMEOUT → TIMEOUT" in text
@@ -126,8 +130,9 @@ def test_csv_holds_raw_numbers(records, ctx):
     by_point = {r["point"]: r for r in rows}
     assert [r["kind"] for r in rows] == ["baseline", "point", "point", "failed"]
     b64 = by_point["g2-b64"]
-    assert float(b64["time_s_mean"]) == 50.0 and float(b64["time_s_std"]) == pytest.approx(14.1421356)
-    assert float(b64["speedup_mean"]) == pytest.approx(2.0833333) and b64["repeats"] == "2"
+    assert float(b64["time_s_mean"]) == 70.0 and float(b64["time_s_std"]) == pytest.approx(14.1421356)
+    assert float(b64["tta_s_mean"]) == 50.0
+    assert float(b64["speedup_mean"]) == pytest.approx(1.4583333) and b64["repeats"] == "2"
     assert by_point["g2-b256"]["speedup_std"] == ""  # one repeat: no spread
     assert by_point["g2-b256"]["parity"] == "BELOW BASELINE by 5.0 pts"
     assert by_point["g2-b128-r0"]["scheduler_states"] == "TIMEOUT TIMEOUT TIMEOUT"
@@ -152,11 +157,11 @@ def test_predictions_beside_measurements(records, ctx):
     assert base.iteration_error_pct == pytest.approx((0.010 - 0.009) / 0.009 * 100)   # +11.1 %
     assert base.time_error_pct == pytest.approx(-10.0)                                  # 90 vs 100 s
     assert b64.iteration_error_pct == pytest.approx((0.006 - 0.0065) / 0.0065 * 100)  # -7.7 %
-    assert b64.time_error_pct == pytest.approx(10.0)                                   # 55 vs 50 s
+    assert b64.time_error_pct == pytest.approx(-100 * 15 / 70)                         # 55 vs 70 s
     assert rows["g2-b256"].prediction is None
     assert summary.unmatched_predictions == ["g4-b64"]
     _, body, _ = cells.table(summary, ctx)
-    assert body[1][-5:] == ["6.50 ms", "6.00 ms", "−7.7%", "55.0 s", "+10.0%"]
+    assert body[1][-5:] == ["6.50 ms", "6.00 ms", "−7.7%", "55.0 s", "−21.4%"]
     assert body[2][-4:] == ["—"] * 4
 
 
@@ -169,7 +174,7 @@ def test_failed_baseline_renders_and_says_so(records, ctx):
                                      "Speedup, scaling efficiency and parity cannot be computed.")
     assert all(r.speedup is None and r.parity is None for r in summary.rows)
     _, body, _ = cells.table(summary, ctx)
-    assert body[0][7:10] == ["—", "—", "—"] and body[0][14] == "cannot judge: no baseline"
+    assert body[0][7:10] == ["—", "—", "—"] and body[0][15] == "cannot judge: no baseline"
     assert summary.baseline_note in to_markdown(summary, ctx, [])
 
 
@@ -231,13 +236,13 @@ def test_the_baseline_races_to_the_same_target_as_the_sweep(edited):
     # Final top-1 0.95; evals 0.90 at 50 s and 0.95 at 100 s. Timed to 0.89, it got there at 50 s,
     # while its accuracy stays its final one, the figure the sweep is judged against.
     m = run_metrics(edited("baseline"), 0.89)
-    assert (m.has_target, m.reached_target, m.time_s, m.epochs_to_target, m.top1) == (True, True, 50.0, 5.0, 0.95)
+    assert (m.has_target, m.reached_target, m.tta_s, m.epochs_to_target, m.top1) == (True, True, 50.0, 5.0, 0.95)
     m = run_metrics(edited("baseline"), 0.99)  # never reached: the whole train time, marked as missed
-    assert (m.reached_target, m.time_s) == (False, 100.0)
+    assert (m.reached_target, m.tta_s, m.time_s) == (False, 100.0, 100.0)
     rows = _rows(summarize([r for r in _records_for_speedup(edited)], 0.06))
-    assert rows["baseline"].time_s.mean == 50.0  # 0.95 - 0.06 = 0.89
+    assert rows["baseline"].tta_s.mean == 50.0  # 0.95 - 0.06 = 0.89
     # the points are timed to that same 0.89 from their own evaluations: 30 s and 40 s
-    assert rows["g2-b64"].speedup.mean == pytest.approx((50 / 30 + 50 / 40) / 2)
+    assert rows["g2-b64"].tta_speedup.mean == pytest.approx((50 / 30 + 50 / 40) / 2)
 
 
 def _records_for_speedup(edited):

@@ -1,5 +1,6 @@
 # Predict every point before anything is submitted (Paleo's model with the site's devices and
-# interconnect), calibrate on the baseline once it has run, and predict again for the report.
+# interconnect), calibrate on the baseline once it has run, and predict again for the report: each
+# point's whole fixed-epoch budget, the report's train time.
 
 
 rule predict_experiment:
@@ -39,7 +40,6 @@ rule predict_calibrated:
         config=EFFECTIVE_CONFIG,
         dataset=dataset_manifest,
         calibration=CALIBRATION,
-        baseline=lambda wc: RUN_RESULT.format(site=wc.site, experiment=wc.experiment, point="baseline"),
     output:
         json="results/{site}/{experiment}/predict-calibrated.json",
         md="results/{site}/{experiment}/predict-calibrated.md",
@@ -49,5 +49,5 @@ rule predict_calibrated:
         ENV
     shell:
         "firescale predict experiment {wildcards.site:q} --experiment {wildcards.experiment:q}"
-        " --config {input.config:q} --calibration {input.calibration:q} --epochs-from {input.baseline:q}"
+        " --config {input.config:q} --calibration {input.calibration:q}"
         " --json {output.json:q} --markdown {output.md:q} > {log:q} 2>&1"

@@ -42,10 +42,15 @@ def speedup_figure(summary: Summary, title: str) -> Any:
     rows = [r for r in summary.rows if r.speedup is not None]
     top = max(r.gpus for r in rows)
     ax.plot([1, top], [1, top], linestyle="--", color="grey", label="ideal (linear)")
-    for batch in sorted({r.batch for r in rows}):
-        line = sorted((r for r in rows if r.batch == batch), key=lambda r: r.gpus)
+    rates = {b: {r.lr for r in rows if r.batch == b and not r.baseline} for b in {r.batch for r in rows}}
+    series = sorted({(r.batch, r.lr if len(rates[r.batch]) > 1 else None) for r in rows if not r.baseline},
+                    key=lambda k: (k[0], k[1] or 0.0))
+    for batch, lr in series:   # one line per batch, or per batch and rate when a batch searched rates
+        line = sorted((r for r in rows if r.batch == batch and (lr is None or r.lr == lr or r.baseline)),
+                      key=lambda r: r.gpus)
         ax.errorbar([r.gpus for r in line], [r.speedup.mean for r in line],
-                    yerr=[r.speedup.std or 0.0 for r in line], marker="o", capsize=3, label=f"batch {batch}")
+                    yerr=[r.speedup.std or 0.0 for r in line], marker="o", capsize=3,
+                    label=f"batch {batch}" + (f", LR {lr:g}" if lr is not None else ""))
     if top > 8:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)

@@ -42,8 +42,9 @@ class RunMetrics:
     point: str
     has_target: bool
     reached_target: bool
-    time_s: float          # time-to-accuracy, or the whole train time when the target was not reached
-    epochs: float          # epochs trained (its fixed-epoch budget, or up to where it stopped)
+    time_s: float          # train time: its whole fixed-epoch budget (start-up excluded, evaluation included)
+    tta_s: float           # time to the target, or the whole train time when it never got there
+    epochs: float          # epochs trained
     top1: float            # after the last evaluation
     top5: float
     data_wait_s: float
@@ -58,12 +59,11 @@ class RunMetrics:
 
 
 def run_metrics(record: RunRecord, target: float | None = None) -> RunMetrics:
-    """A run's final accuracy, and its time to `target`: the first of its evaluations at or above it.
+    """A run's train time and final accuracy, and its time to `target`: its first evaluation at or above it.
 
     Every run, the baseline included, is timed to the same `target` (the baseline's final top-1 minus
     the tolerance, or a fixed one) from its own evaluations; without one, a run's own time to accuracy
-    counts when it had a target.  A run that never got there shows its whole train time.  Its accuracy
-    is its last evaluation's: under a fixed-epoch budget, what it ended with.
+    counts when it had a target.  A run that never got there shows its whole train time there.
     """
     train = record.train
     if train is None or not train.evals:
@@ -73,20 +73,20 @@ def run_metrics(record: RunRecord, target: float | None = None) -> RunMetrics:
     if target is not None:
         hit = next((e for e in train.evals if e.top1 >= target), None)
         has_target, reached = True, hit is not None
-        time_s = float(hit.wall_s) if hit is not None else float(train.train_time_s)
+        tta = float(hit.wall_s) if hit is not None else float(train.train_time_s)
     else:
         has_target = train.target_top1 is not None
         reached = bool(train.reached_target and train.time_to_accuracy_s is not None)
-        time_s = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
+        tta = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
         if reached and train.target_top1 is not None:
             hit = next((e for e in train.evals if e.top1 >= train.target_top1), None)
-    if time_s <= 0:
-        raise FirescaleError(f"{record.source}: its {'time to accuracy' if reached else 'train time'} is "
-                             f"{time_s} s; speedups need a positive time")
+    for name, value in (("train time", float(train.train_time_s)), ("time to accuracy", tta)):
+        if value <= 0:
+            raise FirescaleError(f"{record.source}: its {name} is {value} s; speedups need a positive time")
     split = train.per_iteration
-    return RunMetrics(record.point, has_target, reached, time_s, float(train.epochs), float(final.top1),
-                      float(final.top5), float(split.data_wait_s), float(split.compute_s), float(split.allreduce_s),
-                      list(train.evals), float(hit.epoch) if hit is not None else None)
+    return RunMetrics(record.point, has_target, reached, float(train.train_time_s), tta, float(train.epochs),
+                      float(final.top1), float(final.top5), float(split.data_wait_s), float(split.compute_s),
+                      float(split.allreduce_s), list(train.evals), float(hit.epoch) if hit is not None else None)
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ class Row:
     net: str
     runs: list[RunMetrics]
     time_s: Stat
+    tta_s: Stat
     epochs: Stat
     top1: Stat
     top5: Stat
@@ -138,6 +139,7 @@ class Row:
     delta_top1_pts: Stat | None = None
     parity: Parity | None = None
     speedup_interval: Interval | None = None   # of mean baseline time / mean time, over the repeats
+    tta_speedup: Stat | None = None            # the same, on time to accuracy
     hyper: dict[str, Any] = field(default_factory=dict)   # the hyperparameters every repeat ran with
     prediction: PredictedPoint | None = None
 
@@ -162,7 +164,7 @@ def _row(group: str, members: list[RunRecord], target: float | None = None) -> R
     stat = lambda attr: Stat.of([getattr(m, attr) for m in metrics])  # noqa: E731
     return Row(group=group, points=[r.point for r in members], baseline=first.baseline, gpus=first.gpus,
                nodes=first.nodes, batch=first.batch, lr=first.lr, net=first.train.net, runs=metrics,
-               time_s=stat("time_s"), epochs=stat("epochs"), top1=stat("top1"), top5=stat("top5"),
+               time_s=stat("time_s"), tta_s=stat("tta_s"), epochs=stat("epochs"), top1=stat("top1"), top5=stat("top5"),
                data_wait_s=stat("data_wait_s"), compute_s=stat("compute_s"), allreduce_s=stat("allreduce_s"),
                iteration_s=stat("iteration_s"), not_reached=sum(m.has_target and not m.reached_target for m in metrics),
                hyper=hyperparameters(first))
@@ -209,6 +211,7 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
             row.efficiency = Stat.of([s / row.gpus for s in speedups])
             row.delta_top1_pts = Stat.of([(m.top1 - base_top1) * 100.0 for m in row.runs])
             row.speedup_interval = mean_ratio([m.time_s for m in baseline.runs], [m.time_s for m in row.runs])
+            row.tta_speedup = Stat.of([baseline.tta_s.mean / m.tta_s for m in row.runs])
             if not row.baseline:
                 row.parity = judge_parity([m.top1 for m in row.runs], [m.top1 for m in baseline.runs], tolerance)
     unmatched = []

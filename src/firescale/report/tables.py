@@ -140,7 +140,7 @@ def _latex_section(section: Section) -> list[str]:
 # ------------------------------------------------------------------------------------ CSV, JSON
 
 CSV_FIELDS = ["point", "kind", "repeats", "site", "device", "gpus", "nodes", "net", "batch", "lr",
-              "epochs_mean", "epochs_std", "time_s_mean", "time_s_std", "not_reached",
+              "epochs_mean", "epochs_std", "time_s_mean", "time_s_std", "tta_s_mean", "tta_s_std", "not_reached",
               "speedup_mean", "speedup_std", "speedup_ci_low", "speedup_ci_high", "efficiency_mean", "efficiency_std",
               "top1_mean", "top1_std", "top5_mean", "top5_std", "delta_top1_pts_mean", "delta_top1_pts_std",
               "delta_top1_ci_low", "delta_top1_ci_high", "parity", "data_wait_s", "compute_s", "allreduce_s", "iteration_s",
@@ -158,7 +158,7 @@ def _csv_row(row: Row, ctx: ReportContext) -> dict[str, Any]:
                            "repeats": len(row.points), "site": ctx.site, "device": ctx.device, "gpus": row.gpus,
                            "nodes": row.nodes, "net": row.net, "batch": row.batch, "lr": row.lr,
                            "not_reached": row.not_reached}
-    for name in ("epochs", "time_s", "speedup", "efficiency", "top1", "top5", "delta_top1_pts"):
+    for name in ("epochs", "time_s", "tta_s", "speedup", "efficiency", "top1", "top5", "delta_top1_pts"):
         _mean_std(out, name, getattr(row, name))
     out["parity"] = "baseline" if row.baseline else (row.parity.verdict if row.parity else "")
     if row.speedup_interval is not None and not row.baseline:
@@ -198,7 +198,7 @@ def _row_json(row: Row) -> dict[str, Any]:
         "group": row.group, "points": row.points, "baseline": row.baseline, "gpus": row.gpus, "nodes": row.nodes,
         "batch": row.batch, "lr": row.lr, "net": row.net, "repeats": len(row.points), "not_reached": row.not_reached,
         **{name: stat_dict(getattr(row, name)) for name in
-           ("time_s", "epochs", "top1", "top5", "speedup", "efficiency", "delta_top1_pts",
+           ("time_s", "tta_s", "tta_speedup", "epochs", "top1", "top5", "speedup", "efficiency", "delta_top1_pts",
             "data_wait_s", "compute_s", "allreduce_s", "iteration_s")},
         "parity": None if row.parity is None else {"verdict": row.parity.verdict, "matches": row.parity.matches,
                                                     "delta_pts": row.parity.delta_pts,
@@ -209,7 +209,8 @@ def _row_json(row: Row) -> dict[str, Any]:
             "iteration_s": row.prediction.iteration_s, "time_to_accuracy_s": row.prediction.time_to_accuracy_s,
             "iteration_error_pct": row.prediction.iteration_error_pct,
             "time_error_pct": row.prediction.time_error_pct},
-        "runs": [{"point": m.point, "reached_target": m.reached_target, "time_s": m.time_s, "epochs": m.epochs,
+        "runs": [{"point": m.point, "reached_target": m.reached_target, "time_s": m.time_s, "tta_s": m.tta_s,
+                  "epochs": m.epochs, "epochs_to_target": m.epochs_to_target,
                   "top1": m.top1, "top5": m.top5, "iteration_s": m.iteration_s} for m in row.runs],
     }
 
