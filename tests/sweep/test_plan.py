@@ -60,6 +60,9 @@ def test_repeats_default_to_three_on_local_and_the_baseline_repeats_too():
     assert names[:3] == ["baseline", "baseline-r1", "baseline-r2"] and names[3:] == ["g2-b64-r0", "g2-b64-r1", "g2-b64-r2"]
     argv = train_command(local, "digits-lenet", local.point("digits-lenet", "g2-b64-r1"))
     assert "--target-from" not in argv and "--target" not in argv   # every run trains its whole budget
+    seeds = {x.name: train_command(local, "digits-lenet", x) for x in local.points["digits-lenet"]}
+    seeds = {name: argv[argv.index("--seed") + 1] for name, argv in seeds.items()}
+    assert seeds["baseline"] == seeds["g2-b64-r0"] == "1" and seeds["baseline-r2"] == seeds["g2-b64-r2"] == "3"
     assert [x.name for x in plan("titan", config).points["nin-imagenet"]][0:2] == ["baseline", "g32-b256-r0"]
 
 

@@ -16,6 +16,12 @@ def run_dir(plan: Plan, experiment: str, point: SweepPoint) -> Path:
     return (plan.site.paths.results / experiment / point.name).resolve()
 
 
+def repeat_seed(random_seed: int, repeat: int) -> int:
+    """The seed of a repeat (weights, data order, dropout): the solver's random_seed (1 when unset) plus
+    the repeat, so that repeats differ and each repeat of every point starts from the same weights."""
+    return (random_seed if random_seed >= 0 else 1) + repeat
+
+
 def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
     """argv of one rank: `firescale train` with the point's net, data, solver, batch, rate and fixed-epoch
     budget (max_iter and the schedule scaled to its batch).  Every run trains its whole budget: the
@@ -30,6 +36,7 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
             "--lr-scaling", "none",
             "--set", f"base_lr={point.lr:.10g}",
             *plan.budget(experiment, point).set_options(),
+            "--seed", str(repeat_seed(plan.solver(experiment).random_seed, point.repeat)),
             "--warmup-iters", str(exp["warmup_iters"])]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
