@@ -14,11 +14,12 @@ STAMPS := $(VENV)/.firescale
 HOROVOD_VERSION := 0.28.1
 # tensorflow-cpu on this kind of machine; set TENSORFLOW=tensorflow==2.15.1 on a GPU site.
 TENSORFLOW ?= tensorflow-cpu==2.15.1
-# What the stack needs from the operating system (Debian 12 names).
-DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv
-# Optional: Fashion-MNIST shipped as a Debian package (used when present) and a Slurm for the
-# real-scheduler test tier (tests/slurm; deselect with PYTEST_ARGS="-m 'not slurm'" without it).
-DEB_OPTIONAL := dataset-fashion-mnist slurmctld slurmd slurm-client
+# What the stack needs from the operating system (Debian 12 names); dataset-fashion-mnist holds the
+# default sweep's data (/usr/share/datasets/fashion-mnist).
+DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv dataset-fashion-mnist
+# Optional: a Slurm for the real-scheduler test tier (tests/slurm; deselect with
+# PYTEST_ARGS="-m 'not slurm'" without it).
+DEB_OPTIONAL := slurmctld slurmd slurm-client
 SITES := $(notdir $(patsubst %/,%,$(dir $(wildcard site/*/config.yaml))))
 PROFILE_HOME ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
 PYTEST_ARGS ?=

@@ -20,6 +20,16 @@ def _firescale(repo, *args):
 
 
 @pytest.fixture(scope="module")
+def digits_config(repo, tmp_path_factory):
+    """workflow/config.yaml with the tests' digits-lenet experiment (tests/workflow/digits-lenet.yaml) added."""
+    config = yaml.safe_load((repo / "workflow" / "config.yaml").read_text())
+    config["experiments"].update(yaml.safe_load((repo / "tests" / "workflow" / "digits-lenet.yaml").read_text())["experiments"])
+    path = tmp_path_factory.mktemp("config") / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
 def local_site(repo, tmp_path_factory):
     """The local site with its datasets in a fresh folder holding a real ingest of digits."""
     root = tmp_path_factory.mktemp("site")
@@ -33,12 +43,12 @@ def local_site(repo, tmp_path_factory):
     return path
 
 
-def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
+def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, digits_config):
     cal = tmp_path / "calibration.json"
     save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet"}, {"fitted": False}, overhead_s=0.002,
                                       eval_s=0.05))
     out, md = tmp_path / "predict.json", tmp_path / "predict.md"
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet", "--config", digits_config,
                       "--calibration", cal, "--json", out, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
@@ -69,17 +79,17 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     assert "| g2-b64-r0 | 2 | 64 | 0.05 | 66.76 |" in md.read_text()
 
 
-def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site):
+def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site, digits_config):
     cal = tmp_path / "calibration.json"
     save_calibration(cal, Calibration("titan", 0.21, 0.56, {}, {}))
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet", "--config", digits_config,
                       "--calibration", cal, "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "calibration is for site 'titan'" in proc.stderr
     assert not (tmp_path / "p.json").exists()
     proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "nin-imagenet",
                       "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "does not run on site 'local'" in proc.stderr
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet", "--config", digits_config,
                       "--dataset-size", "1000", "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "disagrees" in proc.stderr
 

@@ -61,11 +61,14 @@ def test_titan_lr_sweep_plans_googlenets_five_rates(config_home):
     assert "g128-b1024" not in proc.stdout and "nin-imagenet/runs" not in proc.stdout
 
 
-def test_local_profile_plans_ingest_baseline_and_two_ranks(config_home):
+def test_local_profile_plans_fashion_mnist_with_three_repeats_of_each_point(config_home):
     proc = _snakemake(config_home, "--profile", "local", "speedup_sweep", "-n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(proc.stdout)
-    assert jobs["ingest"] == 1 and jobs["run_point"] == 2, jobs
+    assert jobs["ingest"] == 1 and jobs["run_point"] == 9, jobs     # baseline, g2-b64, g2-b128, 3 each
+    for point in ("baseline", "baseline-r2", "g2-b64-r1", "g2-b128-r2"):
+        assert f"results/local/fashion-lenet/runs/{point}/result.json" in proc.stdout
+    assert "idx:/usr/share/datasets/fashion-mnist" in proc.stdout
 
 
 def test_the_profile_is_not_read_from_site_folder(tmp_path, config_home):
@@ -101,7 +104,7 @@ def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     local = Plan.build({**config, "site": "local"})
-    assert local.calibration_options("digits-lenet") == "--short-run 300 --allreduce-probe 2"
+    assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"
     titan = Plan.build({**config, "site": "titan"})
     assert titan.calibration_options("nin-imagenet") == ""
     measured = tmp_path / "results" / "titan" / "allreduce.json"

@@ -56,14 +56,23 @@ def test_repeats_default_to_three_on_local_and_the_baseline_repeats_too():
     for exp in config["experiments"].values():
         exp.pop("repeats", None)
     local = plan("local", config)
-    names = [x.name for x in local.points["digits-lenet"]]
-    assert names[:3] == ["baseline", "baseline-r1", "baseline-r2"] and names[3:] == ["g2-b64-r0", "g2-b64-r1", "g2-b64-r2"]
-    argv = train_command(local, "digits-lenet", local.point("digits-lenet", "g2-b64-r1"))
+    names = [x.name for x in local.points["fashion-lenet"]]
+    assert names[:3] == ["baseline", "baseline-r1", "baseline-r2"]
+    assert names[3:] == ["g2-b64-r0", "g2-b64-r1", "g2-b64-r2", "g2-b128-r0", "g2-b128-r1", "g2-b128-r2"]
+    argv = train_command(local, "fashion-lenet", local.point("fashion-lenet", "g2-b64-r1"))
     assert "--target-from" not in argv and "--target" not in argv   # every run trains its whole budget
-    seeds = {x.name: train_command(local, "digits-lenet", x) for x in local.points["digits-lenet"]}
+    seeds = {x.name: train_command(local, "fashion-lenet", x) for x in local.points["fashion-lenet"]}
     seeds = {name: argv[argv.index("--seed") + 1] for name, argv in seeds.items()}
     assert seeds["baseline"] == seeds["g2-b64-r0"] == "1" and seeds["baseline-r2"] == seeds["g2-b64-r2"] == "3"
     assert [x.name for x in plan("titan", config).points["nin-imagenet"]][0:2] == ["baseline", "g32-b256-r0"]
+
+
+def test_the_default_sweeps_larger_batch_trains_the_same_epochs_at_twice_the_rate():
+    local = plan("local")
+    s = sets(train_command(local, "fashion-lenet", local.point("fashion-lenet", "g2-b128-r0")))
+    # evaluations at the same epochs, never one iteration before the last (469 / 2 rounds up to 235)
+    assert (s["base_lr"], s["max_iter"], s["test_interval"]) == ("0.02", "469", "235")
+    assert "max_iter" not in sets(train_command(local, "fashion-lenet", local.point("fashion-lenet", "g2-b64-r0")))
 
 
 def test_a_warm_up_starts_from_the_baselines_rate():

@@ -43,7 +43,7 @@ def schedule_for_batch(config: SolverConfig, ratio: float, max_iter: int) -> dic
 
     step: stepsize; multistep: stepvalue; sigmoid: stepsize (the midpoint) and gamma (the slope);
     exp: gamma ** (1 / ratio); inv: gamma / ratio; poly follows max_iter by itself; test_interval
-    scales too, so evaluations fall at the same epochs.
+    scales too (rounded up), so evaluations fall at the same epochs.
     """
     if ratio <= 0 or max_iter < 1:
         raise ValueError(f"ratio {ratio} and max_iter {max_iter} must be positive")
@@ -58,6 +58,6 @@ def schedule_for_batch(config: SolverConfig, ratio: float, max_iter: int) -> dic
         new["gamma"] = config.gamma ** (1.0 / ratio)
     if config.gamma is not None and policy in ("inv", "sigmoid"):
         new["gamma"] = config.gamma / ratio
-    if config.test_interval:
-        new["test_interval"] = count(config.test_interval)
+    if config.test_interval:  # rounded up: never more evaluations per epoch than at the baseline batch
+        new["test_interval"] = max(1, math.ceil(config.test_interval * ratio))
     return {k: v for k, v in new.items() if v != getattr(config, k)}
