@@ -33,9 +33,9 @@ def name_mismatch(name: str, gpus: int, batch: int, lr: float, repeat: int, base
     return ""
 
 
-@dataclass(frozen=True)
-class PointRecord:
-    """What `firescale sweep run` needs to know of a point besides its job script (jobs/<point>.json)."""
+@dataclass
+class PlannedPoint:
+    """What both records say of the point as the plan made it: where, which, and its repeat."""
 
     site: str
     experiment: str
@@ -46,6 +46,12 @@ class PointRecord:
     lr: float
     repeat: int
     baseline: bool
+
+
+@dataclass
+class PointRecord(PlannedPoint):
+    """What `firescale sweep run` needs to know of a point besides its job script (jobs/<point>.json)."""
+
     walltime: str
     run_dir: str
     max_resubmits: int
@@ -82,18 +88,9 @@ _REQUIRED = ("format", "experiment", "point", "gpus", "nodes", "batch", "lr", "r
 
 
 @dataclass
-class RunRecord:
+class RunRecord(PlannedPoint):
     """One sweep point as the workflow recorded it: what was asked, how the job went, what training gave."""
 
-    point: str
-    experiment: str
-    site: str
-    gpus: int
-    nodes: int
-    batch: int
-    lr: float
-    repeat: int
-    baseline: bool
     outcome: str                     # succeeded | failed | missing (no record where one was expected)
     reason: str
     log_tail: str = ""
@@ -134,7 +131,7 @@ def write_run_record(path: str | Path, point: PointRecord, outcome: str, reason:
     result.json as it wrote it (`train`, read back into a TrainResult by `read_run_record`)."""
     record = {
         "format": RUN_FORMAT,
-        **{k: getattr(point, k) for k in ("site", "experiment", "point", "gpus", "nodes", "batch", "lr", "repeat", "baseline")},
+        **{f.name: getattr(point, f.name) for f in fields(PlannedPoint)},
         "outcome": outcome,
         "reason": reason,
         "log_tail": log_tail,
