@@ -145,3 +145,19 @@ def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_mod
     assert evaluation_s(model, platform, 2, 100, cal) == pytest.approx(2 * 0.02)
     no_test = ExperimentModel(model.net, 1438, "test", 4.0, "test", test_interval=50, test_size=0)
     assert evaluation_s(no_test, platform, 1, 100, cal) == 0.0
+
+
+@pytest.mark.parametrize("site", ["titan", "ib-cluster"])
+def test_googlenet_table3_predicts_on_titan_and_the_ib_cluster(repo, tmp_path, site):
+    out = tmp_path / "googlenet.json"
+    proc = _firescale(repo, "predict", "experiment", site, "--experiment", "googlenet-imagenet", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    points = data["points"]
+    assert data["model"]["epochs"] == 64 and points["baseline"]["batch"] == 32
+    search = [f"g32-b1024-lr{lr}-r0" for lr in ("0.02", "0.04", "0.08", "0.16", "0.32")]
+    assert set(search) < set(points) and "g128-b1024-lr0.08-r0" in points
+    big = points["g32-b1024-lr0.08-r0"]
+    assert big["epochs"] == pytest.approx(72) and big["lr"] == 0.08     # Table 3: 72 epochs at batch 1024
+    assert big["iterations"] == math.ceil(72 * ILSVRC12_TRAIN_IMAGES / 1024)
+    assert 1 < big["speedup"] < points["g128-b1024-lr0.08-r0"]["speedup"] < 128
