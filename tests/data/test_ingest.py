@@ -103,6 +103,18 @@ def test_reading_through_tf_data(digits):
     assert np.array_equal(seen[0], np.sort(labels)) and np.array_equal(seen[1], np.sort(labels))
 
 
+def test_a_rank_on_one_core_reads_inline_the_same_batches(digits):
+    """prefetch=0 (a rank pinned to one core): numpy batches read in the caller's thread, the very
+    batches the prefetching tf.data reader gives."""
+    ds = open_dataset(digits, "train", fmt="hdf5")   # the LMDB is held open by the test before
+    args = dict(seed=4, rank=0, size=2, batch_per_rank=16, start_sample=64)
+    inline = train_batches(ds, Transform(crop=6, mirror=True), prefetch=0, **args)
+    queued = iter(train_batches(ds, Transform(crop=6, mirror=True), **args))
+    for _ in range(3):
+        (a, la), (b, lb) = next(inline), next(queued)
+        assert isinstance(a, np.ndarray) and np.array_equal(a, b.numpy()) and np.array_equal(la, lb.numpy())
+
+
 def write_idx(path: Path, array: np.ndarray, gz: bool) -> None:
     header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
     data = header + array.astype(np.uint8).tobytes()

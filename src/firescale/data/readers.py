@@ -180,7 +180,10 @@ def train_batches(ds: Dataset, transform: Transform, *, seed: int, rank: int, si
                   start_sample: int = 0, prefetch: int | None = None):
     """A tf.data.Dataset of (float32 NHWC images, int64 labels) for rank `rank`, endless, prefetched.
 
-    `prefetch` batches are kept ready (default: prefetch_depth of the batch).
+    `prefetch` batches are kept ready (default: prefetch_depth of the batch).  With `prefetch=0` the
+    batches come as numpy arrays read in the caller's thread: a rank pinned to one core has no other
+    core for a reader thread to run on, which would only take turns with the training thread for the
+    core and the GIL and add tf.data's own cost of about a millisecond a batch.
     """
     out_shape = BatchTransformer(transform, ds.shape).out_shape
     rank_positions(start_sample, batch_per_rank * size, rank, size)  # validate before TF sees it
@@ -190,6 +193,8 @@ def train_batches(ds: Dataset, transform: Transform, *, seed: int, rank: int, si
         return iter_train_arrays(ds, transform, seed=seed, rank=rank, size=size,
                                  batch_per_rank=batch_per_rank, start_sample=start_sample)
 
+    if depth == 0:
+        return generate()
     return _tf_dataset(generate, out_shape, depth)
 
 

@@ -189,7 +189,8 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
     start_sample = start_iter * plan.effective_batch
 
     train_stream = iter(train_batches(train_ds, transform, seed=data_seed, rank=rank.rank, size=rank.size,
-                                      batch_per_rank=plan.batch_per_rank, start_sample=start_sample))
+                                      batch_per_rank=plan.batch_per_rank, start_sample=start_sample,
+                                      prefetch=0 if len(rank.pinned_cpus) == 1 else None))  # one core: read inline
     eval_per_rank = opts.eval_batch // rank.size
 
     # ---------------------------------------------------------------- traced steps
