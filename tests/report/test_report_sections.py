@@ -64,7 +64,7 @@ def test_every_hyperparameter_is_reported_common_ones_once():
     common = section.notes[0]
     for text in ("LR policy: poly (power 0.5)", "Solver: SGD", "Momentum: 0.9", "Weight decay: 0.0002 (L2)",
                  "Warm-up: none", "Initialisation: xavier weights, zero biases (Caffe LeNet)",
-                 "Solver keys ignored: net, solver_mode", "iter_size: 1"):
+                 "Solver keys ignored: net, solver_mode", "iter_size: 1", "Seeds: 1"):
         assert text in common, text
 
 

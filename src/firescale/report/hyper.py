@@ -36,8 +36,10 @@ def _warmup(s: dict[str, Any], b: dict[str, Any], rate: float | None) -> str:
     return f"linear over {iters} iterations" + (f" from {start:g}" if start is not None else "")
 
 
-def hyperparameters(record: RunRecord) -> dict[str, str]:
-    """What one run trained with, as the report names it (FireCaffe 7.1, item 2)."""
+def hyperparameters(records: list[RunRecord]) -> dict[str, str]:
+    """What the repeats of one point trained with, as the report names it (FireCaffe 7.1, item 2): the
+    first's settings (the repeats share them) and every repeat's seed."""
+    record = records[0]
     train = record.train
     s, b = (train.solver or {}, train.batch or {}) if train else ({}, {})
     rate = record.lr                 # the sweep sets each point's base_lr to its rate, unscaled
@@ -54,7 +56,7 @@ def hyperparameters(record: RunRecord) -> dict[str, str]:
         "Weight decay": DASH if decay is None else f"{decay:g} ({s.get('regularization_type', 'L2')})",
         "Gradient clipping": DASH if s.get("clip_gradients", -1) < 0 else f"L2 norm {s['clip_gradients']:g}",
         "Initialisation": get_net(net).init if net in NET_NAMES else DASH,
-        "Seed": _g(train.seed) if train else DASH,
+        "Seeds": ", ".join(_g(r.train.seed) for r in records if r.train) or DASH,
     }
     ignored = sorted((s.get("ignored") or {}).keys())
     if ignored:

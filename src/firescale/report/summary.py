@@ -167,7 +167,7 @@ def _row(group: str, members: list[RunRecord], target: float | None = None) -> R
                time_s=stat("time_s"), tta_s=stat("tta_s"), epochs=stat("epochs"), top1=stat("top1"), top5=stat("top5"),
                data_wait_s=stat("data_wait_s"), compute_s=stat("compute_s"), allreduce_s=stat("allreduce_s"),
                iteration_s=stat("iteration_s"), not_reached=sum(m.has_target and not m.reached_target for m in metrics),
-               hyper=hyperparameters(first))
+               hyper=hyperparameters(members))
 
 
 def _baseline_note(baseline: Row | None, record: RunRecord | None) -> str:
