@@ -17,6 +17,7 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
         "lint": ("firescale.commands.site_lint", "validate a site profile, render and check its job scripts"),
         "render": ("firescale.commands.site_render", "render one job script for a site"),
     },
+    "vcluster": {None: ("firescale.commands.vcluster", "a virtual multi-node Slurm cluster in network namespaces (root)")},
     "sweep": {"run": ("firescale.commands.sweep_run", "submit a point's job, watch it, resubmit after walltime, collect")},
     "data": {"ingest": ("firescale.commands.data_ingest", "write a source as train/test LMDB and HDF5 with a manifest"), "verify": ("firescale.commands.data_verify", "re-hash a dataset and decode every record against its manifest")},
     "train": {None: ("firescale.commands.train", "train with Horovod: Caffe solvers, eval, snapshots, time-to-accuracy")},
@@ -33,6 +34,7 @@ GROUP_HELP = {
     "bench": "benchmarks that print numbers",
     "report": "the reproducibility report",
     "sweep": "sweep points: plan, run and watch jobs",
+    "vcluster": "a virtual multi-node Slurm cluster on this machine, for tests and trials",
 }
 
 

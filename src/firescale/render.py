@@ -13,7 +13,7 @@ import jinja2
 
 from .collectives import allreduce_environment
 from .errors import FirescaleError
-from .launchers import EnvRef, Placement, wrap
+from .launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from .schedulers import get_scheduler
 from .site import SiteProfile
 
@@ -143,7 +143,10 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     container = c["environment"]["container"]
     if container:
         command = [container["runtime"], "exec", *container["options"], container["image"], *command]
-    launch = wrap(site.launcher, command, placement, c["launcher_options"])
+    srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it
+    options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
+    launch = wrap(site.launcher, command, placement, options)
+    env_list = ENV_LIST_VARIABLE.get(site.launcher)
     collectives = allreduce_environment(site.allreduce, site.device_kind, c["allreduce"]["tree"])
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
     return {
@@ -157,6 +160,8 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "environment": c["environment"],
         "exports": {**threads, **collectives, **{k: str(v) for k, v in job.env.items()}},
         "launch": shell_command(launch),
+        "env_list": Shell(env_list) if env_list else None,
+        "srun_mpi": srun_mpi,
     }
 
 

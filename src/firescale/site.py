@@ -219,6 +219,9 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
         yield "key 'limits.max_nodes': a site without a scheduler runs on one node; set it to 1"
     if config["launcher"] == "srun" and scheduler != "slurm":
         yield f"key 'launcher': srun needs the slurm scheduler, this site uses {scheduler!r}"
+    if config["launcher"] == "mpirun" and any(o in ("-x", "--x") or o.startswith("-x=") for o in config["launcher_options"]):
+        yield ("key 'launcher_options': mpirun's -x cannot be used here; firescale passes every variable the job "
+               "sets to all ranks itself (Open MPI's mca_base_env_list); put it under environment.variables")
     limits = config["limits"]
     if parse_walltime(limits["default_walltime"]) > parse_walltime(limits["max_walltime"]):
         yield "key 'limits.default_walltime': longer than limits.max_walltime"

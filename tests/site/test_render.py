@@ -34,15 +34,15 @@ def fixed_job(ranks: int) -> JobSpec:
 
 def _variants(tmp_path):
     """Every shipped site with its own scheduler, plus plain PBS and Slurm+mpirun variants."""
-    sites = {name: load_site(name) for name in ("titan", "ib-cluster", "local")}
+    sites = {name: load_site(name) for name in ("titan", "ib-cluster", "local", "vcluster")}
     sites["pbs-mpirun"] = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d.update(
-        name="pbs-mpirun", scheduler="pbs", launcher="mpirun", partition=None, qos=None, queue="gpu"), folder="pbs-mpirun"))
+        name="pbs-mpirun", scheduler="pbs", launcher="mpirun", srun_mpi=None, partition=None, qos=None, queue="gpu"), folder="pbs-mpirun"))
     sites["slurm-horovodrun"] = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d.update(
-        name="slurm-horovodrun", launcher="horovodrun"), folder="slurm-horovodrun"))
+        name="slurm-horovodrun", launcher="horovodrun", srun_mpi=None), folder="slurm-horovodrun"))
     return sites
 
 
-@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "pbs-mpirun", "slurm-horovodrun"])
+@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "vcluster", "pbs-mpirun", "slurm-horovodrun"])
 @pytest.mark.parametrize("ranks", [1, 8])
 def test_golden_job_scripts(tmp_path, variant, ranks):
     site = _variants(tmp_path)[variant]

@@ -15,11 +15,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect", nargs=2, required=True, type=Path, metavar=("RESULT", "STATUS"),
                         help="where to write the point's run record and the job's status file")
     parser.add_argument("--poll-seconds", type=float, default=None,
-                        help="first polling interval (default 10 s on a scheduler, 2 s here); it grows to 120 s")
+                        help="first polling interval (default: the site's poll_seconds, else 10 s on a scheduler, 2 s here); it grows to 120 s")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..schedulers import get_scheduler
+    from ..schedulers import get_scheduler, prefixed
     from ..site import load_site
     from ..sweep_run import Polling, PointRun, collect, install_cancel_handlers, read_json
 
@@ -34,9 +34,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.script.is_file():
         raise FirescaleError(f"{args.script}: no such job script")
     run_dir = Path(point["run_dir"])
-    first = args.poll_seconds if args.poll_seconds is not None else (2.0 if site.scheduler == "local" else 10.0)
+    first = args.poll_seconds or site.config["poll_seconds"] or (2.0 if site.scheduler == "local" else 10.0)
     log = lambda line: print(line, flush=True)  # noqa: E731
-    point_run = PointRun(scheduler=get_scheduler(site.scheduler), script=args.script.resolve(), run_dir=run_dir,
+    point_run = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])), script=args.script.resolve(), run_dir=run_dir,
                          max_resubmits=int(point["max_resubmits"]), polling=Polling(first=first), log=log)
     install_cancel_handlers(point_run)
     try:

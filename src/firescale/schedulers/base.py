@@ -1,6 +1,7 @@
 """The Scheduler interface: directives (pure strings) apart from submit, poll and cancel (the only shelling-out)."""
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,14 @@ def run_command(argv: Sequence[str], timeout: float = 120) -> "subprocess.Comple
         raise FirescaleError(f"{argv[0]} not found on PATH; is this a login node of the site's scheduler?") from None
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]} did not answer in {timeout:.0f} s")
+
+
+def prefixed(prefix: Sequence[str], runner: Runner = run_command) -> Runner:
+    """A runner that puts `prefix` (a site's client_prefix, e.g. ssh to a login node) before every command."""
+    if not prefix:
+        return runner
+    words = [os.path.expandvars(os.path.expanduser(w)) for w in prefix]
+    return lambda argv: runner([*words, *argv])
 
 
 class Scheduler:

@@ -2,12 +2,17 @@
 # firescale job for site local (no scheduler: runs here); generated, re-render instead of editing.
 set -euo pipefail
 
+# The environment the job started with, to tell what this script sets for the ranks (firescale_forwarded).
+declare -A FIRESCALE_ENV_AT_START=()
+while IFS= read -r -d '' kv; do FIRESCALE_ENV_AT_START[${kv%%=*}]=${kv#*=}; done < <(env -0)
+
 FIRESCALE_JOB_NAME=fs-demo-g2
 FIRESCALE_SCHEDULER=local
 FIRESCALE_STATUS_FILE=/shared/firescale/results/demo/g2/status.json
 FIRESCALE_JOB_ID="${FIRESCALE_NO_JOB_ID:-local-$$}"
 FIRESCALE_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 FIRESCALE_SIGNAL=
+FIRESCALE_REASON=
 FIRESCALE_CHILD=
 export FIRESCALE_JOB_NAME FIRESCALE_SCHEDULER FIRESCALE_JOB_ID FIRESCALE_STATUS_FILE
 
@@ -29,6 +34,22 @@ firescale_hosts_json() {
   printf ']'
 }
 
+# Names of the variables every rank needs: those this script set or changed, and the search paths.
+firescale_forwarded() {
+  local kv name
+  while IFS= read -r -d '' kv; do
+    name=${kv%%=*}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    case $name in
+      _|SHLVL|PWD|OLDPWD|OMPI_MCA_mca_base_env_list) ;;
+      PATH|LD_LIBRARY_PATH|PYTHONPATH|VIRTUAL_ENV) printf '%s\n' "$name" ;;
+      *) if [ -z "${FIRESCALE_ENV_AT_START[$name]+set}" ] || [ "${FIRESCALE_ENV_AT_START[$name]}" != "${kv#*=}" ]; then
+           printf '%s\n' "$name"
+         fi ;;
+    esac
+  done < <(env -0)
+}
+
 # Whatever ends the job, write its status file atomically: a temporary name, then a rename.
 firescale_finish() {
   local rc=$?
@@ -43,6 +64,7 @@ firescale_finish() {
     printf '  "job_id": "%s",\n' "$(printf '%s' "$FIRESCALE_JOB_ID" | tr -cd 'A-Za-z0-9._\[\]-')"
     printf '  "exit_code": %d,\n' "$rc"
     printf '  "signal": "%s",\n' "$FIRESCALE_SIGNAL"
+    printf '  "reason": "%s",\n' "$(printf '%s' "$FIRESCALE_REASON" | tr -d '\000-\037' | sed 's/[\\"]/\\&/g')"
     printf '  "start": "%s",\n' "$FIRESCALE_START"
     printf '  "end": "%s",\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf '  "ranks": %d,\n' 2
@@ -85,12 +107,17 @@ fi
 FIRESCALE_HOSTS_SLOTS=$(firescale_hosts | sed 's/$/:2/' | paste -sd, -)
 export FIRESCALE_HOSTS_SLOTS
 
+# --- what every rank on every node gets: the variables set above, the venv's and modules' paths
+FIRESCALE_FORWARD="FIRESCALE_FORWARD $(firescale_forwarded | sort -u | paste -sd' ' -)"
+export FIRESCALE_FORWARD
+export OMPI_MCA_mca_base_env_list="${FIRESCALE_FORWARD// /;}"
+
 # --- launch 2 rank(s) on 1 node(s)
 mkdir -p -- /shared/firescale/results/demo/g2
 cd -- /shared/firescale/results/demo/g2
 echo "firescale: job $FIRESCALE_JOB_NAME ($FIRESCALE_JOB_ID) starts $FIRESCALE_START on $(hostname)"
 set +e
-mpirun -np 2 --map-by ppr:2:node:PE=1 --bind-to core -x PATH -x FIRESCALE_ALLREDUCE --oversubscribe firescale train --net nin --out /shared/firescale/results/demo/g2 &
+mpirun -np 2 --map-by ppr:2:node:PE=1 --bind-to core --oversubscribe firescale train --net nin --out /shared/firescale/results/demo/g2 &
 FIRESCALE_CHILD=$!
 while :; do
   wait "$FIRESCALE_CHILD"
