@@ -89,7 +89,8 @@ def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any
     if state.state in (TIMEOUT, PREEMPTED) or status.get("signal") in WALLTIME_SIGNALS or code in INTERRUPTED_EXIT_CODES:
         why = state.state if state.state in (TIMEOUT, PREEMPTED) else f"signal {status.get('signal') or code}"
         return Verdict("resubmit", f"ended by {why}; resuming from the newest snapshot")
-    return Verdict("failed", f"exit code {code} (status.json), scheduler state {state.raw or state.state}")
+    because = f": {status['reason']}" if status.get("reason") else ""
+    return Verdict("failed", f"exit code {code} (status.json), scheduler state {state.raw or state.state}{because}")
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

@@ -9,6 +9,8 @@ Layout for a cluster named NAME with n nodes (every address lives only inside th
 
 Slurm's clients reach the controller only from inside a namespace: `DIR/enter ctl sbatch ...`, or the
 client shims in `DIR/bin` (sbatch, squeue, sacct, scancel, scontrol, sinfo, srun) that do just that.
+There is no sshd: `DIR/ssh-bin/ssh HOST CMD` runs CMD on HOST in a fresh login environment, for
+launchers that insist on ssh (horovodrun, mpirun without Slurm integration).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ exec nsenter --net=/run/netns/{name}-"$host" unshare --uts --mount --propagation
 """
 
 _CLIENT = """#!/bin/bash
-# Slurm's {client} as seen from the controller's host of the virtual cluster {name}.
+# {client}, run on the controller's host of the virtual cluster {name}.
 exec {enter} {ctl} {client} "$@"
 """
 
@@ -119,8 +121,13 @@ class VirtualCluster:
 
     @property
     def bin(self) -> Path:
-        """Slurm client shims (and an ssh stand-in) that run inside the controller's namespace."""
+        """Slurm client shims that run the real clients inside the controller's namespace."""
         return self.root / "bin"
+
+    @property
+    def ssh_bin(self) -> Path:
+        """A folder holding only `ssh`: a stand-in for sshd-less hosts, for launchers that insist on ssh."""
+        return self.root / "ssh-bin"
 
     @property
     def cpusets(self) -> Path:
@@ -189,7 +196,7 @@ class VirtualCluster:
 
     def _write_files(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        for sub in ["state", "log", "jobs", "bin", *(f"spool/{n}" for n in self.node_names),
+        for sub in ["state", "log", "jobs", "bin", "ssh-bin", *(f"spool/{n}" for n in self.node_names),
                     *(f"tmp/{n}" for n in self.node_names)]:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         lines = ["127.0.0.1 localhost", *(f"{self.address(h)} {h}" for h in self.hosts)]
@@ -201,10 +208,13 @@ class VirtualCluster:
         _write(self.enter, _ENTER.format(name=self.name, hosts=" ".join(self.hosts), cpus_case=cpus_case,
                                          cpusets=self.cpusets, last=cores - 1, conf=self.conf,
                                          hosts_file=self.root / "hosts"), mode=0o755)
-        for client in CLIENTS:
-            _write(self.bin / client, _CLIENT.format(client=client, name=self.name, enter=self.enter,
+        search = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                 if p and Path(p).resolve() != self.bin.resolve())
+        for client in CLIENTS:  # the real program by its full path: the shims may come first on PATH
+            real = shutil.which(client, path=search) or client
+            _write(self.bin / client, _CLIENT.format(client=real, name=self.name, enter=self.enter,
                                                      ctl=CONTROLLER_HOST), mode=0o755)
-        _write(self.bin / "ssh", _SSH.format(name=self.name, enter=self.enter), mode=0o755)
+        _write(self.ssh_bin / "ssh", _SSH.format(name=self.name, enter=self.enter), mode=0o755)
 
     def _make_cpusets(self) -> None:
         """One cpuset cgroup per node when the v1 cpuset hierarchy is writable; else `enter` uses affinity."""
