@@ -16,9 +16,10 @@ HOROVOD_VERSION := 0.28.1
 TENSORFLOW ?= tensorflow-cpu==2.15.1
 # What the stack needs from the operating system (Debian 12 names).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv
-# Optional: Fashion-MNIST shipped as a Debian package (used when present) and a Slurm for the
-# real-scheduler test tier (tests/slurm; deselect with PYTEST_ARGS="-m 'not slurm'" without it).
-DEB_OPTIONAL := dataset-fashion-mnist slurmctld slurmd slurm-client
+# Optional: Fashion-MNIST shipped as a Debian package (used when present), a Slurm for the
+# real-scheduler test tiers (tests/slurm, and tests/vcluster, which also needs iproute2 and root;
+# deselect with PYTEST_ARGS="-m 'not slurm and not vcluster'" without them).
+DEB_OPTIONAL := dataset-fashion-mnist slurmctld slurmd slurm-client iproute2
 SITES := $(notdir $(patsubst %/,%,$(dir $(wildcard site/*/config.yaml))))
 PROFILE_HOME ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
 PYTEST_ARGS ?=
