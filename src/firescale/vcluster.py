@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -147,8 +148,10 @@ class VirtualCluster:
         return [self.bridge_namespace, *(self.namespace(h) for h in self.hosts)]
 
     def existing_namespaces(self) -> list[str]:
-        have = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-        return [ns for ns in self.namespaces() if ns in have]
+        """This cluster's namespaces that exist, also nodes beyond `nodes` (left by a larger bring-up)."""
+        have = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+        ours = re.compile(rf"{re.escape(self.name)}-(net|ctl|n[0-9]+)")
+        return sorted((ns for ns in have if ours.fullmatch(ns)), key=lambda ns: (not ns.endswith("-net"), ns))
 
     def _pidfile(self, daemon: str, host: str) -> Path:
         return self.root / ("slurmctld.pid" if daemon == "slurmctld" else f"slurmd-{host}.pid")
@@ -156,6 +159,8 @@ class VirtualCluster:
     def _daemon_pids(self) -> dict[str, int | None]:
         pids: dict[str, int | None] = {"ctl": _read_pid(self._pidfile("slurmctld", CONTROLLER_HOST))}
         pids.update({n: _read_pid(self._pidfile("slurmd", n)) for n in self.node_names})
+        for extra in self.root.glob("slurmd-*.pid") if self.root.is_dir() else []:
+            pids.setdefault(extra.stem.removeprefix("slurmd-"), _read_pid(extra))
         return pids
 
     def node_states(self) -> dict[str, str]:
@@ -170,7 +175,7 @@ class VirtualCluster:
         return dict(line.split()[:2] for line in proc.stdout.splitlines() if len(line.split()) >= 2)
 
     def is_up(self) -> bool:
-        if len(self.existing_namespaces()) != len(self.namespaces()):
+        if self.existing_namespaces() != sorted(self.namespaces(), key=lambda ns: (not ns.endswith("-net"), ns)):
             return False
         if any(pid is None for pid in self._daemon_pids().values()):
             return False
@@ -231,7 +236,8 @@ class VirtualCluster:
             (top / node / "cpuset.mems").write_text(mems)
 
     def _remove_cpusets(self) -> None:
-        for folder in [*(self.cpusets / n for n in self.node_names), self.cpusets]:
+        nodes = [p for p in self.cpusets.iterdir() if p.is_dir()] if self.cpusets.is_dir() else []
+        for folder in [*nodes, self.cpusets]:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
