@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import jinja2
 
-from .collectives import allreduce_environment
+from .collectives import site_allreduce
 from .errors import FirescaleError
 from .launchers import EnvRef, Placement, wrap
 from .schedulers import get_scheduler
@@ -144,7 +144,7 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     if container:
         command = [container["runtime"], "exec", *container["options"], container["image"], *command]
     launch = wrap(site.launcher, command, placement, c["launcher_options"])
-    collectives = allreduce_environment(site.allreduce, site.device_kind, c["allreduce"]["tree"])
+    collectives = site_allreduce(site).environment()
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
     return {
         "site": c,
