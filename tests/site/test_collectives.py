@@ -159,6 +159,27 @@ def test_open_mpi_fixed_rules(ranks, nbytes, expected):
     assert openmpi_default_allreduce(ranks, nbytes) == expected
 
 
+CHOICES = [AllreduceChoice(a, t, d, m) for a in ("tree", "ring", "default") for t in ("binomial", "binary")
+           for d in ("cpu", "gpu") for m in ("openmpi", "cray-mpich")]
+
+
+@pytest.mark.parametrize("choice", CHOICES, ids=lambda c: f"{c.algorithm}-{c.tree}-{c.device_kind}-{c.mpi}")
+def test_what_a_job_sets_decodes_to_the_model_the_prediction_uses(choice):
+    """One vocabulary: the job's variables, read back as a run reads them, name the model predict uses."""
+    from firescale.perf.comm import ALGORITHMS, Link, resolve_algorithm
+
+    library = {"nccl": "nccl", "openmpi": "openmpi", "cray-mpich": "mpich"}[choice.gradient_library]
+    nbytes, ranks, link = 4_000_000, 16, Link(12.5e9, 1e-6)
+    used = decode_allreduce(choice.environment(), ranks=ranks, library=library, message_bytes=nbytes)
+    # A run resolves Open MPI's and MPICH's own choices itself; NCCL's it records as NCCL's (nccl-default).
+    assert resolve_algorithm(used.model, nbytes, ranks, link) == resolve_algorithm(choice.model, nbytes, ranks, link)
+    if choice.model in ("openmpi-default", "mpich-default"):
+        assert used.model in ALGORITHMS
+    else:
+        assert used.model == choice.model
+    assert decode_allreduce(choice.environment(), ranks=ranks, library=library).model == choice.model
+
+
 def test_decoding_reads_names_too_and_ignores_what_open_mpi_ignores():
     names = by_name({"allreduce": "nonoverlapping", "reduce": "binary", "bcast": "binary_tree"})
     used = decode_allreduce(names, ranks=4, library="openmpi")
