@@ -191,3 +191,17 @@ def test_decoding_reads_names_too_and_ignores_what_open_mpi_ignores():
     assert decode_allreduce({}, ranks=1, library="openmpi").model is None
     assert decode_allreduce({"NCCL_ALGO": "ring"}, ranks=8, library="nccl").model == "ring"
     assert decode_allreduce({}, ranks=8, library="gloo").algorithm == "gloo ring"
+
+
+def test_lint_warns_where_the_allreduce_cannot_be_enforced(tmp_path):
+    assert site_allreduce(load_site("ib-cluster")).warnings() == []
+    assert site_allreduce(load_site("local")).warnings() == []
+    titan = site_allreduce(load_site("titan")).warnings()
+    assert len(titan) == 1 and "Cray MPICH" in titan[0] and "NCCL_ALGO=Tree" in titan[0]
+    cpu = load_site(site_copy(tmp_path, "titan", lambda d: d["device"].update(kind="cpu")))
+    (warning,) = site_allreduce(cpu).warnings()
+    assert "cannot be enforced" in warning and site_allreduce(cpu).model == "mpich-default"
+    binary = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d["allreduce"].update(tree="binary")))
+    assert "NCCL sums the GPU gradients down its own tree" in site_allreduce(binary).warnings()[0]
+    proc = subprocess.run([sys.executable, "-m", "firescale", "site", "lint", "titan"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "warning: " in proc.stdout and "Cray MPICH" in proc.stdout
