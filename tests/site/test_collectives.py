@@ -9,8 +9,8 @@ import sys
 import pytest
 from mpitools import mpirun_argv
 
-from firescale.collectives import (OMPI_ENUMS, AllreduceChoice, decode_allreduce, openmpi_default_allreduce,
-                                   site_allreduce)
+from firescale.collectives import (ALGORITHMS, OMPI_ENUMS, TREE_SHAPES, AllreduceChoice, decode_allreduce,
+                                   openmpi_default_allreduce, site_allreduce)
 from firescale.site import load_site
 from site_helpers import site_copy
 
@@ -47,6 +47,13 @@ def current_values(text: str) -> dict[str, tuple[str, str]]:
     """{parameter: (current value, data source)} for every coll_tuned parameter ompi_info lists."""
     return {m.group(1): (m.group(2), m.group(3)) for m in
             re.finditer(r'parameter "(coll_tuned_\w+)" \(current value: "([^"]*)", data source: ([\w ]+?),', text)}
+
+
+def test_the_site_schema_allows_exactly_the_vocabulary():
+    from firescale.site import site_schema
+
+    allreduce = site_schema()["properties"]["allreduce"]["properties"]
+    assert tuple(allreduce["algorithm"]["enum"]) == ALGORITHMS and tuple(allreduce["tree"]["enum"]) == TREE_SHAPES
 
 
 def test_our_enum_tables_are_ompi_infos():
