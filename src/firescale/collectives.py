@@ -28,7 +28,8 @@ OMPI_TREE = {"binomial": {"allreduce": "nonoverlapping", "reduce": "binomial", "
              "binary": {"allreduce": "nonoverlapping", "reduce": "binary", "bcast": "binary_tree"}}
 NCCL_ALGO = {"tree": "Tree", "ring": "Ring"}   # NCCL_ALGO values (NCCL reads them case-insensitively)
 
-# Cost models (perf/comm.py) of what each library's allreduce runs.
+# Cost models (perf/comm.py) of what each library's allreduce runs.  A nonoverlapping allreduce whose
+# reduce and broadcast are left to Open MPI's own rules is modelled as the binomial tree.
 OMPI_ALLREDUCE_MODEL = {"basic_linear": "ps", "nonoverlapping": "tree", "recursive_doubling": "butterfly",
                         "ring": "ring", "segmented_ring": "ring", "rabenseifner": "rabenseifner"}
 TREE_MODEL = {"binomial": "tree", "binary": "binary-tree"}
