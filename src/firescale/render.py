@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import jinja2
 
-from .collectives import allreduce_environment
+from .collectives import site_allreduce
 from .errors import FirescaleError
 from .launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from .schedulers import get_scheduler
@@ -147,7 +147,7 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
     launch = wrap(site.launcher, command, placement, options)
     env_list = ENV_LIST_VARIABLE.get(site.launcher)
-    collectives = allreduce_environment(site.allreduce, site.device_kind, c["allreduce"]["tree"])
+    collectives = site_allreduce(site).environment()
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
     return {
         "site": c,

@@ -81,6 +81,14 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     result = json.loads((two_rank_run / "result.json").read_text())
     assert result["ranks"] == 2 and result["batch"]["total_batch"] == 32 and result["iterations"] == 100
     assert result["status"] == "finished" and result["allreduce"]["controller"] in ("mpi", "gloo")
+    allreduce = result["allreduce"]
+    if allreduce["cpu_operations"] == "mpi":    # no setting: Open MPI's fixed rules, resolved for the gradient
+        from firescale.netspec import get_net
+        from firescale.perf.layers import net_cost
+
+        gradient = net_cost(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
+        assert allreduce["library"] == "openmpi" and allreduce["message_bytes"] == gradient > 262144
+        assert allreduce["model"] == "rabenseifner" and "Open MPI's fixed rules" in allreduce["algorithm"]
     assert len(result["evals"]) == 2 and result["evals"][-1]["iter"] == 100
     assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
 
@@ -155,6 +163,7 @@ def test_digits_reaches_95_percent(work, run_ranks, ranks):
     result = json.loads((out / "result.json").read_text())
     if ranks == 2:
         assert result["allreduce"]["tree"] and "reduce binomial" in result["allreduce"]["algorithm"]
+        assert result["allreduce"]["library"] == "openmpi" and result["allreduce"]["model"] == "tree"
     from firescale.perf.traces import read_trace
 
     trace = read_trace(out / result["layer_trace"])

@@ -1,4 +1,4 @@
-"""`firescale site lint NAME|PATH`: schema, every job script rendered and `bash -n`-checked, sweep limits."""
+"""`firescale site lint NAME|PATH`: schema, job scripts rendered and `bash -n`-checked, sweep limits, allreduce warnings."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..collectives import site_allreduce
 from ..errors import FirescaleError
 from ..site import SiteProfile, check_site
 
@@ -62,6 +63,8 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
         error = bash_syntax_error(script)
         if error:
             problems.append(f"{path}: the job script for {job.name} does not parse: {error}")
+    for warning in site_allreduce(site).warnings():   # the site runs, but not everything it asks for
+        print(f"warning: {path}: {warning}")
     print(f"site {site.name}: {len(jobs)} job script(s) rendered and checked with bash -n"
           + (" (archival: rendered, never submitted)" if site.archival else ""))
     return problems

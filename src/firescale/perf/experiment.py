@@ -163,7 +163,8 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
         total, evaluating = total_s(p.gpus, pred)
         out[p.name] = {"gpus": p.gpus, "batch": p.batch, "iteration_s": pred.iteration_s,
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
-                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total}
+                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
+                       "allreduce_model": pred.comm_algorithm}
     return {
         "format": PREDICTION_FORMAT,
         "site": plan.site.name,

@@ -220,7 +220,8 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
 
     hostnames = rank.gather_object(socket.gethostname())
     run_versions = versions(rank.hvd) if rank.is_root else {}
-    allreduce_info = describe_allreduce(rank)
+    gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in net.params)
+    allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes)
     num_train = train_ds.num_records
 
     for key, value in ((c.GLOBAL_BATCH_SIZE, plan.effective_batch), (c.OPT_NAME, solver_cfg.type),

@@ -117,7 +117,7 @@ export NCCL_ALGO=Tree
 export OMP_NUM_THREADS=10
 export OMPI_MCA_coll_tuned_allreduce_algorithm=2
 export OMPI_MCA_coll_tuned_bcast_algorithm=6
-export OMPI_MCA_coll_tuned_reduce_algorithm=6
+export OMPI_MCA_coll_tuned_reduce_algorithm=5
 export OMPI_MCA_coll_tuned_use_dynamic_rules=1
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
