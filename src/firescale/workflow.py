@@ -30,7 +30,7 @@ class Plan:
             raise FirescaleError(f"workflow/config.yaml: no experiment lists site {site.name!r} under its 'sites'")
         for experiment in experiments:
             plan = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment))
-            errors = limit_errors(plan, site, sweep_walltime(config, experiment, site.name))
+            errors = limit_errors(plan, site, sweep_walltime(config, experiment, site))
             if errors:
                 raise FirescaleError("; ".join(errors))
             points[experiment] = plan
