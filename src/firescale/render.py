@@ -157,6 +157,8 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "environment": c["environment"],
         "exports": {**threads, **collectives, **{k: str(v) for k, v in job.env.items()}},
         "launch": shell_command(launch),
+        "walltime_timer": scheduler.walltime_timer(site, job),
+        "walltime_signal": Shell(site.walltime_signal[0]),
     }
 
 

@@ -13,6 +13,7 @@ from ..atomic import atomic_path
 from ..errors import FirescaleError
 
 SNAPSHOT_FORMAT = "firescale.train.snapshot/1"
+_ANY_SNAPSHOT = re.compile(r"[^/]+_iter_(\d+)\.npz")
 
 
 @dataclass
@@ -78,3 +79,12 @@ def latest_snapshot(directory: str | Path, prefix: str) -> Path | None:
     """The newest snapshot, or None when there is none."""
     found = list_snapshots(directory, prefix)
     return found[-1][1] if found else None
+
+
+def newest_snapshot_iteration(directory: str | Path) -> int | None:
+    """The highest iteration of any complete snapshot in `directory` (any prefix), or None when there is none."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    found = [int(m.group(1)) for p in directory.iterdir() if (m := _ANY_SNAPSHOT.fullmatch(p.name))]
+    return max(found, default=None)
