@@ -35,6 +35,8 @@ firescale_hosts_json() {
 firescale_finish() {
   local rc=$?
   trap - EXIT
+  # Only the job's own shell writes the status (a subshell killed early may still run inherited traps).
+  if [ "$BASHPID" != "$$" ]; then exit "$rc"; fi
   set +e
   if [ -n "$FIRESCALE_TIMER" ]; then kill "$FIRESCALE_TIMER" 2>/dev/null; fi
   local tmp="${FIRESCALE_STATUS_FILE}.tmp.$$"
