@@ -122,7 +122,8 @@ def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any
                                  f"{exit_code_words(code)}, scheduler state {why}")
     if code == 0:
         return Verdict("failed", "exit code 0 but training wrote no finished result.json")
-    return Verdict("failed", f"{exit_code_words(code)} (status.json), scheduler state {why}")
+    because = f": {status['reason']}" if status.get("reason") else ""  # the job's own words, when it has them
+    return Verdict("failed", f"{exit_code_words(code)} (status.json), scheduler state {why}{because}")
 
 
 def without_progress(verdict: Verdict, attempt: int, before: int | None, after: int | None) -> Verdict | None:

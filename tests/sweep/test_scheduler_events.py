@@ -180,6 +180,12 @@ def test_a_lost_rank_fails_the_point_with_the_reason(tmp_path):
     assert "exit code 137, killed by SIGKILL" in verdict.reason and "scheduler state FAILED" in verdict.reason
 
 
+def test_the_jobs_own_reason_is_kept(tmp_path):
+    job = FakeJob(["RUNNING", "FAILED"], {**OK, "exit_code": 78, "reason": "srun has no MPI plugin pmix"})
+    verdict, *_ = run(tmp_path, [job])
+    assert verdict.outcome == "failed" and verdict.reason.endswith("scheduler state FAILED: srun has no MPI plugin pmix")
+
+
 def test_a_node_lost_with_the_batch_host_leaves_no_status_and_still_fails_with_the_reason(tmp_path):
     job = FakeJob(["RUNNING", "NODE_FAIL"], None, exit_status=0)
     verdict, subs, fake, *_ = run(tmp_path, [job])
