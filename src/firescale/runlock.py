@@ -85,8 +85,10 @@ def _holder_gone(holder: LockHolder, lock: Path, stale_after: float) -> bool:
 
 
 def _read_holder(lock: Path) -> LockHolder | None:
+    """The lock's holder; None when there is no lock (or one still being written)."""
     try:
-        return LockHolder(**json.loads(lock.read_text()))
+        text = lock.read_text()
+        return LockHolder(**json.loads(text)) if text else None
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
@@ -112,16 +114,29 @@ class RunLock:
 
 
 def _try_create(lock: Path, holder: LockHolder) -> bool:
+    text = json.dumps(asdict(holder), indent=2, sort_keys=True) + "\n"
     tmp = lock.with_name(f".{lock.name}.{holder.host}.{holder.pid}")
-    tmp.write_text(json.dumps(asdict(holder), indent=2, sort_keys=True) + "\n")
+    tmp.write_text(text)
     os.chmod(tmp, shared_mode())
     try:
         os.link(tmp, lock)
         return True
     except FileExistsError:
         return False
+    except OSError:  # a filesystem without hard links: an exclusive create, then the holder's name
+        return _create_exclusively(lock, text)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _create_exclusively(lock: Path, text: str) -> bool:
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    return True
 
 
 def _clear_stale(lock: Path, stale: LockHolder) -> None:

@@ -129,7 +129,10 @@ class PointRun:
         job_id = self.current
         if job_id:
             self.log(f"{_now()} cancelling job {job_id}")
-            self.scheduler.cancel(job_id)
+            try:
+                self.scheduler.cancel(job_id)
+            except FirescaleError as exc:
+                self.log(f"{_now()} could NOT cancel job {job_id} ({exc}); cancel it by hand")
 
 
 def collect(point: dict[str, Any], verdict: Verdict, submissions: list[Submission], run_dir: Path,

@@ -116,3 +116,29 @@ def test_a_solver_key_given_twice_is_refused(tmp_path):
     path.write_text("base_lr: 0.01\nmax_iter: 10\nbase_lr: 0.1\n")
     with pytest.raises(FirescaleError, match="line 3: key 'base_lr' is given twice"):
         load_solver(path)
+
+
+@pytest.mark.parametrize("text", [
+    "", "- a\n", "name: ib-cluster\nlimits: 5\n", "{}\n", "name: [1\n",
+])
+def test_a_malformed_site_file_gets_sentences_not_a_traceback(tmp_path, text):
+    path = tmp_path / "ib-cluster" / "site.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "firescale", "site", "lint", str(path.parent)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert str(path) in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(limits=5), lambda d: d.update(node=None), lambda d: d["environment"].update(variables=5),
+    lambda d: d.update(walltime_signal={"seconds_before": "x"}), lambda d: d.update(directives="--exclusive"),
+    lambda d: d.update(pbs=[]), lambda d: d["limits"].update(max_walltime=5),
+])
+def test_a_wrongly_typed_site_key_is_named_not_a_traceback(tmp_path, edit):
+    path = site_copy(tmp_path, "ib-cluster", edit)
+    proc = subprocess.run([sys.executable, "-m", "firescale", "site", "lint", str(path.parent)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert f"error: {path}: key '" in proc.stdout or f"error: {path}: missing" in proc.stdout, proc.stdout
