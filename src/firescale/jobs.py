@@ -10,8 +10,10 @@ from .sweep import SweepPoint, repo_root
 
 
 def run_dir(site: SiteProfile, experiment: str, point: SweepPoint) -> Path:
-    """Where the job of `point` trains and writes its result, snapshots, log and status file."""
-    return (site.paths.results / experiment / point.name).resolve()
+    """Where the job of `point` trains and writes its result, snapshots, log and status file.
+
+    The site is part of the path: two sites sharing one results filesystem never share a point's folder."""
+    return (site.paths.results / site.name / experiment / point.name).resolve()
 
 
 def dataset_dir(site: SiteProfile, config: dict[str, Any], experiment: str) -> Path:
@@ -62,5 +64,5 @@ def point_record(site: SiteProfile, config: dict[str, Any], experiment: str, poi
         "site": site.name, "experiment": experiment, "point": point.name, "gpus": point.gpus,
         "nodes": site.nodes_for(point.gpus), "batch": point.batch, "lr": point.lr, "repeat": point.repeat,
         "baseline": point.baseline, "walltime": walltime, "run_dir": str(run_dir(site, experiment, point)),
-        "max_resubmits": int(config["experiments"][experiment]["max_resubmits"]),
+        "max_resubmits": min(int(config["experiments"][experiment]["max_resubmits"]), site.max_resubmits),
     }

@@ -17,9 +17,9 @@ from .launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from .schedulers import get_scheduler
 from .site import SiteProfile
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DIRECTIVE = re.compile(r"^#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIRECTIVE = re.compile(r"#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+")
 # ${NAME} or $NAME inside a profile value: the only thing the shell may expand in one.
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -42,14 +42,14 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):
             raise FirescaleError(f"job name {self.name!r}: use letters, digits and _.- only")
         if int(self.ranks) < 1:
             raise FirescaleError(f"job {self.name}: ranks must be at least 1, got {self.ranks}")
         if int(self.walltime_s) < 1:
             raise FirescaleError(f"job {self.name}: walltime must be positive, got {self.walltime_s} s")
         for key in self.env:
-            if not _VAR.match(key):
+            if not _VAR.fullmatch(key):
                 raise FirescaleError(f"job {self.name}: environment variable name {key!r} is not a shell name")
 
 
@@ -89,7 +89,7 @@ def shell_command(argv: Sequence[str]) -> Shell:
 
 
 def _directive(line: str) -> Shell:
-    if not _DIRECTIVE.match(line):
+    if not _DIRECTIVE.fullmatch(line):
         raise FirescaleError(
             f"scheduler directive {line!r} may contain only letters, digits, spaces and _.:/@%+=,-; "
             "check the site's account, queue, partition, directives and the job's paths"
@@ -162,6 +162,8 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "launch": shell_command(launch),
         "env_list": Shell(env_list) if env_list else None,
         "srun_mpi": srun_mpi,
+        "walltime_timer": scheduler.walltime_timer(site, job),
+        "walltime_signal": Shell(site.walltime_signal[0]),
     }
 
 

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from .errors import FirescaleError
+from .schema_check import describe, schema_errors
 from .site import SiteProfile, apply_defaults, parse_walltime
+from .yamlfile import load_yaml
 
 
 def repo_root() -> Path:
@@ -46,10 +47,10 @@ class SweepPoint:
 def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """workflow/config.yaml validated against its schema, with defaults; errors name the file and key."""
     path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise FirescaleError(f"{path}: cannot read experiments: {exc}") from None
+    config = load_yaml(path, "experiments file")
+    if not isinstance(config, dict):
+        raise FirescaleError(f"{path}: an experiments file must be a mapping with the keys 'site' and 'experiments', "
+                             f"not {'an empty file' if config is None else type(config).__name__}")
     config.update(overrides or {})
     return validate_config(config, path)
 
@@ -57,14 +58,13 @@ def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None =
 def validate_config(config: dict[str, Any], source: str | os.PathLike[str] = "workflow/config.yaml") -> dict[str, Any]:
     schema = config_schema()
     config = copy.deepcopy(config)
-    for exp in (config.get("experiments") or {}).values():
+    experiments = config.get("experiments")
+    for exp in (experiments.values() if isinstance(experiments, dict) else ()):
         if isinstance(exp, dict):
             apply_defaults(schema["$defs"]["experiment"], exp, schema)
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    errors = schema_errors(schema, config)
     if errors:
-        e = errors[0]
-        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise FirescaleError(f"{source}: key '{key}': {e.message}")
+        raise FirescaleError(f"{source}: {describe(errors[0], schema)}")
     return config
 
 
@@ -99,9 +99,11 @@ def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: floa
     return points
 
 
-def sweep_walltime(config: dict[str, Any], experiment: str, site: str) -> str:
+def sweep_walltime(config: dict[str, Any], experiment: str, site: SiteProfile) -> str:
+    """The walltime of the site's override, else the sweep's, the experiment's, the site's default_walltime."""
     exp = config["experiments"][experiment]
-    return (exp["sites"].get(site) or {}).get("walltime") or exp["sweep"].get("walltime") or exp["walltime"]
+    return ((exp["sites"].get(site.name) or {}).get("walltime") or exp["sweep"].get("walltime")
+            or exp.get("walltime") or site.default_walltime)
 
 
 def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> list[str]:
@@ -110,6 +112,10 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
     wall = parse_walltime(walltime, where="walltime")
     if wall > site.max_walltime_s:
         errors.append(f"walltime {walltime} exceeds site {site.name}'s limits.max_walltime {site.config['limits']['max_walltime']}")
+    lead = site.walltime_signal[1]
+    if site.scheduler != "local" and wall <= lead:
+        errors.append(f"walltime {walltime} is not longer than site {site.name}'s walltime_signal.seconds_before "
+                      f"({lead} s): every job would be told to snapshot and stop as soon as it starts")
     for p in points:
         nodes = site.nodes_for(p.gpus)
         if nodes > site.max_nodes:

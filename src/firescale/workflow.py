@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import FirescaleError
 from .site import SiteProfile, load_site
@@ -19,9 +19,14 @@ class Plan:
     config: dict[str, Any]
 
     @classmethod
-    def build(cls, config: dict[str, Any]) -> "Plan":
+    def build(cls, config: dict[str, Any], files: Sequence[str] = ()) -> "Plan":
+        """The plan of `config`; `files` (Snakemake's config files) are read again, strictly, so that a
+        key given twice there is refused (Snakemake's loader keeps the last one silently)."""
         from .sweep import validate_config
+        from .yamlfile import load_yaml
 
+        for path in files:
+            load_yaml(path, "experiments file")
         config = validate_config(config)
         site = load_site(config["site"])
         points: dict[str, list[SweepPoint]] = {}
@@ -30,7 +35,7 @@ class Plan:
             raise FirescaleError(f"workflow/config.yaml: no experiment lists site {site.name!r} under its 'sites'")
         for experiment in experiments:
             plan = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment))
-            errors = limit_errors(plan, site, sweep_walltime(config, experiment, site.name))
+            errors = limit_errors(plan, site, sweep_walltime(config, experiment, site))
             if errors:
                 raise FirescaleError("; ".join(errors))
             points[experiment] = plan

@@ -4,7 +4,7 @@ import os
 
 from firescale.workflow import Plan
 
-PLAN = Plan.build(config)
+PLAN = Plan.build(config, workflow.configfiles)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
 # The experiments as this run sees them (profile and --configfile included), for the commands below.

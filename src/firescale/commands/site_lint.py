@@ -47,7 +47,7 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
         cfg = load_config(cfg_file, {"site": site.name})
         for experiment in experiments_for(cfg, site.name):
             points = plan_sweep(cfg, experiment, site.name, solver_base_lr(cfg, experiment))
-            walltime = sweep_walltime(cfg, experiment, site.name)
+            walltime = sweep_walltime(cfg, experiment, site)
             limits = limit_errors(points, site, walltime)
             problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]
             if not limits:

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import stat
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write_json, atomic_write_text
+from ..atomic import atomic_write_json, atomic_write_text, shared_mode
 from ..errors import FirescaleError
 
 
@@ -31,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if args.experiment not in cfg["experiments"]:
         raise FirescaleError(f"{cfg_file}: no experiment {args.experiment!r}; known: {', '.join(sorted(cfg['experiments']))}")
     points = plan_sweep(cfg, args.experiment, site.name, solver_base_lr(cfg, args.experiment))
-    walltime = sweep_walltime(cfg, args.experiment, site.name)
+    walltime = sweep_walltime(cfg, args.experiment, site)
     errors = limit_errors(points, site, walltime)
     if errors:
         raise FirescaleError(errors[0])
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         target = Path(args.out) if args.point else Path(args.out) / f"{point.name}.sh"
         atomic_write_text(target, script)
-        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP)
+        target.chmod(shared_mode(directory=True))  # rwx as the umask allows, as for a new program
         atomic_write_json(target.with_suffix(".json"), point_record(site, cfg, args.experiment, point, walltime))
     return 0
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from ..errors import FirescaleError
@@ -19,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..job_outcome import ResubmitRules
+    from ..runlock import run_lock
     from ..schedulers import get_scheduler, prefixed
     from ..site import load_site
     from ..sweep_run import Polling, PointRun, collect, install_cancel_handlers, read_json
@@ -37,14 +40,19 @@ def run(args: argparse.Namespace) -> int:
     first = args.poll_seconds or site.config["poll_seconds"] or (2.0 if site.scheduler == "local" else 10.0)
     log = lambda line: print(line, flush=True)  # noqa: E731
     point_run = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])), script=args.script.resolve(), run_dir=run_dir,
-                         max_resubmits=int(point["max_resubmits"]), polling=Polling(first=first), log=log)
-    install_cancel_handlers(point_run)
-    try:
-        verdict, submissions = point_run.run()
-    except KeyboardInterrupt:
-        print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
-        return 130
-    record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
+                         max_resubmits=min(int(point["max_resubmits"]), site.max_resubmits),
+                         polling=Polling(first=first), log=log,
+                         rules=ResubmitRules.for_site(site, point["walltime"]))
+    with run_lock(run_dir, f"firescale sweep run {site.name} {point['experiment']}/{point['point']}") as lock:
+        point_run.sleep = lambda seconds: (lock.refresh(), time.sleep(seconds))
+        install_cancel_handlers(point_run)
+        try:
+            verdict, submissions = point_run.run()
+        except KeyboardInterrupt:
+            print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
+            return 130
+        record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
     if record["outcome"] != "succeeded":
         print(f"firescale: point {point['point']} FAILED: {record['reason']}\n{record['log_tail']}", flush=True)
     return 0
+

@@ -14,7 +14,7 @@ from ..results import TrainResult, result_from_dict
 RUN_FORMAT = "firescale.sweep.run/1"
 RUN_FILE = "result.json"
 OUTCOMES = ("succeeded", "failed")
-POINT_NAME = re.compile(r"^(baseline|g\d+-b\d+-r\d+)$")
+POINT_NAME = re.compile(r"baseline|g\d+-b\d+-r\d+")
 _REQUIRED = ("format", "experiment", "point", "gpus", "nodes", "batch", "lr", "repeat", "baseline",
              "outcome", "reason")
 
@@ -129,7 +129,7 @@ def collect_runs(results: str | Path, experiment: str) -> list[RunRecord]:
     if not results.is_dir():
         raise FirescaleError(f"results folder {results} does not exist")
     records = []
-    for folder in sorted(p for p in results.iterdir() if p.is_dir() and POINT_NAME.match(p.name)):
+    for folder in sorted(p for p in results.iterdir() if p.is_dir() and POINT_NAME.fullmatch(p.name)):
         path = folder / RUN_FILE
         if not path.is_file():
             raise FirescaleError(f"{folder}: a sweep point folder without its {RUN_FILE}")

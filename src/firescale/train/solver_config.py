@@ -299,7 +299,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SolverConfig:
     """Read a solver from YAML (.yaml/.yml) or Caffe text format (.prototxt), apply `key=value` overrides."""
-    import yaml
+    from ..yamlfile import parse_yaml
 
     path = Path(path)
     try:
@@ -307,10 +307,7 @@ def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     except OSError as exc:
         raise FirescaleError(f"cannot read solver file {path}: {exc.strerror}") from None
     if path.suffix in (".yaml", ".yml", ".json"):
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise FirescaleError(f"{path}: not valid YAML: {exc}") from None
+        raw = parse_yaml(text, path)  # a key given twice is an error, as in a prototxt
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):
             raise FirescaleError(f"{path}: a solver file must be a mapping of Caffe solver keys")

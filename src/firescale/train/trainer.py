@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import FirescaleError
 from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
-from .checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
+from .checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
+                         trajectory_settings, write_snapshot)
 from .lr_policies import learning_rate
 from .scaling import plan_batches
 from .solver_config import SolverConfig, load_solver
@@ -157,6 +158,9 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
     log.start(c.INIT_START)
 
     # ---------------------------------------------------------------- resume or start
+    trajectory = trajectory_settings(net=spec.name, dataset_sha256=train_ds.manifest_sha256 or "", seed=seed,
+                                     solver=solver_cfg.to_dict(), batch=plan.to_dict(), transform=vars(transform),
+                                     target_top1=target)
     meta: dict[str, Any] = {}
     start_iter = 0
     snapshot_file = latest_snapshot(snap_dir, solver_cfg.snapshot_prefix) if (opts.resume and rank.is_root) else None
@@ -164,11 +168,7 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
     if snapshot_name:
         if rank.is_root:
             snap = read_snapshot(snapshot_name)
-            for key, expected in (("net", spec.name), ("dataset_manifest_sha256", train_ds.manifest_sha256 or ""),
-                                  ("solver_type", solver_cfg.type)):
-                if snap.meta.get(key) != expected:
-                    raise FirescaleError(f"snapshot {snapshot_name}: {key} is {snap.meta.get(key)!r} but this run "
-                                         f"has {expected!r}; resume with the same net, dataset and solver")
+            check_same_trajectory(snap.meta, trajectory, snapshot_name)
             for var, info in zip(net.params, net.infos):
                 var.assign(snap.weights[info.name])
             solver.load_state_arrays(snap.solver_state)
@@ -275,6 +275,7 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
             "dropout_seed": seed, "ranks": rank.size, "batch": plan.to_dict(),
             "evals": [e.__dict__ for e in evals], "segments": [s.__dict__ for s in prior_segments + [seg]],
             "split_sums": totals().to_dict(),
+            "trajectory": trajectory, "trajectory_sha256": trajectory_digest(trajectory),
         }
         weights = {info.name: var.numpy() for info, var in zip(net.infos, net.params)}
         write_snapshot(snap_dir, solver_cfg.snapshot_prefix,

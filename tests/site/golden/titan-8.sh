@@ -21,8 +21,10 @@ FIRESCALE_STATUS_FILE=/shared/firescale/results/demo/g8/status.json
 FIRESCALE_JOB_ID="${PBS_JOBID:-local-$$}"
 FIRESCALE_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 FIRESCALE_SIGNAL=
+FIRESCALE_SIGNAL_TIME=
 FIRESCALE_REASON=
 FIRESCALE_CHILD=
+FIRESCALE_TIMER=
 export FIRESCALE_JOB_NAME FIRESCALE_SCHEDULER FIRESCALE_JOB_ID FIRESCALE_STATUS_FILE
 
 firescale_hosts() {
@@ -63,7 +65,10 @@ firescale_forwarded() {
 firescale_finish() {
   local rc=$?
   trap - EXIT
+  # Only the job's own shell writes the status (a subshell killed early may still run inherited traps).
+  if [ "$BASHPID" != "$$" ]; then exit "$rc"; fi
   set +e
+  if [ -n "$FIRESCALE_TIMER" ]; then kill "$FIRESCALE_TIMER" 2>/dev/null; fi
   local tmp="${FIRESCALE_STATUS_FILE}.tmp.$$"
   mkdir -p -- "$(dirname -- "$FIRESCALE_STATUS_FILE")"
   {
@@ -73,6 +78,7 @@ firescale_finish() {
     printf '  "job_id": "%s",\n' "$(printf '%s' "$FIRESCALE_JOB_ID" | tr -cd 'A-Za-z0-9._\[\]-')"
     printf '  "exit_code": %d,\n' "$rc"
     printf '  "signal": "%s",\n' "$FIRESCALE_SIGNAL"
+    printf '  "signal_time": "%s",\n' "$FIRESCALE_SIGNAL_TIME"
     printf '  "reason": "%s",\n' "$(printf '%s' "$FIRESCALE_REASON" | tr -d '\000-\037' | sed 's/[\\"]/\\&/g')"
     printf '  "start": "%s",\n' "$FIRESCALE_START"
     printf '  "end": "%s",\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -86,8 +92,13 @@ trap firescale_finish EXIT
 
 # The scheduler's warning before walltime, a cancel or a preemption reaches the ranks as SIGUSR1,
 # which every launcher forwards (mpirun would kill its ranks on SIGTERM before they snapshot).
+# status.json records the first signal and when it came: the runner resubmits only for the walltime
+# signal near the walltime's end, never for a cancel.
 firescale_forward() {
-  FIRESCALE_SIGNAL=$1
+  if [ -z "$FIRESCALE_SIGNAL" ]; then
+    FIRESCALE_SIGNAL=$1
+    FIRESCALE_SIGNAL_TIME=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  fi
   echo "firescale: received SIG$1, asking the ranks to snapshot and stop (SIGUSR1)" >&2
   if [ -n "$FIRESCALE_CHILD" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 }
@@ -133,6 +144,8 @@ echo "firescale: job $FIRESCALE_JOB_NAME ($FIRESCALE_JOB_ID) starts $FIRESCALE_S
 set +e
 aprun -n 8 -N 1 -d 16 firescale train --net nin --out /shared/firescale/results/demo/g8 &
 FIRESCALE_CHILD=$!
+# A signal that came before the ranks existed is passed on now that they do.
+if [ -n "$FIRESCALE_SIGNAL" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 while :; do
   wait "$FIRESCALE_CHILD"
   rc=$?
