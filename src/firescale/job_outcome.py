@@ -10,6 +10,7 @@ OOM-killed step returns.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,23 @@ def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any
         return Verdict("failed", "exit code 0 but training wrote no finished result.json")
     because = f": {status['reason']}" if status.get("reason") else ""  # the job's own words, when it has them
     return Verdict("failed", f"{exit_code_words(code)} (status.json), scheduler state {why}{because}")
+
+
+# How launchers name the first rank that died: srun ("srun: error: n2: task 1: Killed") and Open MPI's
+# mpirun, also under horovodrun ("mpirun noticed that process rank 1 with PID 0 on node n2 exited on
+# signal 9 (Killed).").  The first such line names the culprit; the others follow from it.
+_SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^:\s]+): tasks? (?P<task>[0-9,\-\[\]]+): (?P<what>.+)$")
+_MPIRUN_RANK = re.compile(r"mpirun noticed that process rank (?P<task>\d+) with PID \d+ on node (?P<host>\S+) "
+                          r"(?P<what>exited on signal \d+ \([^)]*\)|exited with status \d+)")
+
+
+def first_lost_rank(log_text: str) -> str:
+    """'rank 1 on n2: Killed' for the first rank the launcher reports dead in a job log, else ''."""
+    for line in log_text.splitlines():
+        match = _SRUN_TASK.match(line.strip()) or _MPIRUN_RANK.search(line)
+        if match:
+            return f"rank {match['task']} on {match['host']}: {match['what'].rstrip('.')}"
+    return ""
 
 
 def without_progress(verdict: Verdict, attempt: int, before: int | None, after: int | None) -> Verdict | None:

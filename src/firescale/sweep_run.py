@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .atomic import atomic_write_json
 from .errors import FirescaleError
-from .job_outcome import ResubmitRules, Verdict, decide, without_progress
+from .job_outcome import ResubmitRules, Verdict, decide, first_lost_rank, without_progress
 from .schedulers import Scheduler
 from .schedulers.watch import Polling, cancel_job, gave_up, watch_job
 from .train.checkpoint import newest_snapshot_iteration
@@ -114,6 +114,8 @@ class PointRun:
         verdict = decide(status, state, read_json(self.run_dir / "result.json"), self.rules)
         if gave_up(state, status):
             verdict.reason += "; " + cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
+        if verdict.outcome == "failed" and (lost := first_lost_rank(log_tail(self.run_dir / "job.log", 400))):
+            verdict.reason += f"; the launcher lost {lost} first"
         self.log(f"{_now()} job {job_id}: {verdict.outcome}" + (f" ({verdict.reason})" if verdict.reason else ""))
         self.current = None
         return sub, verdict

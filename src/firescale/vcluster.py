@@ -264,6 +264,12 @@ class VirtualCluster:
         for node in self.node_names:
             _run([str(self.enter), node, "slurmd", "-N", node], env, f"slurmd on {node}", self)
 
+    def restart_node(self, node: str, timeout: float = 60) -> None:
+        """Start a node's slurmd again after it died, and wait until Slurm takes the node back."""
+        env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        _run([str(self.enter), node, "slurmd", "-N", node], env, f"slurmd on {node}", self)
+        self._wait_idle(timeout)
+
     def _wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
@@ -331,6 +337,8 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=600
 KillWait=10
+# a node whose slurmd is gone is declared down (and its jobs NODE_FAIL) in seconds, not minutes
+SlurmdTimeout=15
 {nodes}
 PartitionName=debug Nodes={','.join(c.node_names)} Default=YES MaxTime=INFINITE State=UP
 """
