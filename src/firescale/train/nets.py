@@ -94,35 +94,42 @@ class CaffeNet(tf.Module):
     def _forward(self, layers: tuple[Layer, ...], x: tf.Tensor, prefix: str, training: bool,
                  dropout_seed: tf.Tensor | None, counter: list[int]) -> tf.Tensor:
         for layer in layers:
-            name = prefix + layer.name
-            if isinstance(layer, Conv):
-                x = self._conv(layer, name, x)
-            elif isinstance(layer, FC):
-                x = tf.reshape(x, (tf.shape(x)[0], -1))
-                x = tf.matmul(x, self.param(name + "/weights")) + self.param(name + "/bias")
-                x = tf.reshape(x, (tf.shape(x)[0], 1, 1, layer.out))
-            elif isinstance(layer, Pool):
-                x = _pool(layer, x)
-            elif isinstance(layer, ReLU):
-                x = tf.nn.relu(x)
-            elif isinstance(layer, LRN):
-                x = tf.nn.local_response_normalization(
-                    x, depth_radius=(layer.local_size - 1) // 2, bias=layer.k,
-                    alpha=layer.alpha / layer.local_size, beta=layer.beta)
-            elif isinstance(layer, Dropout):
-                counter[0] += 1
-                if training and layer.rate > 0:
-                    if dropout_seed is None:
-                        raise ValueError(f"layer {name!r}: dropout in training needs a dropout_seed")
-                    seed = tf.random.experimental.stateless_fold_in(dropout_seed, counter[0])
-                    keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= layer.rate
-                    x = tf.where(keep, x * (1.0 / (1.0 - layer.rate)), tf.zeros_like(x))
-            elif isinstance(layer, Inception):
-                x = tf.concat([self._forward(branch, x, name + "/", training, dropout_seed, counter)
-                               for branch in layer.branches], axis=-1)
-            elif isinstance(layer, Softmax):
+            if isinstance(layer, Softmax):
                 break
+            # One name scope per layer (nested for inception branches), so that every tensor of the
+            # forward pass, and of its gradient under `gradient_tape/`, names the layer it belongs to.
+            with tf.name_scope(layer.name):
+                x = self._layer(layer, prefix + layer.name, x, training, dropout_seed, counter)
         return x
+
+    def _layer(self, layer: Layer, name: str, x: tf.Tensor, training: bool, dropout_seed: tf.Tensor | None,
+               counter: list[int]) -> tf.Tensor:
+        if isinstance(layer, Conv):
+            return self._conv(layer, name, x)
+        if isinstance(layer, FC):
+            x = tf.reshape(x, (tf.shape(x)[0], -1))
+            x = tf.matmul(x, self.param(name + "/weights")) + self.param(name + "/bias")
+            return tf.reshape(x, (tf.shape(x)[0], 1, 1, layer.out))
+        if isinstance(layer, Pool):
+            return _pool(layer, x)
+        if isinstance(layer, ReLU):
+            return tf.nn.relu(x)
+        if isinstance(layer, LRN):
+            return tf.nn.local_response_normalization(x, depth_radius=(layer.local_size - 1) // 2, bias=layer.k,
+                                                      alpha=layer.alpha / layer.local_size, beta=layer.beta)
+        if isinstance(layer, Dropout):
+            counter[0] += 1
+            if not (training and layer.rate > 0):
+                return x
+            if dropout_seed is None:
+                raise ValueError(f"layer {name!r}: dropout in training needs a dropout_seed")
+            seed = tf.random.experimental.stateless_fold_in(dropout_seed, counter[0])
+            keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= layer.rate
+            return tf.where(keep, x * (1.0 / (1.0 - layer.rate)), tf.zeros_like(x))
+        if isinstance(layer, Inception):
+            return tf.concat([self._forward(branch, x, name + "/", training, dropout_seed, counter)
+                              for branch in layer.branches], axis=-1)
+        raise ValueError(f"layer {name!r}: no forward pass for {type(layer).__name__}")
 
     def _conv(self, layer: Conv, name: str, x: tf.Tensor) -> tf.Tensor:
         if layer.pad:

@@ -11,6 +11,9 @@ from typing import Any
 from ..errors import FirescaleError
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
+# Caffe's history blobs per parameter: one (momentum, or the sum of squares) and a second set for
+# AdaDelta (the update history) and Adam (the second moment); the memory model counts them too.
+HISTORY_BLOBS = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
 LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 # Caffe's old `solver_type` enum spelled the same methods in capitals.
 _OLD_SOLVER_TYPES = {t.upper(): t for t in SOLVER_TYPES}

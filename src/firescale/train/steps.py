@@ -36,7 +36,11 @@ def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, 
     """The solver's update from gradients summed over the effective batch (normalised here, as Caffe)."""
     with tf.name_scope("update"):
         scale = tf.constant(float(effective_batch), tf.float32)
-        solver.apply([g / scale for g in summed], rate, iteration)
+        normalised = []
+        for g, name in zip(summed, solver.names):
+            with tf.name_scope(name):
+                normalised.append(g / scale)
+        solver.apply(normalised, rate, iteration)
 
 
 def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...],
