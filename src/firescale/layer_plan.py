@@ -34,6 +34,11 @@ class LayerPlan:
     def replicas(self) -> int:
         return len(self.train)
 
+    @property
+    def devices(self) -> int:
+        """Devices one replica uses: the highest device any arch names, plus one."""
+        return 1 + max(a.device for arch in (*self.train, *self.test) for a in arch)
+
 
 # ---------------------------------------------------------------- reading
 

@@ -29,9 +29,12 @@ def test_lenet_matches_tensorflows_allocations_layer_by_layer(lenet_measured):
             # TensorFlow's convolution asks for up to 12 KiB of scratch beyond its output.
             assert abs(row.model[key] - row.measured[key]) <= max(0.001 * row.measured[key], 16384), (row, key)
     assert lenet_measured.other == {}  # every allocation belongs to a layer
-    assert model.peak == pytest.approx(lenet_measured.peak, rel=0.03)
+    training = device_peaks(model, [0] * len(model.layers))[0].training_bytes
+    assert training == pytest.approx(lenet_measured.training_peak, rel=0.03)
+    # The update's order of kernels (and so its peak) is the executor's choice: the model takes a bound.
+    assert model.peak == pytest.approx(lenet_measured.peak, rel=0.15)
     text = comparison_markdown(model, lenet_measured)
-    assert "| ip1 (+relu1) | 0.128 / 0.128 |" in text and "Peak in use" in text
+    assert "| ip1 (+relu1) | 0.128 / 0.128 |" in text and "Peak in use during forward and backward" in text
     assert measured_from_dict(lenet_measured.to_dict(), "x").peak == lenet_measured.peak
 
 
@@ -43,7 +46,9 @@ def test_grouped_convolution_lrn_and_dropout_match_and_the_peak_is_an_upper_boun
         for key in ("forward", "backward", "resident"):
             assert row.model[key] == pytest.approx(row.measured[key], rel=0.02, abs=32768), (row, key)
         assert row.measured["update"] <= row.model["update"] <= 1.25 * row.measured["update"] + 1, row
-    assert measured.peak <= model.peak <= 1.6 * measured.peak
+    training = device_peaks(model, [0] * len(model.layers))[0].training_bytes
+    assert measured.training_peak <= training <= 1.1 * measured.training_peak
+    assert 0.9 * measured.peak <= model.peak <= 1.6 * measured.peak
 
 
 def test_history_and_update_buffers_follow_the_solver_type():

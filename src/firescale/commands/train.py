@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crop", type=int, help="crop size (random in training, centre in test)")
     parser.add_argument("--mirror", action="store_true", help="random horizontal flips in training")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank (default 1)")
+    parser.add_argument("--layer-plan", type=Path, metavar="FILE",
+                        help="split each replica's layers over devices by the dist blocks in FILE (a solver "
+                             ".prototxt or .yaml); default: the solver file's own dist blocks, if any")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
+        layer_plan=args.layer_plan,
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )
     return run_training(opts)

@@ -195,6 +195,8 @@ class DevicePeak:
     bytes: int
     resident: int
     at: str
+    training_bytes: int = 0   # the peak of the forward and backward passes
+    update_bytes: int = 0     # the peak of the update (an upper bound: a parameter's buffers all at once)
 
 
 def _boundaries(devices: Sequence[int]) -> list[int]:
@@ -245,11 +247,13 @@ def device_peaks(memory: NetMemory, devices: Sequence[int]) -> list[DevicePeak]:
         if layer.kind not in IN_PLACE_KINDS:
             live[d] -= pending
             pending = layer.input_gradient
+    out = []
     for d in range(count):
         mine = [l for l, dev in zip(layers, devices) if dev == d]
         grads = sum(l.weight_gradients for l in mine) * memory.gradient_copies
         worst = max(mine, key=lambda l: l.largest_param * (l.update_workspace // max(l.weights, 1)), default=None)
         buffers = (worst.update_workspace // max(worst.weights, 1)) * worst.largest_param if worst else 0
-        if resident[d] + grads + buffers > peak[d]:
-            peak[d], at[d] = resident[d] + grads + buffers, f"{worst.name if worst else '-'} (update)"
-    return [DevicePeak(d, peak[d], resident[d], at[d]) for d in range(count)]
+        update = resident[d] + grads + buffers
+        top, where = (update, f"{worst.name if worst else '-'} (update)") if update > peak[d] else (peak[d], at[d])
+        out.append(DevicePeak(d, top, resident[d], where, peak[d], update))
+    return out

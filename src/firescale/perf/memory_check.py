@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import FirescaleError
-from .memory import NetMemory
+from .memory import NetMemory, device_peaks
 
 MEASURED_FORMAT = "firescale.memory.measured/1"
 PASSES = ("forward", "backward", "update")
@@ -47,6 +47,11 @@ class MeasuredMemory:
     def variables(self) -> int:
         """Weights and solver history: the variables' tensors."""
         return sum(m.weights + m.history for m in self.layers)
+
+    @property
+    def training_peak(self) -> int:
+        """The most bytes in use during the forward and backward passes (variables and batch included)."""
+        return self.variables + self.inputs + self.grad_peak
 
     @property
     def peak(self) -> int:
@@ -125,6 +130,9 @@ def comparison_markdown(model: NetMemory, measured: MeasuredMemory) -> str:
     totals = {k: (sum(r.model[k] for r in rows), sum(r.measured[k] for r in rows)) for k in (*PASSES, "resident")}
     lines.append("| **total** | " + " | ".join(f"{_mb(a)} / {_mb(b)} ({_ratio(a, b)})" for a, b in totals.values()) + " |")
     other = sum(measured.other.values())
-    lines += ["", f"Peak in use: model {_mb(model.peak)} MB, measured {_mb(measured.peak)} MB "
+    training = device_peaks(model, [0] * len(model.layers))[0].training_bytes
+    lines += ["", f"Peak in use during forward and backward: model {_mb(training)} MB, measured "
+                  f"{_mb(measured.training_peak)} MB (ratio {_ratio(training, measured.training_peak)}); over the "
+                  f"whole iteration, update included: model {_mb(model.peak)} MB, measured {_mb(measured.peak)} MB "
                   f"(ratio {_ratio(model.peak, measured.peak)}); allocations outside any layer: {_mb(other)} MB."]
     return "\n".join(lines) + "\n"

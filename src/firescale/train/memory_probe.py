@@ -29,8 +29,9 @@ def _split_node_name(node: str) -> tuple[str, str]:
     while parts and (parts[0].startswith(("StatefulPartitionedCall", "PartitionedCall")) or parts[0] == "Func"):
         parts = parts[1:]
     path = "/".join(parts)
-    if path.startswith("gradient_tape/"):
-        return "backward", path[len("gradient_tape/"):]
+    for prefix in ("gradient_tape/", "gradients/"):  # a tape's gradients, or tf.gradients' (a split net)
+        if path.startswith(prefix):
+            return "backward", path[len(prefix):]
     if path.startswith("update/"):
         return "update", path[len("update/"):]
     return "forward", path

@@ -23,11 +23,21 @@ class TrainSteps:
 
 def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
                        dropout_seed: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
-    """The summed softmax cross-entropy of a batch and its gradients with respect to every parameter."""
+    """The summed softmax cross-entropy of a batch and its gradients with respect to every parameter.
+
+    A net split over devices takes its gradients with each one's ops colocated with the forward op it
+    differentiates, so that a layer's backward pass runs on the layer's device (a tape would put them
+    all on the default device).
+    """
+    def loss_of(logits: tf.Tensor) -> tf.Tensor:
+        with tf.device(net.loss_device), tf.name_scope("loss"):
+            return tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+    if net.devices:
+        loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
+        return loss_sum, tf.compat.v1.gradients(loss_sum, net.params, colocate_gradients_with_ops=True)
     with tf.GradientTape() as tape:
-        logits = net(images, training=True, dropout_seed=dropout_seed)
-        with tf.name_scope("loss"):
-            loss_sum = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
     return loss_sum, tape.gradient(loss_sum, net.params)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FirescaleError
+from ..layer_plan import LayerPlan, read_layer_plan
 from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
 from .checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
 from .lr_policies import learning_rate
@@ -49,6 +50,7 @@ class TrainOptions:
     crop: int | None = None
     mirror: bool = False
     threads: int = 1
+    layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
     command: list[str] = field(default_factory=list)
 
 
@@ -104,7 +106,11 @@ def run_training(opts: TrainOptions) -> int:
         clock = SegmentClock()
         solver_cfg = load_solver(opts.solver, opts.overrides)  # bad solver files fail before MPI starts
         target = _resolve_target(opts)
-        training = Training(opts, solver_cfg, target, set_up_ranks(opts), clock)
+        plan = read_layer_plan(opts.layer_plan or opts.solver)
+        if opts.layer_plan and plan is None:
+            raise FirescaleError(f"--layer-plan {opts.layer_plan}: the file has no dist plan")
+        rank = set_up_ranks(opts, plan.devices if plan else 1)
+        training = Training(opts, solver_cfg, target, rank, clock, plan)
         training.restore_or_broadcast()
         training.prepare()
         status = training.train(stop)
@@ -113,11 +119,11 @@ def run_training(opts: TrainOptions) -> int:
         stop.restore()
 
 
-def set_up_ranks(opts: TrainOptions) -> Any:
-    """Horovod initialised, this rank pinned to its device, TensorFlow deterministic."""
+def set_up_ranks(opts: TrainOptions, devices: int = 1) -> Any:
+    """Horovod initialised, this rank pinned to its device (or its replica's `devices`), TensorFlow deterministic."""
     from .distributed import init_rank
 
-    return init_rank(opts.threads)
+    return init_rank(opts.threads, devices)
 
 
 class Training:
@@ -125,8 +131,9 @@ class Training:
     steps, then step, evaluate and snapshot until max_iter, the target or a stop signal, and finish."""
 
     def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
-                 rank: Any, clock: SegmentClock) -> None:
+                 rank: Any, clock: SegmentClock, layer_plan: LayerPlan | None = None) -> None:
         self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
+        self.layer_plan = layer_plan
         self.target, self.target_source = target
         self.seed = _seed(opts, solver_cfg)
         if opts.eval_batch < rank.size:
@@ -166,7 +173,8 @@ class Training:
         self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
         self.image_shape = tuple(BatchTransformer(self.transform, self.train_ds.shape).out_shape)
         self.spec = get_net(opts.net, num_classes=self.train_ds.num_classes, input_shape=self.image_shape)
-        self.net = net = build_net(self.spec, self.seed)
+        self.placement = self._place()
+        self.net = net = build_net(self.spec, self.seed, self.placement.devices if self.placement else None)
         names = [info.name for info in net.infos]
         lr_mults = [cfg.lr_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
         decay_mults = [cfg.decay_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
@@ -176,6 +184,18 @@ class Training:
                 raise FirescaleError(f"{opts.solver}: solver key '{key}.{unknown[0]}' names no layer with "
                                      f"parameters in net {self.spec.name!r}")
         self.solver = CaffeSolver(cfg, net.params, names, lr_mults, decay_mults)
+
+    def _place(self) -> Any:
+        """This replica's layers on its devices, from the plan's arch for this rank (None: one device)."""
+        if self.layer_plan is None:
+            return None
+        from .placement import choose_arch, place, with_boundaries
+
+        plan, rank = self.layer_plan, self.rank
+        arch = choose_arch(plan, rank.local_rank, rank.local_size)
+        for k, test_arch in enumerate(plan.test):  # the test nets' arches must name this net's layers too
+            place(plan, self.spec, k, rank.devices, test_arch)
+        return with_boundaries(place(plan, self.spec, arch, rank.devices), self.spec, self.plan.batch_per_rank)
 
     # ------------------------------------------------------------ restore or broadcast
     def restore_or_broadcast(self) -> None:
@@ -240,6 +260,9 @@ class Training:
                            (c.TRAIN_SAMPLES, self.train_ds.num_records), (c.EVAL_SAMPLES, self.test_ds.num_records)):
             log.event(key, value)
         log.end(c.INIT_STOP)
+        if self.placement is not None:
+            _say(self.rank, f"layers split over {len(self.rank.devices)} devices: " + ", ".join(
+                f"{b.source} -> {b.target} after {b.after} ({b.bytes:,} bytes)" for b in self.placement.boundaries))
         _say(self.rank, f"firescale train: {self.spec.name} on {self.opts.dataset} ({self.train_ds.num_records} train, "
                         f"{self.test_ds.num_records} test), {self.rank.size} ranks x batch {plan.batch_per_rank} "
                         f"(x iter_size {plan.iter_size}) = {plan.effective_batch}, {cfg.type} base_lr {cfg.base_lr} "
@@ -404,6 +427,11 @@ class Training:
         result = self.result(status)
         if self.opts.profile_layers and status != "interrupted":
             self._profile_layers(result)
+        if self.placement is not None:
+            from .placement import measure_copies
+
+            self.placement = measure_copies(self.placement)
+            result.placement = self.placement.to_dict()
         if rank.is_root:
             write_result(self.out / "result.json", result)
         success = status == "target_reached" or (status == "finished" and self.target is None)
