@@ -27,8 +27,8 @@ class MeasuredLayer:
 class MeasuredMemory:
     """One measured iteration: per-layer allocations, the unattributed rest, and the allocator's peaks.
 
-    `grad_peak` and `update_peak` are the highest bytes in use during the forward/backward run and the
-    update run, above what was in use when each run started (the variables, the fed batch or gradients).
+    `grad_peak` and `update_peak` are the most bytes of tensors alive at once during the forward/backward
+    run and the update run, beyond what each run started with (the variables, the fed batch or gradients).
     """
 
     net: str

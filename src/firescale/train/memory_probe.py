@@ -39,26 +39,29 @@ def _split_node_name(node: str) -> tuple[str, str]:
 
 def _attribute(run_metadata: Any, names: list[str], layers: dict[str, MeasuredLayer],
                other: dict[str, int], forced_pass: str | None = None) -> int:
-    """Add each node's allocations to its layer and pass; returns the run's peak above its start."""
-    nodes = sorted((n for d in run_metadata.step_stats.dev_stats for n in d.node_stats),
-                   key=lambda n: n.all_start_micros)
-    start = None
-    peak = 0
-    for node in nodes:
+    """Add each node's allocations to its layer and pass; returns the run's peak of live tensor bytes.
+
+    The peak comes from the allocation records of this run's kernels (each allocation and its release,
+    timed), not from the allocator's bytes in use, which other threads of the process move too.
+    """
+    events: list[tuple[int, int]] = []
+    for node in (n for d in run_metadata.step_stats.dev_stats for n in d.node_stats):
+        events += [(r.alloc_micros, -r.alloc_bytes) for m in node.memory for r in m.allocation_records]
         allocated = sum(m.total_bytes for m in node.memory)
-        for m in node.memory:
-            if start is None:
-                start = m.allocator_bytes_in_use - m.total_bytes
-            peak = max(peak, m.allocator_bytes_in_use - start)
         if not allocated:
             continue
         phase, path = _split_node_name(node.node_name)
         phase = forced_pass or phase
         owner = _owner(path, names)
         if owner is None:
-            other[f"{phase}:{path.split('/')[0]}"] = other.get(f"{phase}:{path.split('/')[0]}", 0) + allocated
+            key = f"{phase}:{path.split('/')[0]}"
+            other[key] = other.get(key, 0) + allocated
         else:
             setattr(layers[owner], phase, getattr(layers[owner], phase) + allocated)
+    live = peak = 0
+    for _, negated in sorted(events):  # in a tie, allocations (negated: below zero) count first
+        live -= negated
+        peak = max(peak, live)
     return peak
 
 
