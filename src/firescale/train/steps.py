@@ -42,10 +42,10 @@ def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
 
 
 def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor,
-                 effective_batch: int) -> None:
+                 effective_batch: Any) -> None:
     """The solver's update from gradients summed over the effective batch (normalised here, as Caffe)."""
     with tf.name_scope("update"):
-        scale = tf.constant(float(effective_batch), tf.float32)
+        scale = tf.cast(effective_batch, tf.float32)
         normalised = []
         for g, name in zip(summed, solver.names):
             with tf.name_scope(name):
@@ -53,9 +53,9 @@ def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, 
         solver.apply(normalised, rate, iteration)
 
 
-def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...],
-                     effective_batch: int) -> TrainSteps:
-    """Trace the grad, apply and evaluation steps of `net` for images of `image_shape` (H, W, C)."""
+def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...]) -> TrainSteps:
+    """Trace the grad, apply and evaluation steps of `net` for images of `image_shape` (H, W, C); the
+    update takes the images it averages over (the effective batch) as an argument, since it may change."""
     x_spec = tf.TensorSpec((None, *image_shape), tf.float32)
     y_spec = tf.TensorSpec((None,), tf.int64)
 
@@ -65,9 +65,10 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
 
     grad_specs = [tf.TensorSpec(p.shape, tf.float32) for p in net.params]
 
-    @tf.function(input_signature=[grad_specs, tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64)])
-    def apply_step(summed: list[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor) -> None:
-        apply_update(solver, summed, rate, iteration, effective_batch)
+    @tf.function(input_signature=[grad_specs, tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64),
+                                  tf.TensorSpec((), tf.float32)])
+    def apply_step(summed: list[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor, batch: tf.Tensor) -> None:
+        apply_update(solver, summed, rate, iteration, batch)
 
     return TrainSteps(grad_step, apply_step, make_eval_step(net, net.spec.num_classes, image_shape))
 

@@ -15,7 +15,7 @@ from ..layer_plan import LayerPlan, read_layer_plan
 from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
 from .checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
 from .lr_policies import learning_rate
-from .scaling import plan_batches
+from .scaling import plan_schedule
 from .solver_config import SolverConfig, load_solver
 from .timing import SegmentClock, SplitSums, now, time_to_accuracy
 
@@ -51,6 +51,7 @@ class TrainOptions:
     mirror: bool = False
     threads: int = 1
     layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
+    batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
     command: list[str] = field(default_factory=list)
 
 
@@ -138,9 +139,11 @@ class Training:
         self.seed = _seed(opts, solver_cfg)
         if opts.eval_batch < rank.size:
             raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
-        self.plan = plan_batches(rank.size, batch_per_rank=opts.batch_per_rank, total_batch=opts.total_batch,
-                                 iter_size=solver_cfg.iter_size, reference_batch=opts.reference_batch,
-                                 lr_scaling=opts.lr_scaling, warmup_iters=opts.warmup_iters)
+        self.schedule = plan_schedule(rank.size, opts.batch_schedule, batch_per_rank=opts.batch_per_rank,
+                                      total_batch=opts.total_batch, iter_size=solver_cfg.iter_size,
+                                      reference_batch=opts.reference_batch, lr_scaling=opts.lr_scaling,
+                                      warmup_iters=opts.warmup_iters)
+        self.plan = self.schedule.plan_at(0)
         self.build()
         self.out = Path(opts.out)
         self.snap_dir = self.out / "snapshots"
@@ -233,17 +236,14 @@ class Training:
         """The training stream from the resumed sample, the traced steps warmed up, the run's constants logged."""
         import socket
 
-        from ..data.readers import train_batches
         from .distributed import describe_allreduce, versions
         from .steps import make_train_steps, warm_up
 
-        rank, plan = self.rank, self.plan
-        self.train_stream = iter(train_batches(self.train_ds, self.transform, seed=self.data_seed, rank=rank.rank,
-                                               size=rank.size, batch_per_rank=plan.batch_per_rank,
-                                               start_sample=self.start_iter * plan.effective_batch))
+        rank = self.rank
+        self.open_stream(self.start_iter)
         self.eval_per_rank = self.opts.eval_batch // rank.size
-        self.steps = make_train_steps(self.net, self.solver, self.image_shape, plan.effective_batch)
-        warm_up(self.steps, plan.batch_per_rank, self.image_shape, self.seed)
+        self.steps = make_train_steps(self.net, self.solver, self.image_shape)
+        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed)
         import tensorflow as tf
 
         rank.sum([tf.zeros_like(p) for p in self.net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
@@ -251,6 +251,15 @@ class Training:
         self.run_versions = versions(rank.hvd) if rank.is_root else {}
         self.allreduce_info = describe_allreduce(rank)
         self._log_constants()
+
+    def open_stream(self, iteration: int) -> None:
+        """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
+        from ..data.readers import train_batches
+
+        self.plan = self.schedule.plan_at(iteration)
+        self.train_stream = iter(train_batches(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
+                                               size=self.rank.size, batch_per_rank=self.plan.batch_per_rank,
+                                               start_sample=self.schedule.samples_before(iteration)))
 
     def _log_constants(self) -> None:
         log, c, cfg, plan = self.log, self.log.constants, self.solver_cfg, self.plan
@@ -301,6 +310,10 @@ class Training:
         """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True to stop."""
         import tensorflow as tf
 
+        if self.schedule.starts_at(self.iteration):
+            self.open_stream(self.iteration)
+            _say(self.rank, f"iter {self.iteration}: the batch becomes {self.plan.batch_per_rank} per rank "
+                            f"({self.plan.effective_batch} per update), learning rate x {self.plan.lr_scale:g}")
         plan, rank, steps = self.plan, self.rank, self.steps
         rate = learning_rate(self.solver_cfg, self.iteration) * plan.lr_scale * plan.warmup_factor(self.iteration)
         data_wait = compute = 0.0
@@ -323,7 +336,8 @@ class Training:
         reduced = rank.sum(summed + [tf.stack([loss_sum, tf.constant(flag)])])
         loss_and_flag = reduced[-1].numpy()
         t3 = now()
-        steps.apply(reduced[:-1], tf.constant(rate, tf.float32), tf.constant(self.iteration, tf.int64))
+        steps.apply(reduced[:-1], tf.constant(rate, tf.float32), tf.constant(self.iteration, tf.int64),
+                    tf.constant(float(plan.effective_batch), tf.float32))
         t4 = now()
         self.split.add(data_wait, compute + (t4 - t3), t3 - t2)
         self.iteration += 1
@@ -355,12 +369,13 @@ class Training:
         c, it = self.log.constants, self.iteration
         num_train = self.train_ds.num_records
         t0 = now()
-        self.log.start(c.EVAL_START, metadata={"epoch_num": it * self.plan.effective_batch / num_train})
+        epoch = self.schedule.samples_before(it) / num_train
+        self.log.start(c.EVAL_START, metadata={"epoch_num": epoch})
         batches = test_batches(self.test_ds, self.transform, rank=self.rank.rank, size=self.rank.size,
                                batch=self.eval_per_rank)
         sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers, self.solver_cfg.test_iter)
         self.clock.eval_s += now() - t0
-        point = EvalPoint(iter=it, epoch=it * self.plan.effective_batch / num_train, wall_s=self.clock.run_s(),
+        point = EvalPoint(iter=it, epoch=epoch, wall_s=self.clock.run_s(),
                           top1=sums.top1, top5=sums.top5, loss=sums.loss)
         self.evals.append(point)
         self.log.event(c.EVAL_ACCURACY, point.top1, metadata={"epoch_num": point.epoch, "iteration": it,
@@ -393,13 +408,18 @@ class Training:
         meta_out = {
             "net": self.spec.name, "dataset_manifest_sha256": self.train_ds.manifest_sha256 or "",
             "solver_type": cfg.type, "seed": self.seed, "data_seed": self.data_seed,
-            "start_sample": self.iteration * plan.effective_batch, "dropout_seed": self.seed,
-            "ranks": self.rank.size, "batch": plan.to_dict(), "evals": [e.__dict__ for e in self.evals],
+            "start_sample": self.schedule.samples_before(self.iteration), "dropout_seed": self.seed,
+            "ranks": self.rank.size, "batch": self.batch_record(), "evals": [e.__dict__ for e in self.evals],
             "segments": [s.__dict__ for s in segments], "split_sums": self.totals().to_dict(),
         }
         weights = {info.name: var.numpy() for info, var in zip(self.net.infos, self.net.params)}
         write_snapshot(self.snap_dir, cfg.snapshot_prefix,
                        Snapshot(self.iteration, weights, self.solver.state_arrays(), meta_out))
+
+    def batch_record(self) -> dict[str, Any]:
+        """The first phase's batch plan, and every phase when the batch changes during the run."""
+        first = self.schedule.phases[0][1].to_dict()
+        return {**first, "schedule": self.schedule.to_dict()} if len(self.schedule.phases) > 1 else first
 
     def result(self, status: str) -> TrainResult:
         """The run record so far (all segments, this one ending with `status`)."""
@@ -411,10 +431,10 @@ class Training:
         return TrainResult(
             net=self.spec.name, dataset=str(self.opts.dataset),
             dataset_manifest_sha256=self.train_ds.manifest_sha256 or "", ranks=self.rank.size,
-            solver=self.solver_cfg.to_dict(), batch=plan.to_dict(), seed=self.seed, data_seed=self.data_seed,
+            solver=self.solver_cfg.to_dict(), batch=self.batch_record(), seed=self.seed, data_seed=self.data_seed,
             target_top1=self.target, target_source=self.target_source, reached_target=tta is not None,
             time_to_accuracy_s=tta, train_time_s=train_s, iterations=self.iteration,
-            epochs=self.iteration * plan.effective_batch / num_train,
+            epochs=self.schedule.samples_before(self.iteration) / num_train,
             images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
             per_iteration=self.totals().mean(), allreduce=self.allreduce_info, hostnames=self.hostnames,
             versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
