@@ -14,7 +14,7 @@ from firescale.errors import FirescaleError
 from firescale.layer_plan import arch_devices, check_devices, plan_from_mapping, plan_from_prototxt, read_layer_plan
 from firescale.netspec import get_net
 from firescale.perf.memory import net_memory
-from firescale.perf.split import check_plan_memory, plan_for_memory, plan_for_time, plan_peaks
+from firescale.perf.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
 from firescale.train.solver_config import load_solver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,19 +148,9 @@ def test_planners_balance_memory_on_unequal_devices_and_time_under_limits():
     from firescale.perf.paleo import K20X, compute_times
 
     times = compute_times(net_cost(spec, 32), K20X)
-    per_top = _per_top_layer(spec, [f + b for f, b in zip(times.layer_forward, times.layer_backward)])
+    per_top = per_top_layer(spec, [f + b for f, b in zip(times.layer_forward, times.layer_backward)])
     timed = plan_for_time(memory, spec, [6e9, 6e9], per_top)
     assert timed.fits
     blocks = [sum(t for t, d in zip(per_top, timed.devices) if d == k) for k in (0, 1)]
     assert max(blocks) <= 0.6 * sum(per_top)
     assert max(p.bytes for p in plan_peaks(memory, spec, timed.devices)) <= 6e9
-
-
-def _per_top_layer(spec, per_record):
-    from firescale.layer_plan import record_devices
-
-    index = record_devices(spec, list(range(len(spec.layers))))
-    out = [0.0] * len(spec.layers)
-    for i, t in zip(index, per_record):
-        out[i] += t
-    return out

@@ -82,6 +82,13 @@ def test_two_logical_devices_train_the_weights_and_accuracy_of_one(work, run_ran
     assert [(b["after"], b["bytes"]) for b in placement["boundaries"]] == [("pool1", 64 * 4 * 4 * 20 * 4),
                                                                          ("relu1", 64 * 500 * 4)]
     assert all(b["copy_s"] >= 0 for b in placement["boundaries"]) and placement["copy_s"] < 0.05
+    # The model's iteration of the split (compute per device plus the copies) beside the measurement.
+    shown = subprocess.run([sys.executable, "-m", "firescale", "predict", "split", "--record",
+                            str(work / "split" / "result.json"), "--site", "local", "--baseline",
+                            str(work / "one" / "result.json")], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "copy after pool1: 81,920 bytes forward and back, predicted 0.016 ms, measured" in shown.stdout
+    assert "the split costs: predicted +0.042 ms per iteration, measured" in shown.stdout
 
 
 @pytest.mark.slow

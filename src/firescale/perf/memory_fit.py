@@ -100,6 +100,12 @@ def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], si
 
 def experiment_fits(config: dict[str, Any], experiment: str, site: Any, points: Sequence[Any]) -> list[MemoryFit]:
     """fit_points for an experiment of the config: its net as it trains on `site`'s copy of the dataset."""
+    spec, solver = experiment_solver(config, experiment, site)
+    return fit_points(spec, solver, points, site)
+
+
+def experiment_solver(config: dict[str, Any], experiment: str, site: Any) -> tuple[NetSpec, Path]:
+    """The experiment's net as it trains on `site`'s copy of the dataset, and its solver file."""
     from types import SimpleNamespace
 
     from ..sweep import repo_root
@@ -109,4 +115,4 @@ def experiment_fits(config: dict[str, Any], experiment: str, site: Any, points: 
     where = SimpleNamespace(config=config, dataset_dir=lambda e: (site.paths.datasets / exp["dataset"]["name"]).resolve())
     spec, _ = experiment_net(where, experiment)
     solver = Path(exp["solver"])
-    return fit_points(spec, solver if solver.is_absolute() else repo_root() / solver, points, site)
+    return spec, solver if solver.is_absolute() else repo_root() / solver

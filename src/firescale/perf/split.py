@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import FirescaleError
 from ..layer_plan import dist_prototxt, record_devices
@@ -158,3 +158,52 @@ def check_plan_memory(memory: NetMemory, spec: NetSpec, top_devices: Sequence[in
                                  f"({peak.bytes / 1e9:.2f} GB) at layer {peak.at}, where {limit / 1e9:.2f} GB "
                                  f"({int(limit):,} bytes) is the limit; move layers off device {peak.device}")
     return peaks
+
+
+@dataclass(frozen=True)
+class SplitTime:
+    """A split's iteration as the seed's Caffe runs it: each device computes its layers in turn (forward,
+    then backward in reverse, then its update) and every boundary copies activations and gradients once."""
+
+    device_compute_s: tuple[float, ...]
+    copies: tuple[tuple[str, int, float], ...]   # (after layer, bytes of one copy, seconds of both)
+    overhead_s: float = 0.0
+
+    @property
+    def copy_s(self) -> float:
+        return sum(c[2] for c in self.copies)
+
+    @property
+    def iteration_s(self) -> float:
+        return sum(self.device_compute_s) + self.copy_s + self.overhead_s
+
+
+def split_iteration_time(platform: Any, spec: NetSpec, batch: int, top_devices: Sequence[int],
+                         copy_bandwidth: float, copy_latency: float = 0.0) -> SplitTime:
+    """Compute per device (Paleo's per-layer times on the platform's device) plus the boundary copies,
+    each `copy_latency + bytes / copy_bandwidth`, forward and backward."""
+    from .layers import BYTES_PER_FLOAT, net_cost
+    from .paleo import compute_times
+
+    cost = net_cost(spec, batch)
+    times = compute_times(cost, platform.device, elementwise=platform.elementwise)
+    devices = record_devices(spec, top_devices)
+    compute = [0.0] * (max(top_devices) + 1)
+    for layer, d, fwd, bwd in zip(cost.layers, devices, times.layer_forward, times.layer_backward):
+        compute[d] += fwd + bwd + times.update * layer.params / max(cost.params, 1)
+    copies = []
+    for i in range(1, len(spec.layers)):
+        if top_devices[i] != top_devices[i - 1]:
+            before = spec.layers[i - 1].name
+            h, w, c = next(l.output_shape for l in cost.layers if l.name == before)
+            nbytes = h * w * c * batch * BYTES_PER_FLOAT
+            copies.append((before, nbytes, 2 * (copy_latency + nbytes / copy_bandwidth)))
+    return SplitTime(tuple(compute), tuple(copies), platform.overhead_s)
+
+
+def per_top_layer(spec: NetSpec, per_record: Sequence[float]) -> list[float]:
+    """Values per layer record (inception branches flattened) summed per top-level layer."""
+    out = [0.0] * len(spec.layers)
+    for i, value in zip(record_devices(spec, list(range(len(spec.layers)))), per_record):
+        out[i] += value
+    return out
