@@ -3,12 +3,11 @@ the scaling rule, the data stream goes on where it was, and a resumed run repeat
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from train_helpers import ingest_digits, train_args, weights
 
 from firescale.errors import FirescaleError
 from firescale.train.scaling import parse_batch_schedule, plan_schedule
@@ -44,17 +43,14 @@ def test_phases_scale_the_rate_and_count_samples():
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("schedule")
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(root)],
-                   check=True, capture_output=True, text=True)
+    root = ingest_digits(tmp_path_factory.mktemp("schedule"))
     (root / "s.yaml").write_text(SOLVER)
     return root
 
 
 def _args(work: Path, out: str, *extra: str) -> list[str]:
-    return ["train", "--dataset", str(work / "digits"), "--net", "lenet", "--solver", str(work / "s.yaml"),
-            "--out", str(work / out), "--total-batch", "16", "--batch-schedule", "20:32", "--lr-scaling", "linear",
-            *extra]
+    return train_args(work, out, "s.yaml", "--total-batch", "16", "--batch-schedule", "20:32", "--lr-scaling",
+                      "linear", *extra)
 
 
 @pytest.mark.slow
@@ -72,7 +68,7 @@ def test_a_schedule_switches_batch_and_rate_and_resumes_exactly(work, run_ranks)
 
     run_ranks(1, _args(work, "part", "--set", "max_iter=30"), timeout=300)
     run_ranks(1, _args(work, "part", "--resume"), timeout=300)
-    with np.load(work / "full" / "snapshots" / "snapshot_iter_40.npz") as a, \
-            np.load(work / "part" / "snapshots" / "snapshot_iter_40.npz") as b:
-        for name in (n for n in a.files if n.startswith(("weights/", "solver/"))):
-            assert np.array_equal(a[name], b[name]), name
+    a, b = (weights(work / run / "snapshots" / "snapshot_iter_40.npz") for run in ("full", "part"))
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name

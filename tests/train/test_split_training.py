@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from train_helpers import ingest_digits, train_args, weights
 
 SOLVER = """\
 type: SGD
@@ -39,22 +40,14 @@ dist {
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("split")
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(root)],
-                   check=True, capture_output=True, text=True)
+    root = ingest_digits(tmp_path_factory.mktemp("split"))
     (root / "one.yaml").write_text(SOLVER)
     (root / "split.prototxt").write_text(SOLVER + DIST)  # `key: value` lines are prototxt too
     return root
 
 
 def _args(work: Path, solver: str, out: str, *extra: str) -> list[str]:
-    return ["train", "--dataset", str(work / "digits"), "--net", "lenet", "--solver", str(work / solver),
-            "--out", str(work / out), *extra]
-
-
-def _weights(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
+    return train_args(work, out, solver, *extra)
 
 
 def _close(a: dict[str, np.ndarray], b: dict[str, np.ndarray], rel: float) -> None:
@@ -71,8 +64,8 @@ def test_two_logical_devices_train_the_weights_and_accuracy_of_one(work, run_ran
     proc = run_ranks(1, _args(work, "split.prototxt", "split", "--batch-per-rank", "64"), timeout=300)
     assert "layers split over 2 devices: /device:CPU:0 -> /device:CPU:1 after pool1 (81,920 bytes)" in proc.stdout
     for k in (30, 60):
-        _close(_weights(work / "one" / "snapshots" / f"snapshot_iter_{k}.npz"),
-               _weights(work / "split" / "snapshots" / f"snapshot_iter_{k}.npz"), 1e-6)
+        _close(weights(work / "one" / "snapshots" / f"snapshot_iter_{k}.npz"),
+               weights(work / "split" / "snapshots" / f"snapshot_iter_{k}.npz"), 1e-6)
     one = json.loads((work / "one" / "result.json").read_text())
     split = json.loads((work / "split" / "result.json").read_text())
     assert [e["top1"] for e in split["evals"]] == pytest.approx([e["top1"] for e in one["evals"]], abs=1e-9)
@@ -99,8 +92,8 @@ def test_replicas_of_a_split_net_combine_with_horovod(work, run_ranks):
         run_ranks(1, _args(work, "one.yaml", "one", "--batch-per-rank", "64"), timeout=300)
     run_ranks(2, _args(work, "split.prototxt", "hybrid", "--batch-per-rank", "32", "--set", "max_iter=30"),
               timeout=300)
-    _close(_weights(work / "one" / "snapshots" / "snapshot_iter_30.npz"),
-           _weights(work / "hybrid" / "snapshots" / "snapshot_iter_30.npz"), 1e-5)
+    _close(weights(work / "one" / "snapshots" / "snapshot_iter_30.npz"),
+           weights(work / "hybrid" / "snapshots" / "snapshot_iter_30.npz"), 1e-5)
     result = json.loads((work / "hybrid" / "result.json").read_text())
     assert result["ranks"] == 2 and len(result["placement"]["boundaries"]) == 2
 

@@ -97,7 +97,7 @@ def _memory_and_batch_figures(config: dict, experiment: str, site, records: list
     """memory.png (the net's memory per layer at the baseline's batch, on the site's device) and
     accuracy_by_batch.png (top-1 against iterations, a line per batch phase), before report.md."""
     from ..layer_plan import arch_devices, read_layer_plan, record_devices
-    from ..perf.memory_fit import experiment_fits, experiment_solver
+    from ..perf.memory_fit import experiment_solver
     from ..perf.memory import net_memory
     from ..report.memory_plots import write_accuracy_by_batch, write_memory_plot
     from ..sweep import plan_sweep, solver_base_lr
