@@ -48,8 +48,9 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site):
     assert sorted(points) == ["baseline", "g2-b64-r0"]          # the local sweep: 1 and 2 ranks at total 64
     for p in points.values():
         assert set(p) == {"gpus", "batch", "iteration_s", "iterations", "training_s", "evaluation_s",
-                          "time_to_accuracy_s", "speedup", "allreduce_model"}
+                          "time_to_accuracy_s", "speedup", "allreduce_model", "memory"}
         assert p["allreduce_model"] == "tree"                   # local forces Open MPI's binomial tree
+        assert p["memory"]["fits"] and 0 < max(p["memory"]["peak_bytes"]) < 24e9
     base, two = points["baseline"], points["g2-b64-r0"]
     assert (base["gpus"], base["batch"], two["gpus"], two["batch"]) == (1, 64, 2, 64)
     assert base["speedup"] == 1.0 and 1.0 < two["speedup"] < 2.0

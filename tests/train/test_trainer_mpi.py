@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from train_helpers import ingest_digits, train_args, weights
 
 pytestmark = [pytest.mark.mpi]
 
@@ -32,22 +33,10 @@ random_seed: 7
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("train")
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(root)],
-                   check=True, capture_output=True, text=True)
+    root = ingest_digits(tmp_path_factory.mktemp("train"))
     (root / "short.yaml").write_text(SOLVER.format(max_iter=100, test_interval=50, snapshot=5))
     (root / "long.yaml").write_text(SOLVER.format(max_iter=600, test_interval=25, snapshot=0))
     return root
-
-
-def train_args(work: Path, out: str, solver: str, *extra: str) -> list[str]:
-    return ["train", "--dataset", str(work / "digits"), "--net", "lenet", "--solver", str(work / solver),
-            "--out", str(work / out), *extra]
-
-
-def weights(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
 
 
 ENV = {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}

@@ -1,4 +1,4 @@
-"""`firescale site lint NAME|PATH`: schema, job scripts rendered and `bash -n`-checked, sweep limits, allreduce warnings."""
+"""`firescale site lint NAME|PATH`: schema, job scripts rendered and `bash -n`-checked, sweep limits, allreduce warnings, memory."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +30,7 @@ def bash_syntax_error(script: str) -> str | None:
 def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     """Every problem with a site: schema, rendering, bash syntax, and its sweep against its limits."""
     from ..jobs import job_for_point
+    from ..perf.memory_fit import experiment_fits
     from ..render import JobSpec, render_job_script
     from ..sweep import experiments_for, limit_errors, load_config, plan_sweep, repo_root, solver_base_lr, sweep_walltime
 
@@ -52,6 +53,8 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
             problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]
             if not limits:
                 jobs += [job_for_point(site, cfg, experiment, p, walltime) for p in points]
+            problems += [f"{cfg_file}: experiment {experiment}: {f.problem}"
+                         for f in experiment_fits(cfg, experiment, site, points) if f.problem]
     elif config_path:
         raise FirescaleError(f"{cfg_file}: no such experiments file")
     for job in jobs:

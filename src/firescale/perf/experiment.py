@@ -49,30 +49,38 @@ def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
         raise FirescaleError(f"{path}: cannot read the dataset manifest ({exc})") from None
 
 
+def experiment_net(plan: Any, experiment: str) -> tuple[NetSpec, int | None]:
+    """The experiment's net as it trains (input shape from the dataset's manifest and the crop, the
+    manifest's classes) and the training records the manifest counts (None without a manifest)."""
+    exp = plan.config["experiments"][experiment]
+    manifest, path = _manifest(plan, experiment)
+    crop = (exp["dataset"].get("transform") or {}).get("crop")
+    if manifest is None:
+        spec = get_net(exp["net"])
+        return (get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2])) if crop else spec), None
+    try:
+        records = int(manifest["splits"]["train"]["records"])
+        stored = tuple(int(v) for v in manifest["shape"])
+        classes = int(manifest["num_classes"])
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
+    shape = (int(crop), int(crop), stored[2]) if crop else stored
+    return get_net(exp["net"], num_classes=classes, input_shape=shape), records
+
+
 def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None,
                      epochs: tuple[float, str] | None = None) -> ExperimentModel:
     """The net (input shape from the manifest and crop), the training-set size and the epochs to model."""
     exp = plan.config["experiments"][experiment]
     dataset = exp["dataset"]
+    spec, records = experiment_net(plan, experiment)
     manifest, path = _manifest(plan, experiment)
-    crop = (dataset.get("transform") or {}).get("crop")
-    if manifest is not None:
-        try:
-            records = int(manifest["splits"]["train"]["records"])
-            stored = tuple(int(v) for v in manifest["shape"])
-            classes = int(manifest["num_classes"])
-        except (KeyError, TypeError, ValueError):
-            raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
+    if records is not None:
         if dataset_size is not None and dataset_size != records:
             raise FirescaleError(f"--dataset-size {dataset_size} disagrees with {path}, whose train split has "
                                  f"{records} records; drop the option or re-ingest")
-        shape = (int(crop), int(crop), stored[2]) if crop else stored
-        spec = get_net(exp["net"], num_classes=classes, input_shape=shape)
         size, size_source = records, str(path)
     else:
-        spec = get_net(exp["net"])
-        if crop:
-            spec = get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2]))
         if dataset_size is not None:
             size, size_source = dataset_size, "--dataset-size"
         elif dataset["name"] == "ilsvrc12":
@@ -165,10 +173,16 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
                        "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
                        "allreduce_model": pred.comm_algorithm}
+    from .memory_fit import experiment_fits
+
+    fits = experiment_fits(plan.config, experiment, plan.site, points)
+    for fit in fits:
+        out[fit.point]["memory"] = fit.to_dict()
     return {
         "format": PREDICTION_FORMAT,
         "site": plan.site.name,
         "experiment": experiment,
+        "memory_problems": [f.problem for f in fits if f.problem],
         "allreduce": algorithm,
         "calibration": calibration.to_dict() if calibration else None,
         "model": {**model.to_dict(), "platform": _platform_dict(platform)},

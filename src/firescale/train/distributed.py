@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..collectives import decode_allreduce
+from ..errors import FirescaleError
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Rank:
     device: str
     pinned_cpus: list[int]
     hvd: Any
+    devices: tuple[str, ...] = ()   # this rank's devices when its net is split by layers (else `device` alone)
 
     @property
     def is_root(self) -> bool:
@@ -89,25 +91,41 @@ def _thread_ids() -> list[int]:
         return [0]
 
 
-def init_rank(threads: int = 1) -> Rank:
-    """hvd.init(), one device per local rank, `threads` TF threads per rank, deterministic ops."""
+def init_rank(threads: int = 1, devices: int = 1) -> Rank:
+    """hvd.init(), `devices` devices per local rank (one, or a replica's when its net is split by layers),
+    `threads` TF threads per rank, deterministic ops.
+
+    On GPUs local rank r takes GPUs r*devices .. (r+1)*devices - 1; on a CPU it splits its core into
+    `devices` logical devices, which stand in for them.
+    """
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        gpu = gpus[hvd.local_rank() % len(gpus)]
-        tf.config.set_visible_devices([gpu], "GPU")
-        tf.config.experimental.set_memory_growth(gpu, True)
-        device, pinned = f"GPU:{hvd.local_rank() % len(gpus)}", []
+        first = hvd.local_rank() * devices
+        if first + devices > len(gpus) and devices > 1:
+            raise FirescaleError(f"local rank {hvd.local_rank()} needs GPUs {first} to {first + devices - 1} for its "
+                                 f"split net, but this node shows {len(gpus)}")
+        mine = [gpus[(first + i) % len(gpus)] for i in range(devices)]
+        tf.config.set_visible_devices(mine, "GPU")
+        for gpu in mine:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        device, pinned = f"GPU:{first % len(gpus)}", []
+        names = tuple(f"/device:GPU:{i}" for i in range(devices))
     else:
         pinned = _pin_cpus(hvd.local_rank(), hvd.local_size())
         device = "CPU:0"
+        if devices > 1:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+        names = tuple(f"/device:CPU:{i}" for i in range(devices))
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.experimental.enable_op_determinism()
-    return Rank(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device, pinned, hvd)
+    return Rank(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device, pinned, hvd,
+                names if devices > 1 else ())
 
 
 HOROVOD_FUSION_THRESHOLD = 64 * 1024 * 1024   # bytes Horovod fuses into one allreduce unless told otherwise

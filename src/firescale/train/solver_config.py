@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FirescaleError
+from ..layer_plan import PLAN_KEY
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
+# Caffe's history blobs per parameter: one (momentum, or the sum of squares) and a second set for
+# AdaDelta (the update history) and Adam (the second moment); the memory model counts them too.
+HISTORY_BLOBS = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
 LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 # Caffe's old `solver_type` enum spelled the same methods in capitals.
 _OLD_SOLVER_TYPES = {t.upper(): t for t in SOLVER_TYPES}
@@ -156,6 +160,8 @@ def solver_from_mapping(raw: dict[str, Any], source: str = "solver") -> SolverCo
             if len(value) != 1:
                 raise _err(source, key, f"is given {len(value)} times but there is one test set")
             value = value[0]
+        if key == PLAN_KEY:  # the layer-to-device plan, read by firescale.layer_plan
+            continue
         if key in RECORDED_ONLY_KEYS:
             ignored[key] = value
             continue
@@ -252,6 +258,9 @@ def parse_prototxt(text: str, source: str) -> dict[str, Any]:
         kind, key = tokens[i]
         if kind != "word":
             raise FirescaleError(f"{source}: expected a solver key, found {key!r}")
+        if i + 1 < len(tokens) and tokens[i + 1] == ("punct", "{") and key == PLAN_KEY:
+            i = _skip_block(tokens, i + 1)  # a layer-to-device plan: firescale.layer_plan reads it
+            continue
         if i + 1 < len(tokens) and tokens[i + 1] == ("punct", "{"):
             raise FirescaleError(f"{source}: unknown solver key {key!r} (nested messages such as net_param "
                                  "are not supported; name the net with --net)")
@@ -269,6 +278,16 @@ def parse_prototxt(text: str, source: str) -> dict[str, Any]:
             out[key] = value
         i += 3
     return out
+
+
+def _skip_block(tokens: list[tuple[str, str]], i: int) -> int:
+    """The index after the `}` that closes the `{` at tokens[i]."""
+    depth = 0
+    for j in range(i, len(tokens)):
+        depth += {("punct", "{"): 1, ("punct", "}"): -1}.get(tokens[j], 0)
+        if depth == 0:
+            return j + 1
+    return len(tokens)
 
 
 def _scalar(word: str) -> Any:
