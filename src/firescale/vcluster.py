@@ -89,8 +89,9 @@ class VirtualCluster:
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 200:
             raise VClusterError(f"vcluster: {self.nodes} nodes asked for; choose 1 to 200")
-        if not self.name.replace("-", "").isalnum() or len(self.name) > 8:
-            raise VClusterError(f"vcluster: name {self.name!r}: use up to 8 letters, digits or '-'")
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", self.name):
+            raise VClusterError(f"vcluster: name {self.name!r}: use up to 20 lowercase letters, digits or '-', "
+                                "starting with a letter")
 
     # --- names
     @property
@@ -301,6 +302,15 @@ class VirtualCluster:
         leftover = self.existing_namespaces()
         if leftover:
             raise VClusterError(f"vcluster {self.name}: could not delete namespaces {', '.join(leftover)}")
+
+
+def remove_abandoned_clusters(prefix: str, root: Path) -> None:
+    """Tear down clusters named PREFIX<pid> whose process is gone (a test session killed before its
+    tear-down); their files go under `root`."""
+    for ns in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        match = re.fullmatch(rf"({re.escape(prefix)}([0-9]+))-ctl", ns)
+        if match and not os.path.exists(f"/proc/{match[2]}"):
+            VirtualCluster(root=root / match[1], name=match[1]).down()
 
 
 def slurm_conf(c: VirtualCluster) -> str:

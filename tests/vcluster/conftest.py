@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from firescale.vcluster import VClusterError, VirtualCluster
+from firescale.vcluster import VClusterError, VirtualCluster, remove_abandoned_clusters
 
-# Namespaces of the test cluster are named fsvt-*, apart from a cluster a user started (fsvc-*).
-TEST_CLUSTER = "fsvt"
+# Each test session has its own cluster, fsvt-<pid>-*, apart from a user's (fsvc-*) and from other sessions.
+TEST_PREFIX = "fsvt-"
 
 
 @pytest.fixture(scope="session")
@@ -16,8 +16,10 @@ def vcluster(tmp_path_factory):
     """A running virtual cluster (FIRESCALE_VCLUSTER_NODES nodes, default 2); removed at the end of the
     session whatever the tests did."""
     nodes = int(os.environ.get("FIRESCALE_VCLUSTER_NODES", "2"))
-    cluster = VirtualCluster(root=tmp_path_factory.mktemp("vcluster"), nodes=nodes, name=TEST_CLUSTER)
+    root = tmp_path_factory.mktemp("vcluster")
+    cluster = VirtualCluster(root=root, nodes=nodes, name=f"{TEST_PREFIX}{os.getpid()}")
     try:
+        remove_abandoned_clusters(TEST_PREFIX, root)
         cluster.up()
     except VClusterError as exc:
         pytest.fail(f"{exc}; this tier needs root, network namespaces and Slurm (`make setup` as root installs "

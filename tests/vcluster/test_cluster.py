@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from firescale.vcluster import VirtualCluster, processes_in
+from firescale.vcluster import VirtualCluster, processes_in, remove_abandoned_clusters
 
 pytestmark = pytest.mark.vcluster
 
@@ -18,7 +18,7 @@ def _root_addresses() -> str:
 
 
 def test_up_is_idempotent_and_down_removes_everything(tmp_path):
-    cluster = VirtualCluster(root=tmp_path / "vc", nodes=1, name="fsvl")
+    cluster = VirtualCluster(root=tmp_path / "vc", nodes=1, name=f"fsvl-{os.getpid()}")
     try:
         cluster.up()
         pids = cluster._daemon_pids()
@@ -41,7 +41,7 @@ def test_up_is_idempotent_and_down_removes_everything(tmp_path):
 
 
 def test_half_started_cluster_is_restarted_cleanly(tmp_path):
-    cluster = VirtualCluster(root=tmp_path / "vc", nodes=1, name="fsvl")
+    cluster = VirtualCluster(root=tmp_path / "vc", nodes=1, name=f"fsvl-{os.getpid()}")
     try:
         cluster.up()
         pid = cluster._daemon_pids()["n1"]
@@ -54,7 +54,19 @@ def test_half_started_cluster_is_restarted_cleanly(tmp_path):
         assert cluster.is_up()
     finally:
         cluster.down()
-    assert processes_in([f"fsvl-{h}" for h in ("ctl", "n1")]) == []
+    assert processes_in([f"fsvl-{os.getpid()}-{h}" for h in ("ctl", "n1")]) == []
+
+
+def test_a_cluster_left_by_a_killed_test_session_is_removed(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()                                   # a pid that no longer runs, as a killed session's
+    cluster = VirtualCluster(root=tmp_path / "old", nodes=1, name=f"fsvt-{gone.pid}")
+    try:
+        cluster.up()
+        remove_abandoned_clusters("fsvt-", tmp_path)
+        assert cluster.existing_namespaces() == [] and not cluster.cpusets.exists()
+    finally:
+        cluster.down()
 
 
 def test_a_machine_without_network_namespaces_gets_one_sentence():
