@@ -96,7 +96,7 @@ def test_ranks_on_both_nodes_get_everything_the_job_body_set(tmp_path, vcluster,
     verdict, run, log = _run(tmp_path, vcluster, site, monkeypatch)
     assert verdict.outcome == "succeeded", f"{verdict.reason}\n{log}"
     reports = [json.loads((run / f"rank-{r}.json").read_text()) for r in range(2)]
-    assert sorted(r["host"] for r in reports) == ["n1", "n2"], reports
+    assert [r["host"] for r in reports] == ["n1", "n2"], reports          # rank 0 on n1, rank 1 on n2
     assert all(r["size"] == 2 and r["sum"] == 3.0 for r in reports)   # 1 + 2, summed across the nodes
     second = next(r for r in reports if r["host"] == "n2")
     env = second["env"]
