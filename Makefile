@@ -17,9 +17,9 @@ TENSORFLOW ?= tensorflow-cpu==2.15.1
 # What the stack needs from the operating system (Debian 12 names); dataset-fashion-mnist holds the
 # default sweep's data (/usr/share/datasets/fashion-mnist).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv dataset-fashion-mnist
-# Optional: a Slurm for the real-scheduler test tier (tests/slurm; deselect with
-# PYTEST_ARGS="-m 'not slurm'" without it).
-DEB_OPTIONAL := slurmctld slurmd slurm-client
+# Optional: a Slurm for the real-scheduler test tiers (tests/slurm, and tests/vcluster, which also needs
+# iproute2 and root; deselect with PYTEST_ARGS="-m 'not slurm and not vcluster'" without them).
+DEB_OPTIONAL := slurmctld slurmd slurm-client iproute2
 SITES := $(notdir $(patsubst %/,%,$(dir $(wildcard site/*/config.yaml))))
 PROFILE_HOME ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
 PYTEST_ARGS ?=

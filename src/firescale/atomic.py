@@ -1,4 +1,9 @@
-"""Atomic writing (a file is absent, the old version, or complete; never half-written), and careful JSON reading."""
+"""Atomic writing (a file is absent, the old version, or complete; never half-written), and careful JSON reading.
+
+Files and folders land with the mode the umask allows (0666 or 0777 minus the umask), as `open` would
+give them, so results on a shared filesystem are group-readable wherever the umask says so; the
+temporary names from `mkstemp`/`mkdtemp` would otherwise keep them private (0600/0700).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +15,25 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import FirescaleError
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it (Linux: /proc/self/status), else by setting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def shared_mode(*, directory: bool = False) -> int:
+    """The mode a new file (0666) or folder (0777) gets under the current umask."""
+    return (0o777 if directory else 0o666) & ~current_umask()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -30,8 +54,8 @@ def atomic_path(path: str | os.PathLike[str], *, directory: bool = False) -> Ite
     """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds.
 
     With `directory=True` the temporary is a directory (for an LMDB environment, a report folder);
-    an existing directory at `path` is replaced.  On any exception the temporary is removed and
-    `path` is left as it was.
+    an existing directory at `path` is replaced.  The temporary has the umask's mode from the start.
+    On any exception the temporary is removed and `path` is left as it was.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +66,7 @@ def atomic_path(path: str | os.PathLike[str], *, directory: bool = False) -> Ite
         fd, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
         os.close(fd)
         tmp = Path(name)
+    os.chmod(tmp, shared_mode(directory=directory))
     try:
         yield tmp
         if directory:

@@ -21,6 +21,13 @@ class Placement:
     nodes: int
 
 
+# How a launcher carries the job body's variables to ranks on other nodes.  srun, aprun and horovodrun
+# pass the launching environment on themselves; mpirun passes only the names listed in this variable
+# (Open MPI's equivalent of one -x per name; it refuses -x beside it).
+# Its names are separated by ';'.
+ENV_LIST_VARIABLE = {"mpirun": "OMPI_MCA_mca_base_env_list"}
+
+
 def srun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
     return ["srun", f"--nodes={p.nodes}", f"--ntasks={p.ranks}", f"--ntasks-per-node={p.ranks_per_node}",
             f"--cpus-per-task={p.cores_per_rank}", "--kill-on-bad-exit=1", *options, *cmd]
@@ -33,10 +40,10 @@ def aprun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list
 
 
 def mpirun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:
-    # The host list comes from the scheduler's allocation (Open MPI reads Slurm and PBS itself);
-    # FIRESCALE_* and the MPI/NCCL variables are exported to every rank.
+    # The host list comes from the scheduler's allocation (Open MPI reads Slurm and PBS itself); the
+    # job body lists the variables every rank needs in OMPI_MCA_mca_base_env_list (ENV_LIST_VARIABLE).
     return ["mpirun", "-np", str(p.ranks), "--map-by", f"ppr:{p.ranks_per_node}:node:PE={p.cores_per_rank}",
-            "--bind-to", "core", "-x", "PATH", "-x", "FIRESCALE_ALLREDUCE", *options, *cmd]
+            "--bind-to", "core", *options, *cmd]
 
 
 def horovodrun(cmd: Sequence[str], p: Placement, options: Sequence[str] = ()) -> list[str]:

@@ -11,15 +11,15 @@ from typing import Any, Mapping, Sequence
 
 import jinja2
 
-from .collectives import allreduce_environment
+from .collectives import site_allreduce
 from .errors import FirescaleError
-from .launchers import EnvRef, Placement, wrap
+from .launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from .schedulers import get_scheduler
 from .site import SiteProfile
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DIRECTIVE = re.compile(r"^#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIRECTIVE = re.compile(r"#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+")
 # ${NAME} or $NAME inside a profile value: the only thing the shell may expand in one.
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -42,14 +42,14 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):
             raise FirescaleError(f"job name {self.name!r}: use letters, digits and _.- only")
         if int(self.ranks) < 1:
             raise FirescaleError(f"job {self.name}: ranks must be at least 1, got {self.ranks}")
         if int(self.walltime_s) < 1:
             raise FirescaleError(f"job {self.name}: walltime must be positive, got {self.walltime_s} s")
         for key in self.env:
-            if not _VAR.match(key):
+            if not _VAR.fullmatch(key):
                 raise FirescaleError(f"job {self.name}: environment variable name {key!r} is not a shell name")
 
 
@@ -89,7 +89,7 @@ def shell_command(argv: Sequence[str]) -> Shell:
 
 
 def _directive(line: str) -> Shell:
-    if not _DIRECTIVE.match(line):
+    if not _DIRECTIVE.fullmatch(line):
         raise FirescaleError(
             f"scheduler directive {line!r} may contain only letters, digits, spaces and _.:/@%+=,-; "
             "check the site's account, queue, partition, directives and the job's paths"
@@ -143,8 +143,11 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     container = c["environment"]["container"]
     if container:
         command = [container["runtime"], "exec", *container["options"], container["image"], *command]
-    launch = wrap(site.launcher, command, placement, c["launcher_options"])
-    collectives = allreduce_environment(site.allreduce, site.device_kind, c["allreduce"]["tree"])
+    srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it
+    options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
+    launch = wrap(site.launcher, command, placement, options)
+    env_list = ENV_LIST_VARIABLE.get(site.launcher)
+    collectives = site_allreduce(site).environment()
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
     return {
         "site": c,
@@ -157,6 +160,10 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "environment": c["environment"],
         "exports": {**threads, **collectives, **{k: str(v) for k, v in job.env.items()}},
         "launch": shell_command(launch),
+        "env_list": Shell(env_list) if env_list else None,
+        "srun_mpi": srun_mpi,
+        "walltime_timer": scheduler.walltime_timer(site, job),
+        "walltime_signal": Shell(site.walltime_signal[0]),
     }
 
 

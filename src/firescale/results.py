@@ -77,6 +77,7 @@ class TrainResult:
     status: str
     command: list[str] = field(default_factory=list)
     layer_trace: str | None = None  # RUNDIR-relative layer-wise trace (--profile-layers)
+    placement: dict[str, Any] | None = None  # a net split by layers: devices, boundaries, measured copies
     format: str = RESULT_FORMAT
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,13 +12,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
-import jsonschema
-import yaml
-
 from .errors import FirescaleError
+from .schema_check import describe, resolve_ref, schema_errors
+from .yamlfile import load_yaml
 
 SITE_FILE = "site.yaml"
-_WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)$")
+_WALLTIME = re.compile(r"(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)")
 
 
 @lru_cache(maxsize=None)
@@ -30,7 +29,7 @@ def site_schema() -> dict[str, Any]:
 
 def parse_walltime(text: str, *, where: str = "walltime") -> int:
     """Seconds in a `[D-]HH:MM:SS` walltime; `where` names the key in the error."""
-    match = _WALLTIME.match(str(text))
+    match = _WALLTIME.fullmatch(str(text))
     if not match:
         raise FirescaleError(f"{where}: {text!r} is not a walltime; use [D-]HH:MM:SS, e.g. 02:00:00")
     days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
@@ -89,6 +88,24 @@ class SiteProfile:
         return parse_walltime(self.config["limits"]["max_walltime"])
 
     @property
+    def max_resubmits(self) -> int:
+        return int(self.config["limits"]["max_resubmits"])
+
+    @property
+    def default_walltime(self) -> str:
+        return str(self.config["limits"]["default_walltime"])
+
+    @property
+    def resubmit_on_node_fail(self) -> bool:
+        return bool(self.config["limits"]["resubmit_on_node_fail"])
+
+    @property
+    def walltime_signal(self) -> tuple[str, int]:
+        """The signal sent before walltime ends and how many seconds before (none on a site without a scheduler)."""
+        sig = self.config["walltime_signal"]
+        return str(sig["signal"]), int(sig["seconds_before"])
+
+    @property
     def allreduce(self) -> str:
         return self.config["allreduce"]["algorithm"]
 
@@ -137,10 +154,10 @@ class SiteProfile:
 def apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) -> Any:
     """Fill in `default`s of object properties, recursively, without touching given values."""
     if "$ref" in schema:
-        schema = _resolve(root, schema["$ref"])
+        schema = resolve_ref(root, schema["$ref"])
     if isinstance(value, dict) and "properties" in schema:
         for key, sub in schema["properties"].items():
-            sub_resolved = _resolve(root, sub["$ref"]) if "$ref" in sub else sub
+            sub_resolved = resolve_ref(root, sub["$ref"]) if "$ref" in sub else sub
             if key not in value and "default" in sub:
                 value[key] = copy.deepcopy(sub["default"])
             if key in value:
@@ -152,55 +169,12 @@ def apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) -> 
     return value
 
 
-def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any]:
-    node: Any = root
-    for part in ref.removeprefix("#/").split("/"):
-        node = node[part]
-    return node
-
-
-def _key_path(error: jsonschema.ValidationError) -> str:
-    parts = [str(p) for p in error.absolute_path]
-    return ".".join(parts) if parts else "(top level)"
-
-
-def _describe(error: jsonschema.ValidationError) -> str:
-    """One sentence: which key, what is wrong, what is allowed."""
-    key = _key_path(error)
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    if error.validator == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        where = f"under '{key}'" if error.absolute_path else "at the top level"
-        return f"unknown key {', '.join(repr(e) for e in extra)} {where}; allowed keys: {', '.join(allowed)}"
-    if error.validator == "required":
-        missing = [r for r in error.validator_value if r not in error.instance]
-        where = f"'{key}'" if error.absolute_path else "the top level"
-        return f"missing required key {', '.join(repr(m) for m in missing)} in {where}"
-    if error.validator == "enum":
-        known = ", ".join(sorted(str(v) for v in error.validator_value))
-        return f"key '{key}': {error.instance!r} is not allowed; known values: {known}"
-    if error.validator == "pattern":
-        desc = schema.get("description") or f"text matching {error.validator_value}"
-        return f"key '{key}': {error.instance!r} is not allowed; expected {desc}"
-    if error.validator == "anyOf":
-        hints = [s.get("description") for s in error.validator_value if isinstance(s, dict)]
-        refs = [s["$ref"] for s in error.validator_value if isinstance(s, dict) and "$ref" in s]
-        for ref in refs:
-            hints.append(_resolve(site_schema(), ref).get("description"))
-        hint = "; ".join(h for h in hints if h) or "see the schema"
-        return f"key '{key}': {error.instance!r} is not allowed; expected {hint} (or null)"
-    return f"key '{key}': {error.message}"
-
-
 def validation_errors(config: Any, source: str | os.PathLike[str]) -> list[str]:
     """Every problem with a site profile, each one sentence naming the file and the key path."""
     schema = site_schema()
-    validator = jsonschema.Draft202012Validator(schema)
     if not isinstance(config, dict):
         return [f"{source}: a site profile must be a YAML mapping of keys, got {type(config).__name__}"]
-    errors = sorted(validator.iter_errors(config), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
-    messages = [f"{source}: {_describe(e)}" for e in errors]
+    messages = [f"{source}: {describe(e, schema)}" for e in schema_errors(schema, config)]
     if not messages:
         messages += [f"{source}: {m}" for m in _semantic_errors(config, Path(source))]
     return messages
@@ -219,9 +193,20 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
         yield "key 'limits.max_nodes': a site without a scheduler runs on one node; set it to 1"
     if config["launcher"] == "srun" and scheduler != "slurm":
         yield f"key 'launcher': srun needs the slurm scheduler, this site uses {scheduler!r}"
+    if config["launcher"] == "mpirun" and any(o in ("-x", "--x") or o.startswith("-x=") for o in config["launcher_options"]):
+        yield ("key 'launcher_options': mpirun's -x cannot be used here; firescale passes every variable the job "
+               "sets to all ranks itself (Open MPI's mca_base_env_list); put it under environment.variables")
     limits = config["limits"]
     if parse_walltime(limits["default_walltime"]) > parse_walltime(limits["max_walltime"]):
         yield "key 'limits.default_walltime': longer than limits.max_walltime"
+    lead = config["walltime_signal"]["seconds_before"]
+    for key in ("default_walltime", "max_walltime"):
+        if scheduler != "local" and parse_walltime(limits[key]) <= lead:
+            yield (f"key 'limits.{key}': {limits[key]} is not longer than walltime_signal.seconds_before "
+                   f"({lead} s), so every job would be told to stop as soon as it starts")
+    if scheduler == "slurm" and any(d.split()[0].split("=")[0] == "--requeue" for d in config["directives"]):
+        yield ("key 'directives': '--requeue' is not allowed; jobs are rendered with --no-requeue because "
+               "firescale resubmits them itself, from the newest snapshot and within limits.max_resubmits")
     if config["node"]["cores"] < config["node"]["gpus"]:
         yield "key 'node.cores': fewer cores than GPUs per node; each rank needs at least one core"
 
@@ -257,12 +242,8 @@ def find_site_file(name_or_path: str | os.PathLike[str]) -> Path:
 
 
 def read_site_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise FirescaleError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    """The site file's YAML; invalid YAML or a key given twice is an error naming the file and line."""
+    return load_yaml(path, "site profile")
 
 
 def check_site(name_or_path: str | os.PathLike[str]) -> tuple[Path, Any, list[str]]:

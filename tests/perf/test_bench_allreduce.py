@@ -64,6 +64,22 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
         allreduce_measurement(only_mpi, "ring")
 
 
+def test_a_librarys_own_choice_is_fitted_from_mpi_allreduce_itself(tmp_path):
+    """A site left to its library (openmpi-default, ...) has no hand-written benchmark of that name: without
+    Horovod's measurement, the fit takes MPI_Allreduce's (`mpi`), which ran the library's choice."""
+    from firescale.errors import FirescaleError
+    from firescale.perf.calibrate import allreduce_measurement
+
+    path = tmp_path / "ar.json"
+    runs = [{"algorithm": a, "ranks": 2, "bytes": 500_000, "median_s": s} for a, s in (("tree", 0.002), ("mpi", 0.001))]
+    path.write_text(json.dumps({"measurements": runs}))
+    picked = allreduce_measurement(path, "openmpi-default", 524_320)
+    assert picked["measured"] == "mpi" and picked["seconds"] == 0.001 and picked["algorithm"] == "openmpi-default"
+    path.write_text(json.dumps({"measurements": runs[:1]}))
+    with pytest.raises(FirescaleError, match="no 'horovod' or 'mpi' measurement"):
+        allreduce_measurement(path, "nccl-default")
+
+
 def test_bad_benchmark_options_are_refused(repo):
     import subprocess
     import sys

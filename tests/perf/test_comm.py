@@ -53,3 +53,45 @@ def test_fitting_the_communication_percent_of_peak_recovers_it():
 def test_unknown_algorithm_lists_the_known_ones():
     with pytest.raises(FirescaleError, match="known: ps, tree"):
         allreduce_time("hypercube", MB30, 4, Link(BW))
+
+
+def test_the_binary_tree_receives_its_children_one_after_the_other():
+    from firescale.perf.comm import binary_tree_steps
+
+    # p=4: rank 1's child 3 arrives while rank 0 takes rank 2's message; p=8 is a full tree of depth 2
+    # plus one node below rank 3, so each of the root's two subtrees needs 2 steps before it is heard.
+    assert [binary_tree_steps(p) for p in (1, 2, 3, 4, 5, 7, 8, 15, 16)] == [0, 1, 2, 2, 3, 4, 4, 6, 6]
+    link = Link(BW, 1e-6)
+    for p in (2, 4, 8, 64):
+        assert allreduce_time("binary-tree", MB30, p, link) >= allreduce_time("tree", MB30, p, link)
+    assert allreduce_time("binary", MB30, 7, Link(BW)) == pytest.approx(2 * 4 * MB30 / BW)
+
+
+def test_a_librarys_own_choice_is_resolved_per_message_and_ranks():
+    from firescale.perf.comm import resolve_algorithm
+
+    link = Link(BW, 2e-6)
+    # Open MPI 4.1's fixed rules: 2 ranks, 100 kB -> segmented ring; 1 MB -> Rabenseifner; 200 ranks, 100 kB ->
+    # a reduce then a broadcast (modelled as the binomial tree).
+    assert resolve_algorithm("openmpi-default", 100e3, 2, link) == "ring"
+    assert resolve_algorithm("openmpi-default", 1e6, 2, link) == "rabenseifner"
+    assert resolve_algorithm("openmpi-default", 100e3, 200, link) == "tree"
+    assert allreduce_time("openmpi-default", 1e6, 2, link) == allreduce_time("rabenseifner", 1e6, 2, link)
+    assert resolve_algorithm("mpich-default", 2048, 64, link) == "butterfly"
+    assert resolve_algorithm("mpich-default", 1e6, 64, link) == "rabenseifner"
+    # NCCL runs the faster of its ring and tree: the tree for small messages over many ranks, the ring for large.
+    assert resolve_algorithm("nccl-default", 1e3, 128, link) == "tree"
+    assert resolve_algorithm("nccl-default", 1e8, 128, link) == "ring"
+    for name in ("openmpi-default", "nccl-default", "mpich-default"):
+        assert allreduce_time(name, MB30, 1, link) == 0.0
+
+
+def test_default_alone_must_name_its_library():
+    with pytest.raises(FirescaleError, match="openmpi-default, mpich-default, nccl-default"):
+        allreduce_time("default", MB30, 4, Link(BW))
+
+
+def test_fitting_a_librarys_choice_fits_the_algorithm_it_picked():
+    truth = Link(BW, latency=5e-6, ppp=0.4)
+    measured = allreduce_time("rabenseifner", 1e6, 2, truth)
+    assert fit_comm_ppp("openmpi-default", 1e6, 2, measured, Link(BW, latency=5e-6)) == pytest.approx(0.4, rel=1e-6)

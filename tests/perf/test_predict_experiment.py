@@ -58,7 +58,9 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     assert sorted(points) == ["baseline", "g2-b64-r0"]          # the local sweep: 1 and 2 ranks at total 64
     for p in points.values():
         assert set(p) == {"gpus", "batch", "lr", "epochs", "iteration_s", "iterations", "training_s", "evaluation_s",
-                          "time_to_accuracy_s", "speedup"}
+                          "time_to_accuracy_s", "speedup", "allreduce_model", "memory"}
+        assert p["allreduce_model"] == "tree"                   # local forces Open MPI's binomial tree
+        assert p["memory"]["fits"] and 0 < max(p["memory"]["peak_bytes"]) < 24e9
     base, two = points["baseline"], points["g2-b64-r0"]
     assert (base["gpus"], base["batch"], two["gpus"], two["batch"]) == (1, 64, 2, 64)
     assert base["speedup"] == 1.0 and 1.0 < two["speedup"] < 2.0
@@ -161,3 +163,27 @@ def test_googlenet_table3_predicts_on_titan_and_the_ib_cluster(repo, tmp_path, s
     assert big["epochs"] == pytest.approx(72) and big["lr"] == 0.08     # Table 3: 72 epochs at batch 1024
     assert big["iterations"] == math.ceil(72 * ILSVRC12_TRAIN_IMAGES / 1024)
     assert 1 < big["speedup"] < points["g128-b1024-lr0.08-r0"]["speedup"] < 128
+def test_a_site_left_to_its_library_predicts_what_the_library_picks(tmp_path, local_site):
+    """allreduce: default on an Open MPI site: each point is modelled with the algorithm Open MPI's fixed
+    rules pick for that point's gradient and rank count, and the prediction records which."""
+    from firescale.collectives import openmpi_default_allreduce
+    from firescale.netspec import get_net
+    from firescale.perf.layers import net_cost
+    from firescale.perf.paleo import platform_from_site, predict_point
+    from firescale.site import load_site
+
+    site = yaml.safe_load(local_site.read_text())
+    site["allreduce"] = {"algorithm": "default"}
+    path = tmp_path / "local" / "site.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(site))
+    platform = platform_from_site(load_site(path))
+    assert platform.algorithm == "openmpi-default"
+    net = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    nbytes = net_cost(net, 1).weight_bytes
+    picked = openmpi_default_allreduce(2, nbytes)
+    expected = {"ring": "ring", "segmented_ring": "ring", "rabenseifner": "rabenseifner",
+                "recursive_doubling": "butterfly"}[picked]
+    two = predict_point(platform, net, 2, 64)
+    assert two.algorithm == "openmpi-default" and two.comm_algorithm == expected
+    assert two.comm_s == predict_point(platform, net, 2, 64, algorithm=expected).comm_s

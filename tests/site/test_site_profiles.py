@@ -6,16 +6,17 @@ import sys
 
 import pytest
 
+from firescale.collectives import ALGORITHMS
 from firescale.errors import FirescaleError
 from firescale.site import load_site, parse_walltime
 from site_helpers import REPO, site_copy
 
 
-@pytest.mark.parametrize("name", ["titan", "ib-cluster", "local"])
+@pytest.mark.parametrize("name", ["titan", "ib-cluster", "local", "vcluster"])
 def test_shipped_sites_load_with_defaults(name):
     site = load_site(name)
     assert site.name == name
-    assert site.config["allreduce"]["algorithm"] in ("tree", "ring", "default")
+    assert site.config["allreduce"]["algorithm"] in ALGORITHMS
     assert site.config["walltime_signal"]["seconds_before"] >= 10
     assert site.link_bandwidth > 0 and site.device_peak_flops > 0
 
@@ -85,6 +86,20 @@ def test_slurm_site_with_a_pbs_queue_is_refused(tmp_path):
     _fails(tmp_path, lambda d: d.update(queue="batch"), "Slurm sites name a 'partition'", name="ib-cluster")
 
 
+def test_mpirun_on_a_site_without_a_scheduler_cannot_span_nodes(tmp_path):
+    _fails(tmp_path, lambda d: d["limits"].update(max_nodes=4), "a site without a scheduler runs on one node",
+           name="local")
+
+
+def test_mpirun_x_option_is_refused_because_firescale_forwards_the_environment(tmp_path):
+    _fails(tmp_path, lambda d: d.update(launcher="mpirun", launcher_options=["-x", "FOO"]),
+           "key 'launcher_options'", "mca_base_env_list", "environment.variables", name="vcluster")
+
+
+def test_srun_mpi_plugin_must_be_a_plugin_name(tmp_path):
+    _fails(tmp_path, lambda d: d.update(srun_mpi="pmix; rm -rf ~"), "key 'srun_mpi'", name="vcluster")
+
+
 def test_injection_in_account_is_refused_by_the_schema(tmp_path):
     _fails(tmp_path, lambda d: d.update(account="x; rm -rf ~"), "key 'account'")
 
@@ -112,7 +127,7 @@ def _lint(*args):
                           capture_output=True, text=True, cwd=REPO)
 
 
-@pytest.mark.parametrize("name", ["titan", "ib-cluster", "local"])
+@pytest.mark.parametrize("name", ["titan", "ib-cluster", "local", "vcluster"])
 def test_lint_passes_for_shipped_sites(name):
     proc = _lint(name)
     assert proc.returncode == 0, proc.stdout + proc.stderr

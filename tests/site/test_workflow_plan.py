@@ -90,6 +90,14 @@ def test_a_point_over_the_site_limit_is_refused_before_anything_runs(tmp_path, c
     assert "limits.max_nodes 18688" in proc.stdout + proc.stderr
 
 
+def test_a_key_given_twice_in_an_experiments_file_stops_the_workflow(tmp_path, config_home):
+    override = tmp_path / "config.yaml"
+    override.write_text((REPO / "workflow" / "config.yaml").read_text() + "site: titan\n")
+    proc = _snakemake(config_home, "--profile", "titan", "speedup_sweep", "-n", "--configfile", str(override))
+    assert proc.returncode != 0
+    assert f"{override}: line " in proc.stdout + proc.stderr and "key 'site' is given twice" in proc.stdout + proc.stderr
+
+
 def test_snakemake_lint_is_clean():
     proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

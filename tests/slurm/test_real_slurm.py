@@ -6,15 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from slurm_site import slurm_here
 
 from firescale.render import JobSpec, render_job_script
 from firescale.schedulers import get_scheduler
-from firescale.site import load_site
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slurm
 
 RANK_CODE = (
@@ -30,21 +28,9 @@ RANK_CODE = (
 )
 
 
-def _site(tmp_path: Path):
-    data = yaml.safe_load((REPO / "site" / "ib-cluster" / "site.yaml").read_text())
-    data.update(name="slurm-here", launcher="mpirun", launcher_options=["--oversubscribe"], partition="debug",
-                environment={"variables": {}}, limits={**data["limits"], "max_nodes": 1})
-    data["node"] = {"gpus": 2, "cores": 2, "memory_gb": 4}
-    data["device"] = {**data["device"], "kind": "cpu"}
-    path = tmp_path / "slurm-here" / "site.yaml"
-    path.parent.mkdir()
-    path.write_text(yaml.safe_dump(data))
-    return load_site(path)
-
-
 def _submit(tmp_path, monkeypatch, slurm, fail_with=0):
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
-    site = _site(tmp_path)
+    site = slurm_here(tmp_path)
     run = tmp_path / "run"
     job = JobSpec(name="fs-slurm-test", ranks=2, walltime_s=300, workdir=run, log_file=run / "job.log",
                   status_file=run / "status.json", command=[sys.executable, "-c", RANK_CODE],

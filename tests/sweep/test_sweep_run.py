@@ -58,7 +58,7 @@ def test_qsub_success_is_not_job_success(tmp_path):
 
 def test_walltime_timeout_is_resubmitted_from_the_snapshot(tmp_path):
     killed = {**OK_STATUS, "exit_code": 143, "signal": "USR1"}
-    jobs = [FakeJob(["RUNNING", "TIMEOUT"], killed, {"status": "interrupted"}),
+    jobs = [FakeJob(["RUNNING", "TIMEOUT"], killed, {"status": "interrupted"}, snapshot=400),
             FakeJob(["PENDING", "RUNNING", "COMPLETED"], OK_STATUS, RESULT)]
     verdict, subs, fake, lines, _ = _run(tmp_path, "slurm", jobs)
     assert verdict.outcome == "succeeded"
@@ -69,22 +69,23 @@ def test_walltime_timeout_is_resubmitted_from_the_snapshot(tmp_path):
 
 
 def test_torque_walltime_exit_status_is_a_timeout(tmp_path):
-    assert parse_qstat_f("job_state = C\n exit_status = -11\n").state == TIMEOUT
-    assert parse_qstat_f("    job_state = R\n").state == RUNNING
+    assert parse_qstat_f("job_state = C\n exit_status = -11\n", "torque").state == TIMEOUT
+    assert parse_qstat_f("    job_state = R\n", "torque").state == RUNNING
 
 
 def test_resubmissions_stop_at_the_limit(tmp_path):
     killed = {**OK_STATUS, "exit_code": 143, "signal": "USR1"}
-    jobs = [FakeJob(["RUNNING", "TIMEOUT"], killed, {"status": "interrupted"}) for _ in range(3)]
+    jobs = [FakeJob(["RUNNING", "TIMEOUT"], killed, {"status": "interrupted"}, snapshot=100 * k) for k in (1, 2, 3)]
     verdict, subs, *_ = _run(tmp_path, "slurm", jobs, max_resubmits=2)
     assert verdict.outcome == "failed" and "after 2 resubmissions" in verdict.reason and len(subs) == 3
 
 
-def test_vanished_job_without_status_fails_plainly(tmp_path):
+def test_vanished_job_without_status_fails_plainly_and_is_cancelled(tmp_path):
     job = FakeJob(["PENDING", "RUNNING", "GONE"], status=None, accounting=False)
     verdict, subs, fake, *_ = _run(tmp_path, "slurm", [job])
     assert verdict.outcome == "failed"
-    assert "without writing status.json" in verdict.reason and "not in squeue, unknown to sacct" in verdict.reason
+    assert "without writing status.json" in verdict.reason and "accounting is disabled" in verdict.reason
+    assert fake.cancelled == ["1000"] and "was cancelled" in verdict.reason  # never left running unwatched
 
 
 def test_vanished_job_with_a_good_status_file_succeeds_without_accounting(tmp_path):
@@ -103,7 +104,7 @@ def test_pbs_job_gone_from_qstat_uses_history_then_status(tmp_path):
 
 def test_exit_zero_without_a_result_is_a_failure(tmp_path):
     verdict, *_ = _run(tmp_path, "slurm", [FakeJob(["RUNNING", "COMPLETED"], OK_STATUS, None)])
-    assert verdict.outcome == "failed" and "no result.json" in verdict.reason
+    assert verdict.outcome == "failed" and "no finished result.json" in verdict.reason
 
 
 def test_a_refused_submission_says_why(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from train_helpers import ingest_digits, train_args, weights
 
 pytestmark = [pytest.mark.mpi]
 
@@ -34,22 +35,10 @@ random_seed: 7
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("train")
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(root)],
-                   check=True, capture_output=True, text=True)
+    root = ingest_digits(tmp_path_factory.mktemp("train"))
     (root / "short.yaml").write_text(SOLVER.format(max_iter=100, test_interval=50, snapshot=5))
     (root / "long.yaml").write_text(SOLVER.format(max_iter=600, test_interval=25, snapshot=0))
     return root
-
-
-def train_args(work: Path, out: str, solver: str, *extra: str) -> list[str]:
-    return ["train", "--dataset", str(work / "digits"), "--net", "lenet", "--solver", str(work / solver),
-            "--out", str(work / out), *extra]
-
-
-def weights(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
 
 
 ENV = {"OMPI_MCA_rmaps_base_oversubscribe": "1", "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -83,6 +72,14 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     result = json.loads((two_rank_run / "result.json").read_text())
     assert result["ranks"] == 2 and result["batch"]["total_batch"] == 32 and result["iterations"] == 100
     assert result["status"] == "finished" and result["allreduce"]["controller"] in ("mpi", "gloo")
+    allreduce = result["allreduce"]
+    if allreduce["cpu_operations"] == "mpi":    # no setting: Open MPI's fixed rules, resolved for the gradient
+        from firescale.netspec import get_net
+        from firescale.perf.layers import net_cost
+
+        gradient = net_cost(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
+        assert allreduce["library"] == "openmpi" and allreduce["message_bytes"] == gradient > 262144
+        assert allreduce["model"] == "rabenseifner" and "Open MPI's fixed rules" in allreduce["algorithm"]
     assert len(result["evals"]) == 2 and result["evals"][-1]["iter"] == 100
     assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
 
@@ -157,6 +154,7 @@ def test_digits_reaches_95_percent(work, run_ranks, ranks):
     result = json.loads((out / "result.json").read_text())
     if ranks == 2:
         assert result["allreduce"]["tree"] and "reduce binomial" in result["allreduce"]["algorithm"]
+        assert result["allreduce"]["library"] == "openmpi" and result["allreduce"]["model"] == "tree"
     from firescale.perf.traces import read_trace
 
     trace = read_trace(out / result["layer_trace"])

@@ -5,7 +5,7 @@ import os
 from firescale.sweep.plan import Plan
 from firescale.sweep.points import POINT_WILDCARD
 
-PLAN = Plan.build(config)
+PLAN = Plan.build(config, files=workflow.configfiles)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
 LR_SEARCH = [e for e in EXPERIMENTS if PLAN.lr_search(e)]

@@ -16,6 +16,8 @@ rule experiment_report:
         speedup=report("reports/{site}/{experiment}/speedup.png", caption="../report/speedup.rst", category="Plots"),
         accuracy=report("reports/{site}/{experiment}/accuracy_vs_time.png", caption="../report/accuracy.rst", category="Plots"),
         split=report("reports/{site}/{experiment}/time_split.png", caption="../report/time_split.rst", category="Plots"),
+        memory=report("reports/{site}/{experiment}/memory.png", caption="../report/memory.rst", category="Plots"),
+        by_batch=report("reports/{site}/{experiment}/accuracy_by_batch.png", caption="../report/accuracy_by_batch.rst", category="Plots"),
     log:
         "results/{site}/{experiment}/logs/report.log",
     params:

@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     print(table, end="")
     if args.markdown:
         atomic_write_text(Path(args.markdown), table)
-    return 0
+    for problem in result["memory_problems"]:
+        print(f"error: {problem}")
+    return 1 if result["memory_problems"] else 0
 
 
 def markdown_table(result: dict) -> str:
@@ -63,10 +65,19 @@ def markdown_table(result: dict) -> str:
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
              f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
              + ("calibrated" if result["calibration"] else "not calibrated") + ")", "",
-             "| point | GPUs | batch | LR | epochs | iteration (ms) | time to accuracy | speedup |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| point | GPUs | batch | LR | epochs | iteration (ms) | time to accuracy | speedup | memory per device (GB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in result["points"].items():
         lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['lr']:g} | {p['epochs']:.4g} | {p['iteration_s'] * 1e3:.3f} | "
-                     f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} |")
-    return "\n".join(lines) + "\n"
+                     f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} | {_memory_cell(p)} |")
+    problems = result.get("memory_problems") or []
+    return "\n".join(lines + ([""] + [f"- **does not fit:** {text}" for text in problems] if problems else [])) + "\n"
+
+
+def _memory_cell(point: dict) -> str:
+    memory = point.get("memory")
+    if not memory:
+        return "—"
+    peaks = " + ".join(f"{b / 1e9:.2f}" for b in memory["peak_bytes"]) or "?"
+    return f"{peaks} of {memory['limit_bytes'] / 1e9:g}" + ("" if memory["fits"] else " **over**")
 

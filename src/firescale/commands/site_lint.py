@@ -1,4 +1,4 @@
-"""`firescale site lint NAME|PATH`: schema, every job script rendered and `bash -n`-checked, sweep limits."""
+"""`firescale site lint NAME|PATH`: schema, job scripts rendered and `bash -n`-checked, sweep limits, allreduce warnings, memory."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..collectives import site_allreduce
 from ..errors import FirescaleError
 from ..site import SiteProfile, check_site
 
@@ -28,6 +29,7 @@ def bash_syntax_error(script: str) -> str | None:
 
 def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     """Every problem with a site: schema, rendering, bash syntax, and its sweep against its limits."""
+    from ..perf.memory_fit import experiment_fits
     from ..render import JobSpec, render_job_script
     from ..sweep.jobs import job_for_point
     from ..sweep.config import experiments_for, load_config
@@ -52,6 +54,8 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
             problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]
             if not limits:
                 jobs += [job_for_point(plan, experiment, p) for p in points]
+            problems += [f"{cfg_file}: experiment {experiment}: {f.problem}"
+                         for f in experiment_fits(cfg, experiment, site, points) if f.problem]
     elif config_path:
         raise FirescaleError(f"{cfg_file}: no such experiments file")
     for job in jobs:
@@ -63,6 +67,8 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
         error = bash_syntax_error(script)
         if error:
             problems.append(f"{path}: the job script for {job.name} does not parse: {error}")
+    for warning in site_allreduce(site).warnings():   # the site runs, but not everything it asks for
+        print(f"warning: {path}: {warning}")
     print(f"site {site.name}: {len(jobs)} job script(s) rendered and checked with bash -n"
           + (" (archival: rendered, never submitted)" if site.archival else ""))
     return problems

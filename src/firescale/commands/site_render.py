@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import stat
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, shared_mode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
             continue
         target = Path(args.out) if args.point else Path(args.out) / f"{point.name}.sh"
         atomic_write_text(target, script)
-        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP)
+        target.chmod(shared_mode(directory=True))  # rwx as the umask allows, as for a new program
         point_record(plan, args.experiment, point).write(target.with_suffix(".json"))
     return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from ..errors import FirescaleError
@@ -15,12 +16,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collect", nargs=2, required=True, type=Path, metavar=("RESULT", "STATUS"),
                         help="where to write the point's run record and the job's status file")
     parser.add_argument("--poll-seconds", type=float, default=None,
-                        help="polling interval: on a scheduler the first (default 10 s), growing to 120 s; "
-                             "here (no scheduler) every interval (default 1 s: looking at a local process is free)")
+                        help="polling interval (default: the site's poll_seconds): on a scheduler the first "
+                             "(else 10 s), growing to 120 s; here (no scheduler) every interval (else 1 s: looking "
+                             "at a local process is free)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..schedulers import get_scheduler
+    from ..job_outcome import ResubmitRules
+    from ..runlock import run_lock
+    from ..schedulers import get_scheduler, prefixed
     from ..site import load_site
     from ..sweep.records import read_point_record
     from ..sweep.run import Polling, PointRun, collect, install_cancel_handlers
@@ -35,20 +39,25 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"{args.script}: no such job script")
     run_dir = Path(point.run_dir)
     here = site.scheduler == "local"
-    first = args.poll_seconds if args.poll_seconds is not None else (1.0 if here else 10.0)
+    first = args.poll_seconds if args.poll_seconds is not None else (site.config["poll_seconds"] or (1.0 if here else 10.0))
     # A scheduler is asked ever less often; a local job is looked at steadily, so that a short job's
     # end is seen within a second rather than up to a third of its run time later.
     polling = Polling(first=first, factor=1.0, most=first) if here else Polling(first=first)
     log = lambda line: print(line, flush=True)  # noqa: E731
-    point_run = PointRun(scheduler=get_scheduler(site.scheduler), script=args.script.resolve(), run_dir=run_dir,
-                         max_resubmits=point.max_resubmits, polling=polling, log=log)
-    install_cancel_handlers(point_run)
-    try:
-        verdict, submissions = point_run.run()
-    except KeyboardInterrupt:
-        print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
-        return 130
-    record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
+    point_run = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])),
+                         script=args.script.resolve(), run_dir=run_dir,
+                         max_resubmits=min(point.max_resubmits, site.max_resubmits), polling=polling, log=log,
+                         rules=ResubmitRules.for_site(site, point.walltime))
+    with run_lock(run_dir, f"firescale sweep run {site.name} {point.experiment}/{point.point}") as lock:
+        point_run.sleep = lambda seconds: (lock.refresh(), time.sleep(seconds))
+        install_cancel_handlers(point_run)
+        try:
+            verdict, submissions = point_run.run()
+        except KeyboardInterrupt:
+            print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
+            return 130
+        record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
     if record["outcome"] != "succeeded":
         print(f"firescale: point {point.point} FAILED: {record['reason']}\n{record['log_tail']}", flush=True)
     return 0
+

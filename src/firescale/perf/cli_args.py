@@ -42,7 +42,9 @@ def add_platform_arguments(parser: argparse.ArgumentParser, *, device: bool = Tr
     g.add_argument("--bandwidth-gbits", type=float, help="link bandwidth, Gbit/s")
     g.add_argument("--latency-us", type=float, help="link latency, microseconds")
     g.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (default 1)")
-    g.add_argument("--algorithm", help="allreduce model: ps, tree, butterfly, ring, rabenseifner")
+    g.add_argument("--algorithm", help="allreduce model: ps, tree, binary-tree, butterfly, ring, rabenseifner, "
+                                       "or a library's own choice: openmpi-default, mpich-default, nccl-default "
+                                       "(with --site, 'default' is the site's library's)")
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
@@ -75,8 +77,13 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
     if getattr(args, "overhead_ms", None) is not None:
         platform = replace(platform, overhead_s=args.overhead_ms / 1e3)
     if args.algorithm:
+        from ..collectives import site_allreduce
         from .comm import canonical_algorithm
-        platform = replace(platform, algorithm=canonical_algorithm(args.algorithm))
+        if args.algorithm == "default" and site is not None:
+            algorithm = replace(site_allreduce(site), algorithm="default").model
+        else:
+            algorithm = canonical_algorithm(args.algorithm)
+        platform = replace(platform, algorithm=algorithm)
     return platform
 
 

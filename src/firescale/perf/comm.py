@@ -1,21 +1,29 @@
-"""Allreduce cost models (parameter server, binomial tree, butterfly, ring, Rabenseifner) with α-β-γ terms."""
+"""Allreduce cost models (parameter server, binomial and binary trees, butterfly, ring, Rabenseifner) with α-β-γ terms."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
+from ..collectives import (DEFAULT_MODELS, OMPI_ALLREDUCE_MODEL, mpich_default_allreduce,
+                           openmpi_default_allreduce)
 from ..errors import FirescaleError
 
-ALGORITHMS = ("ps", "tree", "butterfly", "ring", "rabenseifner")
+ALGORITHMS = ("ps", "tree", "binary-tree", "butterfly", "ring", "rabenseifner")
 ALGORITHM_NAMES = {
     "ps": "parameter server (one-to-all; FireCaffe Eq. 3)",
     "tree": "binomial reduction tree (reduce + broadcast; FireCaffe Eq. 4)",
+    "binary-tree": "binary reduction tree (reduce + broadcast, two children per node)",
     "butterfly": "butterfly / recursive doubling",
     "ring": "ring (reduce-scatter + allgather)",
     "rabenseifner": "Rabenseifner (recursive halving + doubling)",
+    "openmpi-default": "Open MPI 4.1's fixed rules, per message size and rank count",
+    "mpich-default": "MPICH's rules (recursive doubling, or Rabenseifner for long messages)",
+    "nccl-default": "NCCL's choice: the faster of its ring and tree",
 }
-_ALIASES = {"parameter_server": "ps", "onetoall": "ps", "binomial": "tree", "recursive_doubling": "butterfly",
-            "default": "tree"}
+LIBRARY_DEFAULTS = tuple(DEFAULT_MODELS.values())
+_ALIASES = {"parameter_server": "ps", "onetoall": "ps", "binomial": "tree", "binomial_tree": "tree",
+            "binary": "binary-tree", "binary_tree": "binary-tree", "recursive_doubling": "butterfly"}
 
 
 @dataclass(frozen=True)
@@ -53,10 +61,29 @@ class Link:
 
 
 def canonical_algorithm(name: str) -> str:
-    key = name.lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    if key not in ALGORITHMS:
-        raise FirescaleError(f"unknown allreduce algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
+    """The model's name for `name`: one of ALGORITHMS or a library's own choice (LIBRARY_DEFAULTS)."""
+    key = name.lower().replace("_", "-")
+    key = _ALIASES.get(key.replace("-", "_"), key)
+    if key == "default":
+        raise FirescaleError(f"allreduce 'default' is the library's own choice; name the library: "
+                             f"{', '.join(LIBRARY_DEFAULTS)} (a site's 'default' names its own)")
+    if key not in ALGORITHMS + LIBRARY_DEFAULTS:
+        raise FirescaleError(f"unknown allreduce algorithm {name!r}; known: {', '.join(ALGORITHMS + LIBRARY_DEFAULTS)}")
+    return key
+
+
+def resolve_algorithm(name: str, nbytes: float, p: int, link: "Link") -> str:
+    """The model of what runs for one allreduce of `nbytes` over `p` nodes: a library's own choice
+    (openmpi-default, mpich-default, nccl-default) resolved as that library decides; others as they are."""
+    key = canonical_algorithm(name)
+    if key == "openmpi-default":
+        return OMPI_ALLREDUCE_MODEL[openmpi_default_allreduce(p, nbytes)]
+    if key == "mpich-default":
+        return OMPI_ALLREDUCE_MODEL[mpich_default_allreduce(p, nbytes)]
+    if key == "nccl-default":
+        # NCCL predicts each algorithm's time from its own latency and bandwidth tables and runs the
+        # fastest; the site profile has no such tables, so the ring and tree models stand in for them.
+        return min(("ring", "tree"), key=lambda a: _MODELS[a](float(nbytes), int(p), link))
     return key
 
 
@@ -80,6 +107,24 @@ def tree_allreduce_time(nbytes: float, p: int, link: Link) -> float:
     """Binomial reduction to a root in ceil(log2 p) steps, then broadcast down the same tree (Eq. 4)."""
     h = tree_height(p)
     return 2 * h * (link.alpha + nbytes * link.beta) + h * nbytes * link.gamma
+
+
+@lru_cache(maxsize=None)
+def binary_tree_steps(p: int) -> int:
+    """Message times on the critical path of a reduce down a binary tree over p nodes (children of node
+    i are 2i+1 and 2i+2) when each node receives its children's messages one after the other."""
+    def done(node: int) -> int:
+        t = 0
+        for ready in sorted(done(c) for c in (2 * node + 1, 2 * node + 2) if c < p):
+            t = max(t, ready) + 1
+        return t
+    return done(0) if p > 1 else 0
+
+
+def binary_tree_allreduce_time(nbytes: float, p: int, link: Link) -> float:
+    """Reduce up a binary tree, then broadcast down it (a parent sends to its two children in turn)."""
+    steps = binary_tree_steps(p)
+    return 2 * steps * (link.alpha + nbytes * link.beta) + steps * nbytes * link.gamma
 
 
 def butterfly_allreduce_time(nbytes: float, p: int, link: Link) -> float:
@@ -107,6 +152,7 @@ def rabenseifner_allreduce_time(nbytes: float, p: int, link: Link) -> float:
 _MODELS = {
     "ps": parameter_server_time,
     "tree": tree_allreduce_time,
+    "binary-tree": binary_tree_allreduce_time,
     "butterfly": butterfly_allreduce_time,
     "ring": ring_allreduce_time,
     "rabenseifner": rabenseifner_allreduce_time,
@@ -117,7 +163,7 @@ def allreduce_time(algorithm: str, nbytes: float, p: int, link: Link) -> float:
     """Seconds to allreduce `nbytes` over `p` nodes with the named algorithm."""
     if p < 1:
         raise FirescaleError(f"the number of nodes must be at least 1, not {p}")
-    return _MODELS[canonical_algorithm(algorithm)](float(nbytes), int(p), link)
+    return _MODELS[resolve_algorithm(algorithm, nbytes, p, link)](float(nbytes), int(p), link)
 
 
 def fit_comm_ppp(algorithm: str, nbytes: float, p: int, measured_seconds: float, link: Link) -> float:
@@ -127,6 +173,7 @@ def fit_comm_ppp(algorithm: str, nbytes: float, p: int, measured_seconds: float,
     """
     if p <= 1:
         raise FirescaleError("fitting a communication percent of peak needs an allreduce over at least 2 ranks")
+    algorithm = resolve_algorithm(algorithm, nbytes, p, link)   # fit the model of what ran, not a re-choice
     ideal = Link(link.bandwidth, link.latency, 1.0, link.reduce_rate)
     fixed = allreduce_time(algorithm, 0.0, p, ideal)   # latency terms only
     fixed += allreduce_time(algorithm, nbytes, p, Link(link.bandwidth * 1e12, 0.0, 1.0, link.reduce_rate))

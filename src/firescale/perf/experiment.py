@@ -42,28 +42,44 @@ class ExperimentModel:
                 "solver_epochs": self.solver_epochs}
 
 
+def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
+    """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""
+    from ..atomic import load_json
+
+    path = plan.dataset_dir(experiment) / "manifest.json"
+    return (load_json(path, "dataset manifest") if path.is_file() else None), path
+
+
+def experiment_net(plan: Any, experiment: str) -> tuple[NetSpec, int | None]:
+    """The experiment's net as it trains (input shape from the dataset's manifest and the crop, the
+    manifest's classes) and the training records the manifest counts (None without a manifest)."""
+    exp = plan.config["experiments"][experiment]
+    manifest, path = _manifest(plan, experiment)
+    crop = (exp["dataset"].get("transform") or {}).get("crop")
+    if manifest is None:
+        spec = get_net(exp["net"])
+        return (get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2])) if crop else spec), None
+    try:
+        records = int(manifest["splits"]["train"]["records"])
+        stored = tuple(int(v) for v in manifest["shape"])
+        classes = int(manifest["num_classes"])
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
+    shape = (int(crop), int(crop), stored[2]) if crop else stored
+    return get_net(exp["net"], num_classes=classes, input_shape=shape), records
+
+
 def _net_and_size(plan: Any, experiment: str, dataset_size: int | None) -> tuple[NetSpec, int, str, int]:
     """The net (input shape from the manifest and crop), the training-set size and its source, the test size."""
-    exp = plan.experiment(experiment)
-    dataset = exp["dataset"]
-    manifest, path = plan.dataset_manifest(experiment)
-    crop = (dataset.get("transform") or {}).get("crop")
-    if manifest is not None:
-        try:
-            records = int(manifest["splits"]["train"]["records"])
-            stored = tuple(int(v) for v in manifest["shape"])
-            classes = int(manifest["num_classes"])
-        except (KeyError, TypeError, ValueError):
-            raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
+    dataset = plan.experiment(experiment)["dataset"]
+    spec, records = experiment_net(plan, experiment)
+    manifest, path = _manifest(plan, experiment)
+    if records is not None:
         if dataset_size is not None and dataset_size != records:
             raise FirescaleError(f"--dataset-size {dataset_size} disagrees with {path}, whose train split has "
                                  f"{records} records; drop the option or re-ingest")
-        shape = (int(crop), int(crop), stored[2]) if crop else stored
         test_size = int(manifest["splits"].get("test", {}).get("records", 0))
-        return get_net(exp["net"], num_classes=classes, input_shape=shape), records, str(path), test_size
-    spec = get_net(exp["net"])
-    if crop:
-        spec = get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2]))
+        return spec, records, str(path), test_size
     if dataset_size is not None:
         return spec, dataset_size, "--dataset-size", 0
     if dataset["name"] in KNOWN_TRAIN_IMAGES:
@@ -161,11 +177,18 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
         out[p.name] = {"gpus": p.gpus, "batch": p.batch, "lr": p.lr, "epochs": pred.epochs,
                        "iteration_s": pred.iteration_s,
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
-                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total}
+                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
+                       "allreduce_model": pred.comm_algorithm}
+    from .memory_fit import experiment_fits
+
+    fits = experiment_fits(plan.config, experiment, plan.site, points)
+    for fit in fits:
+        out[fit.point]["memory"] = fit.to_dict()
     return {
         "format": PREDICTION_FORMAT,
         "site": plan.site.name,
         "experiment": experiment,
+        "memory_problems": [f.problem for f in fits if f.problem],
         "allreduce": algorithm,
         "calibration": calibration.to_dict() if calibration else None,
         "model": {**model.to_dict(), "platform": _platform_dict(platform)},

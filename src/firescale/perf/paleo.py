@@ -5,9 +5,10 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from ..collectives import site_allreduce
 from ..errors import FirescaleError
 from ..netspec import NetSpec, Pool, get_net
-from .comm import Link, allreduce_time, canonical_algorithm
+from .comm import Link, allreduce_time, canonical_algorithm, resolve_algorithm
 from .layers import NetCost, net_cost
 
 IMAGENET_TRAIN_IMAGES = 1_200_000   # Paleo's and FireCaffe's ImageNet-1k training-set size
@@ -62,7 +63,7 @@ def platform_from_site(site: Any, *, ppp_compute: float | None = None, ppp_comm:
                     else site.name, site.device_peak_flops, site.device_memory_bandwidth,
                     1.0 if ppp_compute is None else ppp_compute)
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
-    return Platform(site.name, device, link, canonical_algorithm(algorithm or site.allreduce))
+    return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model))
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class Prediction:
     ppp_comm: float
     overlap: bool
     overhead_s: float = 0.0    # the platform's fixed per-iteration time, included in the iteration times
+    comm_algorithm: str = ""   # the model of what runs for the whole gradient (`algorithm` resolved)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,7 +200,8 @@ def predict_point(site: Any, net: NetSpec | str, gpus: int, batch: int, *, epoch
     return Prediction(spec.name, platform.name, gpus, global_batch, local, scaling, algo,
                       times.forward, times.backward, times.update, comm, iteration, seq, ovl,
                       float(epochs), int(dataset_size), iterations, iterations * iteration, speedup,
-                      wbytes, platform.device.ppp, platform.link.ppp, overlap, platform.overhead_s)
+                      wbytes, platform.device.ppp, platform.link.ppp, overlap, platform.overhead_s,
+                      resolve_algorithm(algo, wbytes, gpus, platform.link))
 
 
 def predict_sweep(site: Any, net: NetSpec | str, gpus: list[int], batches: list[int],

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..collectives import allreduce_environment
+from ..collectives import site_allreduce
 from ..errors import FirescaleError
 from ..launchers import Placement, wrap
 
@@ -48,7 +48,7 @@ def site_ranks(site: Any) -> SiteRanks:
         options.append("--allow-run-as-root")
     variables = (site.config.get("environment") or {}).get("variables") or {}
     env = {**{k: str(v) for k, v in variables.items()},
-           **allreduce_environment(site.allreduce, site.config["device"].get("kind", "gpu"))}
+           **site_allreduce(site).environment()}
     return SiteRanks(site.name, site.config["launcher"], tuple(options), env)
 
 

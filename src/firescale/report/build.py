@@ -13,7 +13,9 @@ from .tables import to_csv, to_json, to_latex, to_markdown
 
 OUTPUTS = ("report.md", "report.tex", "report.html", "report.csv", "report.json",
            "speedup.png", "speedup.pdf", "accuracy_vs_time.png", "accuracy_vs_time.pdf",
-           "time_split.png", "time_split.pdf")
+           "time_split.png", "time_split.pdf",
+           # written by `firescale report` beside these (report.memory_plots)
+           "memory.png", "memory.pdf", "accuracy_by_batch.png", "accuracy_by_batch.pdf")
 
 
 def write_report(summary: Summary, ctx: ReportContext, out_dir: str | Path) -> list[Path]:

@@ -25,7 +25,7 @@ def collect_runs(results: str | Path, experiment: str) -> list[RunRecord]:
     if not results.is_dir():
         raise FirescaleError(f"results folder {results} does not exist")
     records = []
-    for folder in sorted(p for p in results.iterdir() if p.is_dir() and POINT_NAME.match(p.name)):
+    for folder in sorted(p for p in results.iterdir() if p.is_dir() and POINT_NAME.fullmatch(p.name)):
         path = folder / RUN_FILE
         if not path.is_file():
             raise FirescaleError(f"{folder}: a sweep point folder without its {RUN_FILE}")

@@ -2,27 +2,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
 from ..atomic import atomic_path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def publish(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call `write(tmp)` on a temporary sibling, make it readable as umask allows, rename it onto `path`.
-
-    (The temporary from mkstemp is 0600; a report is meant to be read by others.)
-    """
+    """Call `write(tmp)` on a temporary sibling (readable as the umask allows), rename it onto `path`."""
     with atomic_path(path) as tmp:
         write(tmp)
-        tmp.chmod(0o666 & ~_umask())
     return Path(path)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import FirescaleError
-from .base import JobState, Runner, Scheduler, run_command
+from .base import JobState, Runner, Scheduler, prefixed, run_command
 
 # name -> "module:Class", imported only when asked for.
 SCHEDULERS = {
@@ -25,4 +25,4 @@ def get_scheduler(name: str, runner: Runner = run_command) -> Scheduler:
     return getattr(importlib.import_module(module), cls)(runner)
 
 
-__all__ = ["SCHEDULERS", "JobState", "Runner", "Scheduler", "get_scheduler", "run_command"]
+__all__ = ["SCHEDULERS", "JobState", "Runner", "Scheduler", "get_scheduler", "prefixed", "run_command"]

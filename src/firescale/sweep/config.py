@@ -7,11 +7,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from ..errors import FirescaleError
+from ..schema_check import describe, schema_errors
 from ..site import apply_defaults
+from ..yamlfile import load_yaml
 from .paths import SCHEMA_FILE, repo_root
 
 
@@ -28,12 +29,10 @@ def config_schema() -> dict[str, Any]:
 def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """workflow/config.yaml validated against its schema, with defaults; errors name the file and key."""
     path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise FirescaleError(f"{path}: cannot read experiments: {exc}") from None
+    config = load_yaml(path, "experiments file")
     if not isinstance(config, dict):
-        raise FirescaleError(f"{path}: the experiments file must be a YAML mapping with 'site' and 'experiments'")
+        raise FirescaleError(f"{path}: an experiments file must be a mapping with the keys 'site' and 'experiments', "
+                             f"not {'an empty file' if config is None else type(config).__name__}")
     config.update(overrides or {})
     return validate_config(config, path)
 
@@ -42,14 +41,13 @@ def validate_config(config: dict[str, Any], source: str | os.PathLike[str] = "wo
     """A copy of `config` with the schema's defaults filled in; the first schema error names the key."""
     schema = config_schema()
     config = copy.deepcopy(config)
-    for exp in (config.get("experiments") or {}).values():
+    experiments = config.get("experiments")
+    for exp in (experiments.values() if isinstance(experiments, dict) else ()):
         if isinstance(exp, dict):
             apply_defaults(schema["$defs"]["experiment"], exp, schema)
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    errors = schema_errors(schema, config)
     if errors:
-        e = errors[0]
-        key = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise FirescaleError(f"{source}: key '{key}': {e.message}")
+        raise FirescaleError(f"{source}: {describe(errors[0], schema)}")
     return config
 
 

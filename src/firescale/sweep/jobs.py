@@ -12,8 +12,10 @@ from .records import PointRecord
 
 
 def run_dir(plan: Plan, experiment: str, point: SweepPoint) -> Path:
-    """Where the job of `point` trains and writes its result, snapshots, log and status file."""
-    return (plan.site.paths.results / experiment / point.name).resolve()
+    """Where the job of `point` trains and writes its result, snapshots, log and status file.
+
+    The site is part of the path: two sites sharing one results filesystem never share a point's folder."""
+    return (plan.site.paths.results / plan.site.name / experiment / point.name).resolve()
 
 
 def repeat_seed(random_seed: int, repeat: int) -> int:
@@ -64,4 +66,4 @@ def point_record(plan: Plan, experiment: str, point: SweepPoint) -> PointRecord:
         site=plan.site.name, experiment=experiment, point=point.name, gpus=point.gpus,
         nodes=plan.site.nodes_for(point.gpus), batch=point.batch, lr=point.lr, repeat=point.repeat,
         baseline=point.baseline, walltime=plan.walltimes[experiment], run_dir=str(run_dir(plan, experiment, point)),
-        max_resubmits=int(plan.experiment(experiment)["max_resubmits"]))
+        max_resubmits=min(int(plan.experiment(experiment)["max_resubmits"]), plan.site.max_resubmits))

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import FirescaleError
 from ..site import SiteProfile, load_site
 from ..train.solver_config import SolverConfig, load_solver
+from ..yamlfile import load_yaml
 from .budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from .config import experiments_for, load_config, validate_config
 from .paths import config_file, in_repo
@@ -31,9 +32,14 @@ class Plan:
 
     @classmethod
     def build(cls, config: dict[str, Any], site: SiteProfile | None = None, *, experiments: list[str] | None = None,
-              source: str | Path = "workflow/config.yaml", check_limits: bool = True) -> "Plan":
+              source: str | Path = "workflow/config.yaml", check_limits: bool = True,
+              files: Sequence[str] = ()) -> "Plan":
         """Plan `experiments` (default: every experiment that lists the site) on `site` (default: the
-        config's `site`).  With `check_limits`, a point over the site's limits stops here."""
+        config's `site`).  With `check_limits`, a point over the site's limits stops here.  `files`
+        (Snakemake's config files) are read again, strictly, so that a key given twice there is refused
+        (Snakemake's loader keeps the last one silently)."""
+        for path in files:
+            load_yaml(path, "experiments file")
         config = validate_config(config, source)
         site = site or load_site(config["site"])
         if experiments is None:
@@ -50,7 +56,7 @@ class Plan:
         for experiment in experiments:
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
             points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment), repeats)
-            walltimes[experiment] = sweep_walltime(config, experiment, site.name)
+            walltimes[experiment] = sweep_walltime(config, experiment, site)
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
             if check_limits and problems[experiment]:
                 raise FirescaleError("; ".join(problems[experiment]))

@@ -158,9 +158,11 @@ def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: floa
     return points
 
 
-def sweep_walltime(config: dict[str, Any], experiment: str, site: str) -> str:
+def sweep_walltime(config: dict[str, Any], experiment: str, site: SiteProfile) -> str:
+    """The walltime of the site's override, else the sweep's, the experiment's, the site's default_walltime."""
     exp = config["experiments"][experiment]
-    return (exp["sites"].get(site) or {}).get("walltime") or exp["sweep"].get("walltime") or exp["walltime"]
+    return ((exp["sites"].get(site.name) or {}).get("walltime") or exp["sweep"].get("walltime")
+            or exp.get("walltime") or site.default_walltime)
 
 
 def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> list[str]:
@@ -169,6 +171,10 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
     wall = parse_walltime(walltime, where="walltime")
     if wall > site.max_walltime_s:
         errors.append(f"walltime {walltime} exceeds site {site.name}'s limits.max_walltime {site.config['limits']['max_walltime']}")
+    lead = site.walltime_signal[1]
+    if site.scheduler != "local" and wall <= lead:
+        errors.append(f"walltime {walltime} is not longer than site {site.name}'s walltime_signal.seconds_before "
+                      f"({lead} s): every job would be told to snapshot and stop as soon as it starts")
     for p in points:
         nodes = site.nodes_for(p.gpus)
         if nodes > site.max_nodes:

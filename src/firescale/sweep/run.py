@@ -11,13 +11,11 @@ from typing import Any, Callable
 
 from ..atomic import atomic_write_json
 from ..errors import FirescaleError
+from ..job_outcome import ResubmitRules, Verdict, decide, first_lost_rank, without_progress
 from ..schedulers import Scheduler
-from ..schedulers.base import CANCELLED, GONE, PREEMPTED, TIMEOUT, JobState
+from ..schedulers.watch import Polling, cancel_job, gave_up, watch_job
+from ..train.checkpoint import newest_snapshot_iteration
 from .records import PointRecord, write_run_record
-
-# Exit codes with which training says "I was interrupted and wrote a snapshot": resubmit with --resume.
-INTERRUPTED_EXIT_CODES = frozenset({143, 138, 130})
-WALLTIME_SIGNALS = frozenset({"USR1", "TERM"})
 
 
 @dataclass
@@ -33,22 +31,6 @@ class Submission:
     state: str = ""
     exit_code: int | None = None
     signal: str = ""
-
-
-@dataclass
-class Polling:
-    """How often to ask the scheduler: start at `first` seconds, grow by `factor`, never above `most`."""
-
-    first: float = 10.0
-    factor: float = 1.5
-    most: float = 120.0
-    status_wait: float = 60.0  # how long a finished job's status file may take to appear (shared FS)
-
-
-@dataclass
-class Verdict:
-    outcome: str  # succeeded | resubmit | failed
-    reason: str = ""
 
 
 def _now() -> str:
@@ -71,27 +53,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
         raise FirescaleError(f"{path}: not a readable JSON file ({exc})") from None
 
 
-def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any] | None) -> Verdict:
-    """From the job's own status file and the scheduler's last word: done, resubmit, or failed (and why)."""
-    if state.state == CANCELLED and not (status and status.get("signal") in WALLTIME_SIGNALS):
-        return Verdict("failed", f"cancelled (scheduler state {state.raw or state.state})")
-    if status is None:
-        if state.state in (TIMEOUT, PREEMPTED):
-            return Verdict("resubmit", f"scheduler state {state.state} before the job wrote status.json")
-        return Verdict("failed", f"the job ended (scheduler state {state.raw or state.state}) without writing status.json")
-    code = int(status.get("exit_code", -1))
-    if code == 0:
-        if result is None:
-            return Verdict("failed", "exit code 0 but training wrote no result.json")
-        if result.get("status") == "interrupted":
-            return Verdict("resubmit", "training stopped at a snapshot before finishing")
-        return Verdict("succeeded")
-    if state.state in (TIMEOUT, PREEMPTED) or status.get("signal") in WALLTIME_SIGNALS or code in INTERRUPTED_EXIT_CODES:
-        why = state.state if state.state in (TIMEOUT, PREEMPTED) else f"signal {status.get('signal') or code}"
-        return Verdict("resubmit", f"ended by {why}; resuming from the newest snapshot")
-    return Verdict("failed", f"exit code {code} (status.json), scheduler state {state.raw or state.state}")
-
-
 def log_tail(path: Path, lines: int = 30) -> str:
     try:
         return "".join(path.read_text(errors="replace").splitlines(True)[-lines:])
@@ -111,15 +72,22 @@ class PointRun:
     log: Callable[[str], None] = print
     sleep: Callable[[float], None] = time.sleep
     current: str | None = None  # the job id being watched, for cancel_current()
+    rules: ResubmitRules = field(default_factory=ResubmitRules)
 
     def run(self) -> tuple[Verdict, list[Submission]]:
         submissions: list[Submission] = []
         for attempt in range(self.max_resubmits + 1):
+            before = newest_snapshot_iteration(self.run_dir / "snapshots")
             sub, verdict = self._attempt(attempt)
             submissions.append(sub)
             if verdict.outcome != "resubmit":
                 return verdict, submissions
-            self.log(f"{_now()} resubmitting: {verdict.reason} ({attempt + 1} of {self.max_resubmits} resubmissions)")
+            after = newest_snapshot_iteration(self.run_dir / "snapshots")
+            if (stalled := without_progress(verdict, attempt, before, after)) is not None:
+                return stalled, submissions
+            if attempt < self.max_resubmits:
+                self.log(f"{_now()} resubmitting from the snapshot at iteration {after}: {verdict.reason} "
+                         f"({attempt + 1} of {self.max_resubmits} resubmissions)")
         return Verdict("failed", f"still unfinished after {self.max_resubmits} resubmissions"), submissions
 
     def _attempt(self, attempt: int) -> tuple[Submission, Verdict]:
@@ -131,8 +99,10 @@ class PointRun:
         sub = Submission(attempt=attempt, job_id=job_id, submitted=_now())
         self.current = job_id
         self.log(f"{sub.submitted} submitted {self.script.name} as job {job_id} (attempt {attempt})")
-        state = self._watch(sub)
-        status = self._wait_for_status(status_file)
+        stamped = lambda line: self.log(f"{_now()} {line}")  # noqa: E731
+        state = watch_job(self.scheduler, job_id, self.polling, self.sleep, stamped,
+                          on_running=lambda: sub.started or setattr(sub, "started", _now()))
+        status = self._wait_for_status(status_file) if state.answered else read_json(status_file)
         sub.ended = (status or {}).get("end") or _now()
         if status:
             sub.started = status.get("start") or sub.started
@@ -140,24 +110,14 @@ class PointRun:
             sub.signal = status.get("signal", "")
         sub.queue_s = _seconds_between(sub.submitted, sub.started)
         sub.state = state.raw or state.state
-        verdict = decide(status, state, read_json(self.run_dir / "result.json"))
+        verdict = decide(status, state, read_json(self.run_dir / "result.json"), self.rules)
+        if gave_up(state, status):
+            verdict.reason += "; " + cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
+        if verdict.outcome == "failed" and (lost := first_lost_rank(log_tail(self.run_dir / "job.log", 400))):
+            verdict.reason += f"; the launcher lost {lost} first"
         self.log(f"{_now()} job {job_id}: {verdict.outcome}" + (f" ({verdict.reason})" if verdict.reason else ""))
         self.current = None
         return sub, verdict
-
-    def _watch(self, sub: Submission) -> JobState:
-        interval, last = self.polling.first, ""
-        while True:
-            state = self.scheduler.poll(sub.job_id)
-            if state.state != last:
-                self.log(f"{_now()} job {sub.job_id}: {state.state}" + (f" ({state.raw})" if state.raw and state.raw != state.state else ""))
-                last = state.state
-            if state.state == "RUNNING" and sub.started is None:
-                sub.started = _now()
-            if not state.active:
-                return state
-            self.sleep(interval)
-            interval = min(self.polling.most, interval * self.polling.factor)
 
     def _wait_for_status(self, status_file: Path) -> dict[str, Any] | None:
         waited = 0.0
@@ -170,7 +130,10 @@ class PointRun:
         job_id = self.current
         if job_id:
             self.log(f"{_now()} cancelling job {job_id}")
-            self.scheduler.cancel(job_id)
+            try:
+                self.scheduler.cancel(job_id)
+            except FirescaleError as exc:
+                self.log(f"{_now()} could NOT cancel job {job_id} ({exc}); cancel it by hand")
 
 
 def collect(point: PointRecord, verdict: Verdict, submissions: list[Submission], run_dir: Path,

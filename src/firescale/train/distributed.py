@@ -2,22 +2,17 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-# Open MPI's coll/tuned algorithm numbers (ompi_info --param coll tuned --level 9).
-OMPI_ALLREDUCE = {0: "default (decision rules)", 1: "basic linear", 2: "nonoverlapping (reduce + bcast)",
-                  3: "recursive doubling", 4: "ring", 5: "segmented ring", 6: "rabenseifner"}
-OMPI_REDUCE = {0: "default", 1: "linear", 2: "chain", 3: "pipeline", 4: "binary", 5: "binomial",
-               6: "in-order binary", 7: "rabenseifner"}
-OMPI_BCAST = {0: "default", 1: "basic linear", 2: "chain", 3: "pipeline", 4: "split binary tree",
-              5: "binary tree", 6: "binomial", 7: "knomial", 8: "scatter-allgather", 9: "scatter-allgather-ring"}
+from ..collectives import decode_allreduce
+from ..errors import FirescaleError
 
 
 @dataclass
@@ -31,6 +26,7 @@ class Rank:
     device: str
     pinned_cpus: list[int]
     hvd: Any
+    devices: tuple[str, ...] = ()   # this rank's devices when its net is split by layers (else `device` alone)
 
     @property
     def is_root(self) -> bool:
@@ -95,66 +91,91 @@ def _thread_ids() -> list[int]:
         return [0]
 
 
-def init_rank(threads: int = 1) -> Rank:
-    """hvd.init(), one device per local rank, `threads` TF threads per rank, deterministic ops."""
+def init_rank(threads: int = 1, devices: int = 1) -> Rank:
+    """hvd.init(), `devices` devices per local rank (one, or a replica's when its net is split by layers),
+    `threads` TF threads per rank, deterministic ops.
+
+    On GPUs local rank r takes GPUs r*devices .. (r+1)*devices - 1; on a CPU it splits its core into
+    `devices` logical devices, which stand in for them.
+    """
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        gpu = gpus[hvd.local_rank() % len(gpus)]
-        tf.config.set_visible_devices([gpu], "GPU")
-        tf.config.experimental.set_memory_growth(gpu, True)
-        device, pinned = f"GPU:{hvd.local_rank() % len(gpus)}", []
+        first = hvd.local_rank() * devices
+        if first + devices > len(gpus) and devices > 1:
+            raise FirescaleError(f"local rank {hvd.local_rank()} needs GPUs {first} to {first + devices - 1} for its "
+                                 f"split net, but this node shows {len(gpus)}")
+        mine = [gpus[(first + i) % len(gpus)] for i in range(devices)]
+        tf.config.set_visible_devices(mine, "GPU")
+        for gpu in mine:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        device, pinned = f"GPU:{first % len(gpus)}", []
+        names = tuple(f"/device:GPU:{i}" for i in range(devices))
     else:
         pinned = _pin_cpus(hvd.local_rank(), hvd.local_size())
         device = "CPU:0"
+        if devices > 1:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+        names = tuple(f"/device:CPU:{i}" for i in range(devices))
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.experimental.enable_op_determinism()
-    return Rank(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device, pinned, hvd)
+    return Rank(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device, pinned, hvd,
+                names if devices > 1 else ())
 
 
-def describe_allreduce(rank: Rank, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Which allreduce ran: what the job asked for (FIRESCALE_ALLREDUCE) and what reached MPI/NCCL/Gloo."""
+HOROVOD_FUSION_THRESHOLD = 64 * 1024 * 1024   # bytes Horovod fuses into one allreduce unless told otherwise
+
+
+def mpi_implementation() -> str:
+    """'openmpi', or 'mpich' for MPICH and libraries built from it (Cray MPICH), from MPI's version string."""
+    import mpi4py
+
+    if "mpi4py.MPI" not in sys.modules:   # MPI is Horovod's to initialise and finalise, not mpi4py's
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False
+    from mpi4py import MPI
+
+    return "openmpi" if MPI.Get_library_version().startswith("Open MPI") else "mpich"
+
+
+def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
+                       gradient_bytes: int | None = None) -> dict[str, Any]:
+    """Which allreduce summed the gradients: what the job asked for (FIRESCALE_ALLREDUCE), the library that
+    carried them (NCCL, Open MPI, MPICH or Gloo) and the algorithm its settings select, decoded by the
+    same vocabulary that set them (firescale.collectives), with the cost model of it."""
     env = dict(os.environ if env is None else env)
     hvd = rank.hvd
     controller = "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "none")
     cpu_ops = env.get("HOROVOD_CPU_OPERATIONS", "").lower() or controller
-    tuned = {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items()) if k.startswith("OMPI_MCA_coll_tuned_")}
-    out: dict[str, Any] = {
+    if rank.device.startswith("GPU") and hvd.nccl_built():
+        library = "nccl"
+    elif cpu_ops == "gloo":
+        library = "gloo"
+    else:
+        library = mpi_implementation() if rank.size > 1 else "none"
+    message = None
+    if gradient_bytes is not None:
+        message = min(int(gradient_bytes), int(env.get("HOROVOD_FUSION_THRESHOLD", HOROVOD_FUSION_THRESHOLD)))
+    used = decode_allreduce(env, ranks=rank.size, library=library, message_bytes=message)
+    return {
         "requested": env.get("FIRESCALE_ALLREDUCE", "default"),
         "controller": controller,
         "cpu_operations": cpu_ops,
         "device": rank.device,
-        "ompi_coll_tuned": tuned,
+        "ompi_coll_tuned": {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items())
+                            if k.startswith("OMPI_MCA_coll_tuned_")},
         "nccl_algo": env.get("NCCL_ALGO"),
         "ranks": rank.size,
+        "library": used.library,
+        "message_bytes": message,
+        "algorithm": used.algorithm,
+        "model": used.model,
+        "tree": used.tree,
     }
-
-    def number(key: str) -> int | None:
-        value = tuned.get(key)
-        return int(value) if value is not None and re.fullmatch(r"\d+", value) else None
-
-    if rank.size == 1:
-        algorithm = "none (one rank)"
-    elif rank.device.startswith("GPU"):
-        algorithm = f"nccl {env['NCCL_ALGO'].lower()}" if env.get("NCCL_ALGO") else "nccl default"
-    elif cpu_ops == "gloo":
-        algorithm = "gloo ring"
-    elif cpu_ops == "mpi" and tuned.get("coll_tuned_use_dynamic_rules") == "1" and number("coll_tuned_allreduce_algorithm"):
-        code = number("coll_tuned_allreduce_algorithm")
-        algorithm = f"mpi {OMPI_ALLREDUCE.get(code, f'algorithm {code}')}"
-        if code == 2:
-            red, bc = number("coll_tuned_reduce_algorithm"), number("coll_tuned_bcast_algorithm")
-            algorithm += (f", reduce {OMPI_REDUCE.get(red, 'default') if red is not None else 'default'}"
-                          f", bcast {OMPI_BCAST.get(bc, 'default') if bc is not None else 'default'}")
-    else:
-        algorithm = "mpi default (Open MPI decision rules)" if cpu_ops == "mpi" else f"{cpu_ops} default"
-    out["algorithm"] = algorithm
-    out["tree"] = ("nonoverlapping" in algorithm or "nccl tree" in algorithm)
-    return out
 
 
 def versions(hvd: Any) -> dict[str, str]:

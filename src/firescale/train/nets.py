@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from ..netspec import (FC, LRN, Conv, Dropout, Inception, Init, Layer, NetSpec, Pool, ReLU, Softmax,
                        pool_extra_padding, pool_output_size)
+from .placement import boundary_copy
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,26 @@ def fill(init: Init, shape: tuple[int, ...], fan_in: int, rng: np.random.Generat
 class CaffeNet(tf.Module):
     """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN, grouped conv, dropout."""
 
-    def __init__(self, spec: NetSpec, seed: int) -> None:
+    def __init__(self, spec: NetSpec, seed: int, placement: Sequence[str] | None = None) -> None:
         super().__init__(name=spec.name)
         self.spec = spec
         self.infos: list[ParamInfo] = []
         self.params: list[tf.Variable] = []
         self._index: dict[str, int] = {}
+        if placement is not None and len(placement) != len(spec.layers):
+            raise ValueError(f"net {spec.name!r} has {len(spec.layers)} layers, the placement {len(placement)}")
+        # The device of each top-level layer (its weights, its forward pass and, colocated, its backward).
+        self.devices = dict(zip((layer.name for layer in spec.layers), placement)) if placement else {}
         rng = np.random.default_rng(seed)
-        self._build(spec.layers, spec.input_shape, "", rng)
+        shape = spec.input_shape
+        for layer in spec.layers:
+            with tf.device(self.devices.get(layer.name)):
+                shape = self._build((layer,), shape, "", rng)
+
+    @property
+    def loss_device(self) -> str | None:
+        """Where the loss is computed: the device of the last layer (None when the net is not placed)."""
+        return self.devices.get(self.spec.layers[-1].name)
 
     # ------------------------------------------------------------ variables
     def _add(self, info: ParamInfo, value: np.ndarray) -> None:
@@ -89,40 +103,51 @@ class CaffeNet(tf.Module):
     def __call__(self, x: tf.Tensor, training: bool = False, dropout_seed: tf.Tensor | None = None) -> tf.Tensor:
         """Logits of a float32 NHWC batch; dropout (training only) draws from a stateless seed [2] int64."""
         x = self._forward(self.spec.layers, x, "", training, dropout_seed, [0])
-        return tf.reshape(x, (tf.shape(x)[0], -1))
+        with tf.device(self.loss_device):
+            return tf.reshape(x, (tf.shape(x)[0], -1))
 
     def _forward(self, layers: tuple[Layer, ...], x: tf.Tensor, prefix: str, training: bool,
                  dropout_seed: tf.Tensor | None, counter: list[int]) -> tf.Tensor:
         for layer in layers:
-            name = prefix + layer.name
-            if isinstance(layer, Conv):
-                x = self._conv(layer, name, x)
-            elif isinstance(layer, FC):
-                x = tf.reshape(x, (tf.shape(x)[0], -1))
-                x = tf.matmul(x, self.param(name + "/weights")) + self.param(name + "/bias")
-                x = tf.reshape(x, (tf.shape(x)[0], 1, 1, layer.out))
-            elif isinstance(layer, Pool):
-                x = _pool(layer, x)
-            elif isinstance(layer, ReLU):
-                x = tf.nn.relu(x)
-            elif isinstance(layer, LRN):
-                x = tf.nn.local_response_normalization(
-                    x, depth_radius=(layer.local_size - 1) // 2, bias=layer.k,
-                    alpha=layer.alpha / layer.local_size, beta=layer.beta)
-            elif isinstance(layer, Dropout):
-                counter[0] += 1
-                if training and layer.rate > 0:
-                    if dropout_seed is None:
-                        raise ValueError(f"layer {name!r}: dropout in training needs a dropout_seed")
-                    seed = tf.random.experimental.stateless_fold_in(dropout_seed, counter[0])
-                    keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= layer.rate
-                    x = tf.where(keep, x * (1.0 / (1.0 - layer.rate)), tf.zeros_like(x))
-            elif isinstance(layer, Inception):
-                x = tf.concat([self._forward(branch, x, name + "/", training, dropout_seed, counter)
-                               for branch in layer.branches], axis=-1)
-            elif isinstance(layer, Softmax):
+            if isinstance(layer, Softmax):
                 break
+            device = self.devices.get(layer.name) if not prefix else None
+            if device is not None and x.device and _device_index(x.device) != _device_index(device):
+                x = boundary_copy(x, x.device, device)  # Caffe's copy layer where the device changes
+            # One name scope per layer (nested for inception branches), so that every tensor of the
+            # forward pass, and of its gradient, names the layer it belongs to.
+            with tf.device(device), tf.name_scope(layer.name):
+                x = self._layer(layer, prefix + layer.name, x, training, dropout_seed, counter)
         return x
+
+    def _layer(self, layer: Layer, name: str, x: tf.Tensor, training: bool, dropout_seed: tf.Tensor | None,
+               counter: list[int]) -> tf.Tensor:
+        if isinstance(layer, Conv):
+            return self._conv(layer, name, x)
+        if isinstance(layer, FC):
+            x = tf.reshape(x, (tf.shape(x)[0], -1))
+            x = tf.matmul(x, self.param(name + "/weights")) + self.param(name + "/bias")
+            return tf.reshape(x, (tf.shape(x)[0], 1, 1, layer.out))
+        if isinstance(layer, Pool):
+            return _pool(layer, x)
+        if isinstance(layer, ReLU):
+            return tf.nn.relu(x)
+        if isinstance(layer, LRN):
+            return tf.nn.local_response_normalization(x, depth_radius=(layer.local_size - 1) // 2, bias=layer.k,
+                                                      alpha=layer.alpha / layer.local_size, beta=layer.beta)
+        if isinstance(layer, Dropout):
+            counter[0] += 1
+            if not (training and layer.rate > 0):
+                return x
+            if dropout_seed is None:
+                raise ValueError(f"layer {name!r}: dropout in training needs a dropout_seed")
+            seed = tf.random.experimental.stateless_fold_in(dropout_seed, counter[0])
+            keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= layer.rate
+            return tf.where(keep, x * (1.0 / (1.0 - layer.rate)), tf.zeros_like(x))
+        if isinstance(layer, Inception):
+            return tf.concat([self._forward(branch, x, name + "/", training, dropout_seed, counter)
+                              for branch in layer.branches], axis=-1)
+        raise ValueError(f"layer {name!r}: no forward pass for {type(layer).__name__}")
 
     def _conv(self, layer: Conv, name: str, x: tf.Tensor) -> tf.Tensor:
         if layer.pad:
@@ -160,6 +185,12 @@ def _pool(layer: Pool, x: tf.Tensor) -> tf.Tensor:
     return summed / tf.constant(divisor)
 
 
-def build_net(spec: NetSpec, seed: int) -> CaffeNet:
-    """The TF model of `spec` with weights drawn from Caffe's fillers by a NumPy generator seeded `seed`."""
-    return CaffeNet(spec, seed)
+def _device_index(name: str) -> str:
+    """'CPU:1' from '/job:localhost/replica:0/task:0/device:CPU:1' or '/CPU:1'."""
+    return name.upper().rsplit("DEVICE:", 1)[-1].lstrip("/")
+
+
+def build_net(spec: NetSpec, seed: int, placement: Sequence[str] | None = None) -> CaffeNet:
+    """The TF model of `spec` with weights drawn from Caffe's fillers by a NumPy generator seeded `seed`;
+    `placement` names the device of each top-level layer (a net split by layers), None for one device."""
+    return CaffeNet(spec, seed, placement)

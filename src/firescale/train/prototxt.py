@@ -9,7 +9,8 @@ from ..errors import FirescaleError
 _TOKEN = re.compile(r'\s*(?:(#[^\n]*)|("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\')|([{}<>:;,\[\]])|([^\s{}<>:;,\[\]#"\']+))')
 _CLOSE = {"{": "}", "<": ">"}
 # SolverParameter's repeated scalar fields; every other scalar field may be given once.
-REPEATED = frozenset({"stepvalue", "test_iter", "test_net", "test_net_param", "test_state", "weights"})
+# `dist` (a layer-to-device plan, firescale.layer_plan) is given once for training and once for testing.
+REPEATED = frozenset({"stepvalue", "test_iter", "test_net", "test_net_param", "test_state", "weights", "dist"})
 
 
 def tokenize(text: str, source: str) -> list[tuple[str, str]]:

@@ -97,3 +97,57 @@ def _warmup_start(scale: float, warmup_iters: int, base_lr: float | None, warmup
     if scale > 1.0:
         return 1.0 / scale
     return 1.0 / warmup_iters if warmup_iters else 1.0
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """A run whose batch changes at given iterations (Oh and Lee's 16+ and 32+: train at 8, then go on at a
+    larger batch); each phase has its own BatchPlan, its learning rate scaled by the same rule and reference."""
+
+    phases: tuple[tuple[int, BatchPlan], ...]   # (first iteration, plan), the first at iteration 0
+
+    def plan_at(self, iteration: int) -> BatchPlan:
+        return [plan for start, plan in self.phases if start <= iteration][-1]
+
+    def starts_at(self, iteration: int) -> bool:
+        """Whether a new phase (another batch) begins at `iteration` (not the first phase)."""
+        return any(start == iteration for start, _ in self.phases[1:])
+
+    def samples_before(self, iteration: int) -> int:
+        """Training samples the stream has given out before `iteration` (all ranks, iter_size included)."""
+        total = 0
+        for k, (start, plan) in enumerate(self.phases):
+            end = self.phases[k + 1][0] if k + 1 < len(self.phases) else iteration
+            total += max(0, min(end, iteration) - start) * plan.effective_batch
+        return total
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [{"iteration": start, "batch_per_rank": p.batch_per_rank, "total_batch": p.total_batch,
+                 "effective_batch": p.effective_batch, "lr_scale": p.lr_scale} for start, p in self.phases]
+
+
+def parse_batch_schedule(text: str) -> list[tuple[int, int]]:
+    """`--batch-schedule 10000:16,15000:32`: from iteration 10000 the batch is 16, from 15000 it is 32."""
+    out = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        iteration, sep, batch = item.partition(":")
+        if not sep or not iteration.strip().isdigit() or not batch.strip().isdigit():
+            raise FirescaleError(f"--batch-schedule {text!r}: {item!r} is not ITERATION:BATCH, e.g. 10000:16")
+        out.append((int(iteration), int(batch)))
+    if not out or any(b <= a for (a, _), (b, _) in zip(out, out[1:])) or out[0][0] < 1:
+        raise FirescaleError(f"--batch-schedule {text!r}: give ITERATION:BATCH pairs with iterations above 0, "
+                             "strictly increasing")
+    return out
+
+
+def plan_schedule(ranks: int, changes: list[tuple[int, int]], *, batch_per_rank: int | None = None,
+                  total_batch: int | None = None, reference_batch: int | None = None, **common: Any) -> BatchSchedule:
+    """The run's BatchPlan from iteration 0 and one more at each (iteration, batch) change, the batch in
+    the unit of the start (per rank, or total); the learning-rate reference stays the start's."""
+    first = plan_batches(ranks, batch_per_rank=batch_per_rank, total_batch=total_batch,
+                         reference_batch=reference_batch, **common)
+    phases = [(0, first)]
+    for iteration, batch in changes:
+        unit = {"batch_per_rank": batch} if batch_per_rank is not None else {"total_batch": batch}
+        phases.append((iteration, plan_batches(ranks, reference_batch=first.reference_batch, **unit, **common)))
+    return BatchSchedule(tuple(phases))

@@ -9,9 +9,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import FirescaleError
+from ..layer_plan import PLAN_KEY
 from .prototxt import parse_prototxt
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
+# Caffe's history blobs per parameter: one (momentum, or the sum of squares) and a second set for
+# AdaDelta (the update history) and Adam (the second moment); the memory model counts them too.
+HISTORY_BLOBS = {"SGD": 1, "Nesterov": 1, "AdaGrad": 1, "RMSProp": 1, "AdaDelta": 2, "Adam": 2}
 LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")
 # Caffe's deprecated `solver_type` enum (SolverParameter.SolverType), by name and by number, as
 # Caffe's UpgradeSolverType maps it onto `type`.
@@ -186,6 +190,8 @@ def solver_from_mapping(raw: dict[str, Any], source: str = "solver") -> SolverCo
     values: dict[str, Any] = {}
     ignored: dict[str, Any] = {}
     for key, value in raw.items():
+        if key == PLAN_KEY:  # the layer-to-device plan, read by firescale.layer_plan
+            continue
         if key == "test_iter" and isinstance(value, list):  # repeated: one per test net
             if len(value) == 1:
                 value = value[0]
@@ -284,7 +290,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SolverConfig:
     """Read a solver from YAML (.yaml/.yml) or Caffe text format (.prototxt), apply `key=value` overrides."""
-    import yaml
+    from ..yamlfile import parse_yaml
 
     path = Path(path)
     try:
@@ -292,10 +298,7 @@ def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     except OSError as exc:
         raise FirescaleError(f"cannot read solver file {path}: {exc.strerror}") from None
     if path.suffix in (".yaml", ".yml", ".json"):
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise FirescaleError(f"{path}: not valid YAML: {exc}") from None
+        raw = parse_yaml(text, path)  # a key given twice is an error, as in a prototxt
         raw = {} if raw is None else raw
         if not isinstance(raw, dict):
             raise FirescaleError(f"{path}: a solver file must be a mapping of Caffe solver keys")

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from .solver_config import SolverConfig
+from .solver_config import HISTORY_BLOBS, SolverConfig
 
 
 def clip_gradients(grads: Sequence[tf.Tensor], threshold: float, iter_size: int = 1) -> list[tf.Tensor]:
@@ -36,11 +36,11 @@ class CaffeSolver:
         n = len(self.params)
         self.lr_mults = [float(m) for m in (lr_mults or [1.0] * n)]
         self.decay_mults = [float(m) for m in (decay_mults or [1.0] * n)]
-        zeros = [tf.Variable(tf.zeros_like(p), trainable=False) for p in self.params]
-        self.history = zeros
+        # Each history blob lives on its parameter's device (several when the net is split by layers).
+        self.history = [_zeros_beside(p) for p in self.params]
         # AdaDelta keeps the history of updates, Adam the second moment, in a second set of blobs.
-        self.update_history = ([tf.Variable(tf.zeros_like(p), trainable=False) for p in self.params]
-                               if config.type in ("AdaDelta", "Adam") else [])
+        self.update_history = ([_zeros_beside(p) for p in self.params]
+                               if HISTORY_BLOBS[config.type] == 2 else [])
 
     # ------------------------------------------------------------ the update
     def apply(self, grads: Sequence[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor) -> None:
@@ -50,10 +50,12 @@ class CaffeSolver:
         if c.clip_gradients >= 0:
             grads = clip_gradients(grads, c.clip_gradients, c.iter_size)
         for i, (w, g) in enumerate(zip(self.params, grads)):
-            g = self._regularize(w, g, self.decay_mults[i])
-            local_rate = rate * tf.constant(self.lr_mults[i], tf.float32)
-            update = self._update_value(i, g, local_rate, iteration)
-            w.assign_sub(update)
+            # On the parameter's device, under its layer's name (the memory probe reads the scope).
+            with tf.device(w.device), tf.name_scope(self.names[i]):
+                g = self._regularize(w, g, self.decay_mults[i])
+                local_rate = rate * tf.constant(self.lr_mults[i], tf.float32)
+                update = self._update_value(i, g, local_rate, iteration)
+                w.assign_sub(update)
 
     def _regularize(self, w: tf.Variable, g: tf.Tensor, decay_mult: float) -> tf.Tensor:
         local_decay = self.config.weight_decay * decay_mult
@@ -113,3 +115,8 @@ class CaffeSolver:
                 raise KeyError(key)
             var.assign(arrays[key])
 
+
+def _zeros_beside(param: tf.Variable) -> tf.Variable:
+    """A zero history blob shaped like `param`, on the same device."""
+    with tf.device(param.device):
+        return tf.Variable(tf.zeros_like(param), trainable=False)

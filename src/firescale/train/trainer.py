@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import collections
 import signal
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +11,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import FirescaleError
+from ..layer_plan import LayerPlan, read_layer_plan
 from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
-from .checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
+from .checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
+                         trajectory_settings, write_snapshot)
 from .lr_policies import learning_rate
-from .scaling import plan_batches
+from .scaling import plan_schedule
 from .solver_config import SolverConfig, ignored_note, load_solver
 from .timing import SegmentClock, SplitSums, now, time_to_accuracy
 
@@ -51,6 +52,8 @@ class TrainOptions:
     crop: int | None = None
     mirror: bool = False
     threads: int = 1
+    layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
+    batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
     command: list[str] = field(default_factory=list)
 
 
@@ -104,226 +107,231 @@ def run_training(opts: TrainOptions) -> int:
     stop = StopRequest()
     stop.install()
     try:
-        return _run(opts, stop)
+        clock = SegmentClock()
+        solver_cfg = load_solver(opts.solver, opts.overrides)  # bad solver files fail before MPI starts
+        target = _resolve_target(opts)
+        plan = read_layer_plan(opts.layer_plan or opts.solver)
+        if opts.layer_plan and plan is None:
+            raise FirescaleError(f"--layer-plan {opts.layer_plan}: the file has no dist plan")
+        rank = set_up_ranks(opts, plan.devices if plan else 1)
+        training = Training(opts, solver_cfg, target, rank, clock, plan)
+        training.restore_or_broadcast()
+        training.prepare()
+        status = training.train(stop)
+        return training.finish(status, stop)
     finally:
         stop.restore()
 
 
-def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop reads best in one place
-    clock = SegmentClock()
-    solver_cfg = load_solver(opts.solver, opts.overrides)  # bad solver files fail before MPI starts
-    target, target_source = _resolve_target(opts)
-    from .distributed import describe_allreduce, init_rank, versions
+def set_up_ranks(opts: TrainOptions, devices: int = 1) -> Any:
+    """Horovod initialised, this rank pinned to its device (or its replica's `devices`), TensorFlow deterministic."""
+    from .distributed import init_rank
 
-    rank = init_rank(opts.threads)
-    import tensorflow as tf
+    return init_rank(opts.threads, devices)
 
-    from ..data.readers import Transform, open_dataset, test_batches, train_batches
-    from ..data.transforms import BatchTransformer
-    from ..netspec import get_net
-    from .evaluation import evaluate, make_eval_step
-    from .mllog import RunLog
-    from .nets import build_net
-    from .solvers import CaffeSolver
 
-    seed = _seed(opts, solver_cfg)
-    if opts.eval_batch < rank.size:
-        raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
-    plan = plan_batches(rank.size, batch_per_rank=opts.batch_per_rank, total_batch=opts.total_batch,
-                        iter_size=solver_cfg.iter_size, reference_batch=opts.reference_batch,
-                        lr_scaling=opts.lr_scaling, warmup_iters=opts.warmup_iters,
-                        base_lr=solver_cfg.base_lr, warmup_start_lr=opts.warmup_start_lr)
-    tf.random.set_seed(seed)
+class Training:
+    """One rank's training run, in the steps of the domain: build, restore or broadcast, prepare the traced
+    steps, then step, evaluate and snapshot until max_iter, the target or a stop signal, and finish."""
 
-    transform = Transform(scale=opts.scale, mean=opts.mean, crop=opts.crop, mirror=opts.mirror)
-    train_ds = open_dataset(opts.dataset, "train", opts.data_format)
-    test_ds = open_dataset(opts.dataset, "test", opts.data_format)
-    image_shape = tuple(BatchTransformer(transform, train_ds.shape).out_shape)
-    spec = get_net(opts.net, num_classes=train_ds.num_classes, input_shape=image_shape)
-    net = build_net(spec, seed)
-    names = [info.name for info in net.infos]
-    lr_mults = [solver_cfg.lr_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
-    decay_mults = [solver_cfg.decay_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
-    for key, table in (("lr_mult", solver_cfg.lr_mult), ("decay_mult", solver_cfg.decay_mult)):
-        unknown = sorted(set(table) - {i.layer for i in net.infos})
-        if unknown:
-            raise FirescaleError(f"{opts.solver}: solver key '{key}.{unknown[0]}' names no layer with "
-                                 f"parameters in net {spec.name!r}")
-    solver = CaffeSolver(solver_cfg, net.params, names, lr_mults, decay_mults)
-
-    out = Path(opts.out)
-    snap_dir = out / "snapshots"
-    if rank.is_root:
-        snap_dir.mkdir(parents=True, exist_ok=True)
-    log = RunLog(out / "mllog.txt", enabled=rank.is_root)
-    c = log.constants
-    log.start(c.INIT_START)
-
-    # ---------------------------------------------------------------- resume or start
-    meta: dict[str, Any] = {}
-    start_iter = 0
-    snapshot_file = latest_snapshot(snap_dir, solver_cfg.snapshot_name) if (opts.resume and rank.is_root) else None
-    snapshot_name = rank.broadcast_object(str(snapshot_file) if snapshot_file else "")
-    if snapshot_name:
+    def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
+                 rank: Any, clock: SegmentClock, layer_plan: LayerPlan | None = None) -> None:
+        self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
+        self.layer_plan = layer_plan
+        self.target, self.target_source = target
+        self.seed = _seed(opts, solver_cfg)
+        if opts.eval_batch < rank.size:
+            raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
+        self.schedule = plan_schedule(rank.size, opts.batch_schedule, batch_per_rank=opts.batch_per_rank,
+                                      total_batch=opts.total_batch, iter_size=solver_cfg.iter_size,
+                                      reference_batch=opts.reference_batch, lr_scaling=opts.lr_scaling,
+                                      warmup_iters=opts.warmup_iters, base_lr=solver_cfg.base_lr,
+                                      warmup_start_lr=opts.warmup_start_lr)
+        self.plan = self.schedule.plan_at(0)
+        self.build()
+        self.out = Path(opts.out)
+        self.snap_dir = self.out / "snapshots"
         if rank.is_root:
-            snap = read_snapshot(snapshot_name)
-            for key, expected in (("net", spec.name), ("dataset_manifest_sha256", train_ds.manifest_sha256 or ""),
-                                  ("solver_type", solver_cfg.type)):
-                if snap.meta.get(key) != expected:
-                    raise FirescaleError(f"snapshot {snapshot_name}: {key} is {snap.meta.get(key)!r} but this run "
-                                         f"has {expected!r}; resume with the same net, dataset and solver")
-            for var, info in zip(net.params, net.infos):
-                var.assign(snap.weights[info.name])
-            solver.load_state_arrays(snap.solver_state)
-            meta = snap.meta
-        meta = rank.broadcast_object(meta)
-        start_iter = int(meta["iteration"])
-        seed = int(meta["seed"])
-    rank.broadcast_variables(net.params + solver.history + solver.update_history)
+            self.snap_dir.mkdir(parents=True, exist_ok=True)
+        from .mllog import RunLog
 
-    prior_segments = [Segment(**s) for s in meta.get("segments", [])]
-    evals = [EvalPoint(**e) for e in meta.get("evals", [])]
-    split_total = SplitSums(**meta["split_sums"]) if "split_sums" in meta else SplitSums()
-    clock.prior_train_s = sum(s.train_s for s in prior_segments)
-    data_seed = seed
-    start_sample = start_iter * plan.effective_batch
+        self.log = RunLog(self.out / "mllog.txt", enabled=rank.is_root)
+        self.log.start(self.log.constants.INIT_START)
+        self.start_iter = self.iteration = 0
+        self.meta: dict[str, Any] = {}
+        self.split = SplitSums()
+        self.images_done = 0
 
-    train_stream = iter(train_batches(train_ds, transform, seed=data_seed, rank=rank.rank, size=rank.size,
-                                      batch_per_rank=plan.batch_per_rank, start_sample=start_sample,
-                                      prefetch=0 if len(rank.pinned_cpus) == 1 else None))  # one core: read inline
-    eval_per_rank = opts.eval_batch // rank.size
+    # ------------------------------------------------------------ build
+    def build(self) -> None:
+        """Open the datasets, build the net from its spec with Caffe's fillers, and its solver."""
+        import tensorflow as tf
 
-    # ---------------------------------------------------------------- traced steps
-    x_spec = tf.TensorSpec((None, *image_shape), tf.float32)
-    y_spec = tf.TensorSpec((None,), tf.int64)
+        from ..data.readers import Transform, open_dataset
+        from ..data.transforms import BatchTransformer
+        from ..netspec import get_net
+        from .nets import build_net
+        from .solvers import CaffeSolver
 
-    @tf.function(input_signature=[x_spec, y_spec, tf.TensorSpec((2,), tf.int64)])
-    def grad_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor) -> Any:
-        with tf.GradientTape() as tape:
-            logits = net(images, training=True, dropout_seed=dropout_seed)
-            loss_sum = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        return loss_sum, tape.gradient(loss_sum, net.params)
+        opts, cfg = self.opts, self.solver_cfg
+        tf.random.set_seed(self.seed)
+        self.transform = Transform(scale=opts.scale, mean=opts.mean, crop=opts.crop, mirror=opts.mirror)
+        self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
+        self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
+        self.image_shape = tuple(BatchTransformer(self.transform, self.train_ds.shape).out_shape)
+        self.spec = get_net(opts.net, num_classes=self.train_ds.num_classes, input_shape=self.image_shape)
+        self.placement = self._place()
+        self.net = net = build_net(self.spec, self.seed, self.placement.devices if self.placement else None)
+        names = [info.name for info in net.infos]
+        lr_mults = [cfg.lr_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
+        decay_mults = [cfg.decay_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
+        for key, table in (("lr_mult", cfg.lr_mult), ("decay_mult", cfg.decay_mult)):
+            unknown = sorted(set(table) - {i.layer for i in net.infos})
+            if unknown:
+                raise FirescaleError(f"{opts.solver}: solver key '{key}.{unknown[0]}' names no layer with "
+                                     f"parameters in net {self.spec.name!r}")
+        self.solver = CaffeSolver(cfg, net.params, names, lr_mults, decay_mults)
 
-    grad_specs = [tf.TensorSpec(p.shape, tf.float32) for p in net.params]
+    def _place(self) -> Any:
+        """This replica's layers on its devices, from the plan's arch for this rank (None: one device)."""
+        if self.layer_plan is None:
+            return None
+        from .placement import choose_arch, place, with_boundaries
 
-    @tf.function(input_signature=[grad_specs, tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64)])
-    def apply_step(summed: list[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor) -> None:
-        scale = tf.constant(float(plan.effective_batch), tf.float32)
-        solver.apply([g / scale for g in summed], rate, iteration)
+        plan, rank = self.layer_plan, self.rank
+        arch = choose_arch(plan, rank.local_rank, rank.local_size)
+        for k, test_arch in enumerate(plan.test):  # the test nets' arches must name this net's layers too
+            place(plan, self.spec, k, rank.devices, test_arch)
+        return with_boundaries(place(plan, self.spec, arch, rank.devices), self.spec, self.plan.batch_per_rank)
 
-    eval_step = make_eval_step(net, spec.num_classes, image_shape)
-    apply_step.get_concrete_function()
-    # Run the forward/backward and evaluation graphs once on zeros, before the clock: TensorFlow
-    # optimises a graph and sets up its kernels on its first execution, not when tracing it.  Neither
-    # touches the weights, the solver's history or the data stream; apply_step would, so it is traced only.
-    zeros = tf.zeros((plan.batch_per_rank, *image_shape), tf.float32)
-    no_labels = tf.zeros((plan.batch_per_rank,), tf.int64)
-    grad_step(zeros, no_labels, tf.constant([seed, 0], tf.int64))[0].numpy()
-    eval_step(zeros, no_labels).numpy()
-    rank.sum([tf.zeros_like(p) for p in net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
+    # ------------------------------------------------------------ restore or broadcast
+    def restore_or_broadcast(self) -> None:
+        """Rank 0 reads the newest snapshot when resuming; every rank then gets rank 0's weights and history."""
+        rank, cfg = self.rank, self.solver_cfg
+        self.trajectory = trajectory_settings(
+            net=self.spec.name, dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
+            solver=cfg.to_dict(), batch=self.batch_record(), transform=vars(self.transform), target_top1=self.target)
+        snapshot_file = latest_snapshot(self.snap_dir, cfg.snapshot_name) if (self.opts.resume and rank.is_root) else None
+        snapshot_name = rank.broadcast_object(str(snapshot_file) if snapshot_file else "")
+        if snapshot_name:
+            if rank.is_root:
+                self.meta = self._read_snapshot(snapshot_name)
+            self.meta = rank.broadcast_object(self.meta)
+            self.start_iter = self.iteration = int(self.meta["iteration"])
+            self.seed = int(self.meta["seed"])
+        rank.broadcast_variables(self.net.params + self.solver.history + self.solver.update_history)
+        self.prior_segments = [Segment(**s) for s in self.meta.get("segments", [])]
+        self.evals = [EvalPoint(**e) for e in self.meta.get("evals", [])]
+        self.split_total = SplitSums(**self.meta["split_sums"]) if "split_sums" in self.meta else SplitSums()
+        self.clock.prior_train_s = sum(s.train_s for s in self.prior_segments)
+        self.data_seed = self.seed
 
-    hostnames = rank.gather_object(socket.gethostname())
-    run_versions = versions(rank.hvd) if rank.is_root else {}
-    allreduce_info = describe_allreduce(rank)
-    num_train = train_ds.num_records
+    def _read_snapshot(self, name: str) -> dict[str, Any]:
+        snap = read_snapshot(name)
+        check_same_trajectory(snap.meta, self.trajectory, name)
+        for var, info in zip(self.net.params, self.net.infos):
+            var.assign(snap.weights[info.name])
+        self.solver.load_state_arrays(snap.solver_state)
+        return snap.meta
 
-    for key, value in ((c.GLOBAL_BATCH_SIZE, plan.effective_batch), (c.OPT_NAME, solver_cfg.type),
-                       (c.OPT_BASE_LR, solver_cfg.base_lr * plan.lr_scale), (c.OPT_WEIGHT_DECAY, solver_cfg.weight_decay),
-                       (c.OPT_LR_WARMUP_STEPS, plan.warmup_iters), (c.SEED, seed), (c.TRAIN_SAMPLES, num_train),
-                       (c.EVAL_SAMPLES, test_ds.num_records)):
-        log.event(key, value)
-    log.end(c.INIT_STOP)
-    _say(rank, f"firescale train: {spec.name} on {opts.dataset} ({num_train} train, {test_ds.num_records} test), "
-               f"{rank.size} ranks x batch {plan.batch_per_rank} (x iter_size {plan.iter_size}) = "
-               f"{plan.effective_batch}, {solver_cfg.type} base_lr {solver_cfg.base_lr} x {plan.lr_scale:g}, "
-               f"allreduce {allreduce_info['algorithm']}, target {target_source}"
-               + (f", resumed at iteration {start_iter}" if start_iter else ""))
-    if ignored_note(solver_cfg):
-        _say(rank, ignored_note(solver_cfg))
+    # ------------------------------------------------------------ prepare
+    def prepare(self) -> None:
+        """The training stream from the resumed sample, the traced steps warmed up, the run's constants logged."""
+        import socket
 
-    # ---------------------------------------------------------------- state helpers
-    split = SplitSums()
-    images_done = 0
-    status = "running"
+        from .distributed import describe_allreduce, versions
+        from .steps import make_train_steps, warm_up
 
-    def current_segment(final_status: str) -> Segment:
-        return Segment(start_iter=start_iter, end_iter=iteration, startup_s=clock.startup_s,
-                       train_s=clock.segment_s(), eval_s=clock.eval_s, images=images_done,
-                       status=final_status, hostnames=hostnames)
+        rank = self.rank
+        self.open_stream(self.start_iter)
+        self.eval_per_rank = self.opts.eval_batch // rank.size
+        self.steps = make_train_steps(self.net, self.solver, self.image_shape)
+        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed)
+        import tensorflow as tf
 
-    def totals() -> SplitSums:
-        return SplitSums(split_total.data_wait_s + split.data_wait_s, split_total.compute_s + split.compute_s,
-                         split_total.allreduce_s + split.allreduce_s, split_total.iterations + split.iterations)
+        rank.sum([tf.zeros_like(p) for p in self.net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
+        self.hostnames = rank.gather_object(socket.gethostname())
+        self.run_versions = versions(rank.hvd) if rank.is_root else {}
+        gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in self.net.params)
+        self.allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes)
+        self._log_constants()
 
-    def make_result(final_status: str) -> TrainResult:
-        segments = prior_segments + [current_segment(final_status)]
-        train_s = sum(s.train_s for s in segments)
-        compute_time = sum(s.train_s - s.eval_s for s in segments)
-        tta = time_to_accuracy(evals, target)
-        return TrainResult(
-            net=spec.name, dataset=str(opts.dataset), dataset_manifest_sha256=train_ds.manifest_sha256 or "",
-            ranks=rank.size, solver=solver_cfg.to_dict(), batch=plan.to_dict(), seed=seed, data_seed=data_seed,
-            target_top1=target, target_source=target_source, reached_target=tta is not None,
-            time_to_accuracy_s=tta, train_time_s=train_s, iterations=iteration,
-            epochs=iteration * plan.effective_batch / num_train,
-            images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
-            per_iteration=totals().mean(), allreduce=allreduce_info, hostnames=hostnames, versions=run_versions,
-            evals=list(evals), segments=segments, status=final_status, command=list(opts.command))
+    def open_stream(self, iteration: int) -> None:
+        """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
+        from ..data.readers import train_batches
 
-    def snapshot(final_status: str) -> None:
-        if not rank.is_root:
-            return
-        seg = current_segment(final_status)
-        meta_out = {
-            "net": spec.name, "dataset_manifest_sha256": train_ds.manifest_sha256 or "", "solver_type": solver_cfg.type,
-            "seed": seed, "data_seed": data_seed, "start_sample": iteration * plan.effective_batch,
-            "dropout_seed": seed, "ranks": rank.size, "batch": plan.to_dict(),
-            "evals": [e.__dict__ for e in evals], "segments": [s.__dict__ for s in prior_segments + [seg]],
-            "split_sums": totals().to_dict(),
-        }
-        weights = {info.name: var.numpy() for info, var in zip(net.infos, net.params)}
-        write_snapshot(snap_dir, solver_cfg.snapshot_name,
-                       Snapshot(iteration, weights, solver.state_arrays(), meta_out))
+        self.plan = self.schedule.plan_at(iteration)
+        self.train_stream = iter(train_batches(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
+                                               size=self.rank.size, batch_per_rank=self.plan.batch_per_rank,
+                                               start_sample=self.schedule.samples_before(iteration),
+                                               prefetch=0 if len(self.rank.pinned_cpus) == 1 else None))  # one core: read inline
 
-    def run_eval() -> EvalPoint:
-        t0 = now()
-        log.start(c.EVAL_START, metadata={"epoch_num": iteration * plan.effective_batch / num_train})
-        batches = test_batches(test_ds, transform, rank=rank.rank, size=rank.size, batch=eval_per_rank)
-        sums = evaluate(eval_step, batches, rank.sum_numbers, solver_cfg.test_iter)
-        clock.eval_s += now() - t0
-        point = EvalPoint(iter=iteration, epoch=iteration * plan.effective_batch / num_train,
-                          wall_s=clock.run_s(), top1=sums.top1, top5=sums.top5, loss=sums.loss)
-        evals.append(point)
-        log.event(c.EVAL_ACCURACY, point.top1, metadata={"epoch_num": point.epoch, "iteration": iteration,
-                                                        "top5": point.top5, "loss": point.loss})
-        log.end(c.EVAL_STOP, metadata={"epoch_num": point.epoch})
-        _say(rank, f"eval iter {iteration}: top1 {point.top1:.4f} top5 {point.top5:.4f} loss {point.loss:.4f} "
-                   f"({int(sums.count)} images, run time {point.wall_s:.2f} s)")
-        if rank.is_root:
-            write_result(out / "result.json", make_result("running"))
-        return point
+    def _log_constants(self) -> None:
+        log, c, cfg, plan = self.log, self.log.constants, self.solver_cfg, self.plan
+        for key, value in ((c.GLOBAL_BATCH_SIZE, plan.effective_batch), (c.OPT_NAME, cfg.type),
+                           (c.OPT_BASE_LR, cfg.base_lr * plan.lr_scale), (c.OPT_WEIGHT_DECAY, cfg.weight_decay),
+                           (c.OPT_LR_WARMUP_STEPS, plan.warmup_iters), (c.SEED, self.seed),
+                           (c.TRAIN_SAMPLES, self.train_ds.num_records), (c.EVAL_SAMPLES, self.test_ds.num_records)):
+            log.event(key, value)
+        log.end(c.INIT_STOP)
+        if self.placement is not None:
+            _say(self.rank, f"layers split over {len(self.rank.devices)} devices: " + ", ".join(
+                f"{b.source} -> {b.target} after {b.after} ({b.bytes:,} bytes)" for b in self.placement.boundaries))
+        _say(self.rank, f"firescale train: {self.spec.name} on {self.opts.dataset} ({self.train_ds.num_records} train, "
+                        f"{self.test_ds.num_records} test), {self.rank.size} ranks x batch {plan.batch_per_rank} "
+                        f"(x iter_size {plan.iter_size}) = {plan.effective_batch}, {cfg.type} base_lr {cfg.base_lr} "
+                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}, target {self.target_source}"
+                        + (f", resumed at iteration {self.start_iter}" if self.start_iter else ""))
+        if ignored_note(cfg):
+            _say(self.rank, ignored_note(cfg))
 
-    # ---------------------------------------------------------------- the loop
-    iteration = start_iter
-    losses: collections.deque[float] = collections.deque(maxlen=solver_cfg.average_loss)
-    reached = time_to_accuracy(evals, target) is not None
-    clock.start_training()
-    log.start(c.RUN_START, metadata={"segment": len(prior_segments), "start_iteration": start_iter})
-    if solver_cfg.test_initialization and iteration == 0 and not evals:
-        top1 = run_eval().top1
-        reached = target is not None and top1 >= target
-    speed_window = (now(), iteration)
-    while iteration < solver_cfg.max_iter and not reached:
-        rate = learning_rate(solver_cfg, iteration) * plan.lr_scale * plan.warmup_factor(iteration)
+    # ------------------------------------------------------------ the loop
+    def train(self, stop: StopRequest) -> str:
+        """Step until max_iter, the target or a stop signal; evaluate and snapshot on the way; the status."""
+        cfg, c = self.solver_cfg, self.log.constants
+        self.losses: collections.deque[float] = collections.deque(maxlen=cfg.average_loss)
+        reached = time_to_accuracy(self.evals, self.target) is not None
+        self.clock.start_training()
+        self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
+        if cfg.test_initialization and self.iteration == 0 and not self.evals:
+            reached = self._reached(self.evaluate().top1)
+        self.speed_window = (now(), self.iteration)
+        while self.iteration < cfg.max_iter and not reached:
+            stop_agreed = self.step(stop)
+            if stop_agreed:  # some rank was told to stop: all stop here, after the same update
+                self.snapshot("interrupted")
+                return "interrupted"
+            if cfg.snapshot and self.iteration % cfg.snapshot == 0:
+                self.snapshot("running")
+            if (cfg.test_interval and self.iteration % cfg.test_interval == 0) or self.iteration == cfg.max_iter:
+                reached = self._reached(self.evaluate().top1)
+        status = "target_reached" if reached else "finished"
+        if cfg.snapshot_after_train:
+            self.snapshot(status)
+        return status
+
+    def _reached(self, top1: float) -> bool:
+        return self.target is not None and top1 >= self.target
+
+    def step(self, stop: StopRequest) -> bool:
+        """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True to stop."""
+        import tensorflow as tf
+
+        if self.schedule.starts_at(self.iteration):
+            self.open_stream(self.iteration)
+            _say(self.rank, f"iter {self.iteration}: the batch becomes {self.plan.batch_per_rank} per rank "
+                            f"({self.plan.effective_batch} per update), learning rate x {self.plan.lr_scale:g}")
+        plan, rank, steps = self.plan, self.rank, self.steps
+        rate = learning_rate(self.solver_cfg, self.iteration) * plan.lr_scale * plan.warmup_factor(self.iteration)
         data_wait = compute = 0.0
         summed: list[Any] | None = None
         loss_sum = tf.constant(0.0)
         for k in range(plan.iter_size):
             t0 = now()
-            images, labels = next(train_stream)
+            images, labels = next(self.train_stream)
             t1 = now()
-            micro = (iteration * plan.iter_size + k) * rank.size + rank.rank
-            loss_k, grads = grad_step(images, labels, tf.constant([seed, micro], tf.int64))
+            micro = (self.iteration * plan.iter_size + k) * rank.size + rank.rank
+            loss_k, grads = steps.grad(images, labels, tf.constant([self.seed, micro], tf.int64))
             summed = list(grads) if summed is None else [a + b for a, b in zip(summed, grads)]
             loss_sum = loss_sum + loss_k
             _ = loss_sum.numpy()
@@ -335,61 +343,148 @@ def _run(opts: TrainOptions, stop: StopRequest) -> int:  # noqa: C901 - the loop
         reduced = rank.sum(summed + [tf.stack([loss_sum, tf.constant(flag)])])
         loss_and_flag = reduced[-1].numpy()
         t3 = now()
-        apply_step(reduced[:-1], tf.constant(rate, tf.float32), tf.constant(iteration, tf.int64))
+        steps.apply(reduced[:-1], tf.constant(rate, tf.float32), tf.constant(self.iteration, tf.int64),
+                    tf.constant(float(plan.effective_batch), tf.float32))
         t4 = now()
-        split.add(data_wait, compute + (t4 - t3), t3 - t2)
-        iteration += 1
-        images_done += plan.effective_batch
-        losses.append(float(loss_and_flag[0]) / plan.effective_batch)
-        if not np.isfinite(losses[-1]):
-            raise FirescaleError(f"the training loss became {losses[-1]} at iteration {iteration}; "
+        self.split.add(data_wait, compute + (t4 - t3), t3 - t2)
+        self.iteration += 1
+        self.images_done += plan.effective_batch
+        self.losses.append(float(loss_and_flag[0]) / plan.effective_batch)
+        if not np.isfinite(self.losses[-1]):
+            raise FirescaleError(f"the training loss became {self.losses[-1]} at iteration {self.iteration}; "
                                  "lower base_lr (solver key 'base_lr')")
-        if solver_cfg.display and iteration % solver_cfg.display == 0:
-            t_prev, it_prev = speed_window
-            speed = (iteration - it_prev) * plan.effective_batch / max(now() - t_prev, 1e-9)
-            speed_window = (now(), iteration)
-            _say(rank, f"iter {iteration}/{solver_cfg.max_iter} loss {np.mean(losses):.4f} lr {rate:.6g} "
-                       f"{speed:.0f} img/s data {1e3 * data_wait:.2f} ms compute {1e3 * (compute + t4 - t3):.2f} ms "
-                       f"allreduce {1e3 * (t3 - t2):.2f} ms")
-        if loss_and_flag[1] > 0:  # some rank was told to stop: all stop here, after the same update
-            snapshot("interrupted")
-            status = "interrupted"
-            break
-        if solver_cfg.snapshot and iteration % solver_cfg.snapshot == 0:
-            snapshot("running")
-        if (solver_cfg.test_interval and iteration % solver_cfg.test_interval == 0) or iteration == solver_cfg.max_iter:
-            top1 = run_eval().top1
-            reached = target is not None and top1 >= target
+        self._display(rate, data_wait, compute + t4 - t3, t3 - t2)
+        return bool(loss_and_flag[1] > 0)
 
-    if status != "interrupted":
-        status = "target_reached" if reached else "finished"
-        if solver_cfg.snapshot_after_train:
-            snapshot(status)
-    result = make_result(status)
-    if opts.profile_layers and status != "interrupted":
+    def _display(self, rate: float, data_wait: float, compute: float, allreduce: float) -> None:
+        cfg, it = self.solver_cfg, self.iteration
+        if not (cfg.display and it % cfg.display == 0):
+            return
+        t_prev, it_prev = self.speed_window
+        speed = (it - it_prev) * self.plan.effective_batch / max(now() - t_prev, 1e-9)
+        self.speed_window = (now(), it)
+        _say(self.rank, f"iter {it}/{cfg.max_iter} loss {np.mean(self.losses):.4f} lr {rate:.6g} "
+                        f"{speed:.0f} img/s data {1e3 * data_wait:.2f} ms compute {1e3 * compute:.2f} ms "
+                        f"allreduce {1e3 * allreduce:.2f} ms")
+
+    # ------------------------------------------------------------ evaluate
+    def evaluate(self) -> EvalPoint:
+        """The whole test set, sharded over the ranks; logged, printed and written to result.json."""
+        from ..data.readers import test_batches
+        from .evaluation import evaluate
+
+        c, it = self.log.constants, self.iteration
+        num_train = self.train_ds.num_records
+        t0 = now()
+        epoch = self.schedule.samples_before(it) / num_train
+        self.log.start(c.EVAL_START, metadata={"epoch_num": epoch})
+        batches = test_batches(self.test_ds, self.transform, rank=self.rank.rank, size=self.rank.size,
+                               batch=self.eval_per_rank)
+        sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers, self.solver_cfg.test_iter)
+        self.clock.eval_s += now() - t0
+        point = EvalPoint(iter=it, epoch=epoch, wall_s=self.clock.run_s(),
+                          top1=sums.top1, top5=sums.top5, loss=sums.loss)
+        self.evals.append(point)
+        self.log.event(c.EVAL_ACCURACY, point.top1, metadata={"epoch_num": point.epoch, "iteration": it,
+                                                             "top5": point.top5, "loss": point.loss})
+        self.log.end(c.EVAL_STOP, metadata={"epoch_num": point.epoch})
+        _say(self.rank, f"eval iter {it}: top1 {point.top1:.4f} top5 {point.top5:.4f} loss {point.loss:.4f} "
+                        f"({int(sums.count)} images, run time {point.wall_s:.2f} s)")
+        if self.rank.is_root:
+            write_result(self.out / "result.json", self.result("running"))
+        return point
+
+    # ------------------------------------------------------------ snapshot and result
+    def current_segment(self, status: str) -> Segment:
+        clock = self.clock
+        return Segment(start_iter=self.start_iter, end_iter=self.iteration, startup_s=clock.startup_s,
+                       train_s=clock.segment_s(), eval_s=clock.eval_s, images=self.images_done,
+                       status=status, hostnames=self.hostnames)
+
+    def totals(self) -> SplitSums:
+        a, b = self.split_total, self.split
+        return SplitSums(a.data_wait_s + b.data_wait_s, a.compute_s + b.compute_s,
+                         a.allreduce_s + b.allreduce_s, a.iterations + b.iterations)
+
+    def snapshot(self, status: str) -> None:
+        """Rank 0 writes weights, solver history and the run state (data order, evaluations, segments)."""
+        if not self.rank.is_root:
+            return
+        cfg, plan = self.solver_cfg, self.plan
+        segments = self.prior_segments + [self.current_segment(status)]
+        meta_out = {
+            "net": self.spec.name, "dataset_manifest_sha256": self.train_ds.manifest_sha256 or "",
+            "solver_type": cfg.type, "seed": self.seed, "data_seed": self.data_seed,
+            "start_sample": self.schedule.samples_before(self.iteration), "dropout_seed": self.seed,
+            "ranks": self.rank.size, "batch": self.batch_record(), "evals": [e.__dict__ for e in self.evals],
+            "segments": [s.__dict__ for s in segments], "split_sums": self.totals().to_dict(),
+            "trajectory": self.trajectory, "trajectory_sha256": trajectory_digest(self.trajectory),
+        }
+        weights = {info.name: var.numpy() for info, var in zip(self.net.infos, self.net.params)}
+        write_snapshot(self.snap_dir, cfg.snapshot_name,
+                       Snapshot(self.iteration, weights, self.solver.state_arrays(), meta_out))
+
+    def batch_record(self) -> dict[str, Any]:
+        """The first phase's batch plan, and every phase when the batch changes during the run."""
+        first = self.schedule.phases[0][1].to_dict()
+        return {**first, "schedule": self.schedule.to_dict()} if len(self.schedule.phases) > 1 else first
+
+    def result(self, status: str) -> TrainResult:
+        """The run record so far (all segments, this one ending with `status`)."""
+        segments = self.prior_segments + [self.current_segment(status)]
+        train_s = sum(s.train_s for s in segments)
+        compute_time = sum(s.train_s - s.eval_s for s in segments)
+        tta = time_to_accuracy(self.evals, self.target)
+        plan, num_train = self.plan, self.train_ds.num_records
+        return TrainResult(
+            net=self.spec.name, dataset=str(self.opts.dataset),
+            dataset_manifest_sha256=self.train_ds.manifest_sha256 or "", ranks=self.rank.size,
+            solver=self.solver_cfg.to_dict(), batch=self.batch_record(), seed=self.seed, data_seed=self.data_seed,
+            target_top1=self.target, target_source=self.target_source, reached_target=tta is not None,
+            time_to_accuracy_s=tta, train_time_s=train_s, iterations=self.iteration,
+            epochs=self.schedule.samples_before(self.iteration) / num_train,
+            images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
+            per_iteration=self.totals().mean(), allreduce=self.allreduce_info, hostnames=self.hostnames,
+            versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
+            command=list(self.opts.command))
+
+    # ------------------------------------------------------------ finish
+    def finish(self, status: str, stop: StopRequest) -> int:
+        """The layer trace when asked, result.json, the closing log lines; the process's exit code."""
+        rank, c = self.rank, self.log.constants
+        result = self.result(status)
+        if self.opts.profile_layers and status != "interrupted":
+            self._profile_layers(result)
+        if self.placement is not None:
+            from .placement import measure_copies
+
+            self.placement = measure_copies(self.placement)
+            result.placement = self.placement.to_dict()
+        if rank.is_root:
+            write_result(self.out / "result.json", result)
+        success = status == "target_reached" or (status == "finished" and self.target is None)
+        self.log.end(c.RUN_STOP, metadata={"status": c.SUCCESS if success else c.ABORTED,
+                                           "stopped_by": status, "iteration": self.iteration})
+        self.log.close()
+        rank.barrier()
+        if status == "interrupted":
+            signame = signal.Signals(stop.signum).name if stop.signum else "a signal on another rank"
+            _say(rank, f"stopped by {signame} at iteration {self.iteration}; snapshot written, resume with --resume")
+            sys.stdout.flush()
+            return EXIT_INTERRUPTED
+        tta = result.time_to_accuracy_s
+        _say(rank, f"done: {status} at iteration {self.iteration}, time to accuracy "
+                   + (f"{tta:.2f} s" if tta is not None else "not reached")
+                   + f", {result.images_per_s:.0f} images/s")
+        return 0
+
+    def _profile_layers(self, result: TrainResult) -> None:
         from ..perf.traces import write_trace
         from .profile import profile_net
 
-        images, labels = next(train_stream)
-        trace = profile_net(net, images, labels, rank, data_wait_s=totals().mean().data_wait_s)
-        if rank.is_root:
-            write_trace(out / "layers.json", trace)
+        images, labels = next(self.train_stream)
+        trace = profile_net(self.net, images, labels, self.rank, data_wait_s=self.totals().mean().data_wait_s)
+        if self.rank.is_root:
+            write_trace(self.out / "layers.json", trace)
         result.layer_trace = "layers.json"
-        _say(rank, f"layer trace: {len(trace)} layers written to {out / 'layers.json'}")
-    if rank.is_root:
-        write_result(out / "result.json", result)
-    success = status == "target_reached" or (status == "finished" and target is None)
-    log.end(c.RUN_STOP, metadata={"status": c.SUCCESS if success else c.ABORTED,
-                                  "stopped_by": status, "iteration": iteration})
-    log.close()
-    rank.barrier()
-    if status == "interrupted":
-        signame = signal.Signals(stop.signum).name if stop.signum else "a signal on another rank"
-        _say(rank, f"stopped by {signame} at iteration {iteration}; snapshot written, resume with --resume")
-        sys.stdout.flush()
-        return EXIT_INTERRUPTED
-    tta = result.time_to_accuracy_s
-    _say(rank, f"done: {status} at iteration {iteration}, time to accuracy "
-               + (f"{tta:.2f} s" if tta is not None else "not reached")
-               + f", {result.images_per_s:.0f} images/s")
-    return 0
+        _say(self.rank, f"layer trace: {len(trace)} layers written to {self.out / 'layers.json'}")

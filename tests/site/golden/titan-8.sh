@@ -11,13 +11,20 @@
 # firescale job for site titan (PBS/Torque); generated, re-render instead of editing.
 set -euo pipefail
 
+# The environment the job started with, to tell what this script sets for the ranks (firescale_forwarded).
+declare -A FIRESCALE_ENV_AT_START=()
+while IFS= read -r -d '' kv; do FIRESCALE_ENV_AT_START[${kv%%=*}]=${kv#*=}; done < <(env -0)
+
 FIRESCALE_JOB_NAME=fs-demo-g8
 FIRESCALE_SCHEDULER=torque
 FIRESCALE_STATUS_FILE=/shared/firescale/results/demo/g8/status.json
 FIRESCALE_JOB_ID="${PBS_JOBID:-local-$$}"
 FIRESCALE_START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 FIRESCALE_SIGNAL=
+FIRESCALE_SIGNAL_TIME=
+FIRESCALE_REASON=
 FIRESCALE_CHILD=
+FIRESCALE_TIMER=
 export FIRESCALE_JOB_NAME FIRESCALE_SCHEDULER FIRESCALE_JOB_ID FIRESCALE_STATUS_FILE
 
 firescale_hosts() {
@@ -38,11 +45,30 @@ firescale_hosts_json() {
   printf ']'
 }
 
+# Names of the variables every rank needs: those this script set or changed, and the search paths.
+firescale_forwarded() {
+  local kv name
+  while IFS= read -r -d '' kv; do
+    name=${kv%%=*}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    case $name in
+      _|SHLVL|PWD|OLDPWD|OMPI_MCA_mca_base_env_list) ;;
+      PATH|LD_LIBRARY_PATH|PYTHONPATH|VIRTUAL_ENV) printf '%s\n' "$name" ;;
+      *) if [ -z "${FIRESCALE_ENV_AT_START[$name]+set}" ] || [ "${FIRESCALE_ENV_AT_START[$name]}" != "${kv#*=}" ]; then
+           printf '%s\n' "$name"
+         fi ;;
+    esac
+  done < <(env -0)
+}
+
 # Whatever ends the job, write its status file atomically: a temporary name, then a rename.
 firescale_finish() {
   local rc=$?
   trap - EXIT
+  # Only the job's own shell writes the status (a subshell killed early may still run inherited traps).
+  if [ "$BASHPID" != "$$" ]; then exit "$rc"; fi
   set +e
+  if [ -n "$FIRESCALE_TIMER" ]; then kill "$FIRESCALE_TIMER" 2>/dev/null; fi
   local tmp="${FIRESCALE_STATUS_FILE}.tmp.$$"
   mkdir -p -- "$(dirname -- "$FIRESCALE_STATUS_FILE")"
   {
@@ -52,6 +78,8 @@ firescale_finish() {
     printf '  "job_id": "%s",\n' "$(printf '%s' "$FIRESCALE_JOB_ID" | tr -cd 'A-Za-z0-9._\[\]-')"
     printf '  "exit_code": %d,\n' "$rc"
     printf '  "signal": "%s",\n' "$FIRESCALE_SIGNAL"
+    printf '  "signal_time": "%s",\n' "$FIRESCALE_SIGNAL_TIME"
+    printf '  "reason": "%s",\n' "$(printf '%s' "$FIRESCALE_REASON" | tr -d '\000-\037' | sed 's/[\\"]/\\&/g')"
     printf '  "start": "%s",\n' "$FIRESCALE_START"
     printf '  "end": "%s",\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf '  "ranks": %d,\n' 8
@@ -64,8 +92,13 @@ trap firescale_finish EXIT
 
 # The scheduler's warning before walltime, a cancel or a preemption reaches the ranks as SIGUSR1,
 # which every launcher forwards (mpirun would kill its ranks on SIGTERM before they snapshot).
+# status.json records the first signal and when it came: the runner resubmits only for the walltime
+# signal near the walltime's end, never for a cancel.
 firescale_forward() {
-  FIRESCALE_SIGNAL=$1
+  if [ -z "$FIRESCALE_SIGNAL" ]; then
+    FIRESCALE_SIGNAL=$1
+    FIRESCALE_SIGNAL_TIME=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  fi
   echo "firescale: received SIG$1, asking the ranks to snapshot and stop (SIGUSR1)" >&2
   if [ -n "$FIRESCALE_CHILD" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 }
@@ -94,15 +127,15 @@ export FIRESCALE_ALLREDUCE_TREE=binomial
 export FIRESCALE_RUN_DIR=/shared/firescale/results/demo/g8
 export NCCL_ALGO=Tree
 export OMP_NUM_THREADS=16
-export OMPI_MCA_coll_tuned_allreduce_algorithm=2
-export OMPI_MCA_coll_tuned_bcast_algorithm=6
-export OMPI_MCA_coll_tuned_reduce_algorithm=6
-export OMPI_MCA_coll_tuned_use_dynamic_rules=1
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 FIRESCALE_HOSTS_SLOTS=$(firescale_hosts | sed 's/$/:1/' | paste -sd, -)
 export FIRESCALE_HOSTS_SLOTS
+
+# --- what every rank on every node gets: the variables set above, the venv's and modules' paths
+FIRESCALE_FORWARD="FIRESCALE_FORWARD $(firescale_forwarded | sort -u | paste -sd' ' -)"
+export FIRESCALE_FORWARD
 
 # --- launch 8 rank(s) on 8 node(s)
 mkdir -p -- /shared/firescale/results/demo/g8
@@ -111,6 +144,8 @@ echo "firescale: job $FIRESCALE_JOB_NAME ($FIRESCALE_JOB_ID) starts $FIRESCALE_S
 set +e
 aprun -n 8 -N 1 -d 16 firescale train --net nin --out /shared/firescale/results/demo/g8 &
 FIRESCALE_CHILD=$!
+# A signal that came before the ranks existed is passed on now that they do.
+if [ -n "$FIRESCALE_SIGNAL" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 while :; do
   wait "$FIRESCALE_CHILD"
   rc=$?

@@ -1,0 +1,85 @@
+"""Figures of memory and batch: per-layer memory in the style of Oh and Lee's Fig. 2, accuracy per batch phase."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..perf.memory import NetMemory, device_peaks
+from .plots import _empty, _figure, save_figure
+
+
+def memory_figure(memory: NetMemory, title: str, devices: Sequence[int] | None = None,
+                  limit: float | None = None) -> Any:
+    """Per layer, the bytes allocated in forward, backward and update (solid) and their running total,
+    weights and history included (dotted); the peak in use (dashed) and the device's memory (dash-dot).
+    With `devices` (one per layer record) the running total restarts on each device, and each device's
+    peak is drawn over its layers."""
+    fig = _figure(9.0, 4.8)
+    ax = fig.add_subplot()
+    ax.set_title(f"Memory per layer: {title}")
+    layers = memory.layers
+    devices = list(devices) if devices is not None else [0] * len(layers)
+    x = range(len(layers))
+    largest = max(sum(l.total for l in layers), 1)
+    gb, unit = (1e9, "GB") if largest >= 1e9 else (1e6, "MB")
+    for attr, label in (("forward", "forward"), ("backward", "backward"), ("update", "update")):
+        ax.plot(x, [getattr(l, attr) / gb for l in layers], marker=".", linewidth=1.2, label=label)
+    running, total, previous = [], 0, None
+    for layer, d in zip(layers, devices):
+        total = layer.total if d != previous else total + layer.total
+        running.append(total / gb)
+        previous = d
+    ax.plot(x, running, linestyle=":", color="black", label="running total (allocated)")
+    for peak in device_peaks(memory, devices):
+        span = [i for i, d in enumerate(devices) if d == peak.device]
+        ax.hlines(peak.bytes / gb, span[0], span[-1], linestyles="--", color="tab:red",
+                  label="peak in use" if peak.device == 0 else None)
+    if limit is not None and limit <= 3 * largest:
+        ax.axhline(limit / gb, linestyle="-.", color="grey", label=f"device memory {limit / 1e9:g} GB")
+    elif limit is not None:
+        ax.plot([], [], linestyle="-.", color="grey", label=f"device memory {limit / 1e9:g} GB (off the scale)")
+    step = max(1, len(layers) // 40)
+    ax.set_xticks(list(x)[::step], [l.name for l in layers][::step], rotation=90, fontsize="x-small")
+    ax.set_ylabel(unit)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def write_memory_plot(memory: NetMemory, out_dir: str | Path, title: str, *, stem: str = "memory",
+                      devices: Sequence[int] | None = None, limit: float | None = None) -> list[Path]:
+    """memory.png and memory.pdf in `out_dir`, atomically."""
+    return save_figure(memory_figure(memory, title, devices, limit), Path(out_dir), stem)
+
+
+def accuracy_by_batch_figure(runs: Sequence[tuple[str, Any]], title: str) -> Any:
+    """Top-1 against iterations for each run, one line per batch phase (a schedule's later phases
+    continue the line of its first with another marker), as the seed's Table 1 compares B=8, 16, 16+."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.set_title(f"Top-1 accuracy against iterations, by batch: {title}")
+    runs = [(name, train) for name, train in runs if train is not None and train.evals]
+    if not runs:
+        _empty(ax, "No run has evaluations.")
+        return fig
+    markers = "o^sv<>"
+    for name, train in runs:
+        phases = train.batch.get("schedule") or [{"iteration": 0, "total_batch": train.batch["total_batch"]}]
+        starts = [p["iteration"] for p in phases] + [float("inf")]
+        for k, phase in enumerate(phases):
+            evals = [e for e in train.evals if starts[k] < e.iter <= starts[k + 1] or (k == 0 and e.iter == 0)]
+            if k:
+                evals = [prev for prev in train.evals if prev.iter <= starts[k]][-1:] + evals
+            label = f"{name}: B={phase['total_batch']}" + ("" if k == 0 else f" from {phase['iteration']}")
+            ax.plot([e.iter for e in evals], [e.top1 * 100 for e in evals], marker=markers[k % len(markers)],
+                    linewidth=1.2, label=label)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("top-1 accuracy (%)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def write_accuracy_by_batch(runs: Sequence[tuple[str, Any]], out_dir: str | Path, title: str) -> list[Path]:
+    """accuracy_by_batch.png and .pdf in `out_dir`, atomically."""
+    return save_figure(accuracy_by_batch_figure(runs, title), Path(out_dir), "accuracy_by_batch")

@@ -1,0 +1,119 @@
+"""One replica's layers on several devices: the devices, the copy layer at each boundary, its measured cost."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import tensorflow as tf
+
+from ..errors import FirescaleError
+from ..layer_plan import LayerAssign, LayerPlan, arch_devices, check_devices
+from ..netspec import NetSpec, infer_shapes
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where the device changes: the layer after which a copy moves the activations forward and the
+    gradient back, the bytes of one copy, and the measured seconds of both copies in one iteration."""
+
+    after: str
+    source: str
+    target: str
+    bytes: int
+    copy_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """The device of every top-level layer of one replica, as TensorFlow names them."""
+
+    devices: tuple[str, ...]
+    arch: int                       # which arch of the plan this replica follows
+    boundaries: tuple[Boundary, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"devices": list(self.devices), "arch": self.arch,
+                "boundaries": [asdict(b) for b in self.boundaries],
+                "copy_s": sum(b.copy_s for b in self.boundaries)}
+
+
+def choose_arch(plan: LayerPlan, local_rank: int, local_size: int) -> int:
+    """Replica k of a node follows arch k; a single arch serves every replica."""
+    if plan.replicas == 1:
+        return 0
+    if plan.replicas != local_size:
+        raise FirescaleError(f"{plan.source}: dist (train) gives {plan.replicas} arches but {local_size} ranks run "
+                             f"on this node; give one arch, or one per rank of a node")
+    return local_rank
+
+
+def place(plan: LayerPlan, spec: NetSpec, arch_index: int, device_names: Sequence[str],
+          arch: Sequence[LayerAssign] | None = None) -> LayerPlacement:
+    """The placement of `spec`'s top-level layers for one arch on this replica's devices."""
+    check_devices(plan, len(device_names), "this replica")
+    chosen = plan.train[arch_index] if arch is None else arch
+    top = arch_devices(chosen, spec, f"{plan.source}: dist arch {arch_index}")
+    return LayerPlacement(tuple(device_names[d] for d in top), arch_index)
+
+
+def boundary_copy(x: tf.Tensor, source: str, target: str) -> tf.Tensor:
+    """Caffe's copy layer: the activations copied to `target` going forward, their gradient back to
+    `source` going backward.  Between logical CPU devices (one memory) the copy is made explicitly, so
+    that each device holds its own tensors as separate GPUs would; between GPUs TensorFlow's transfer is it."""
+    on_cpu = "CPU" in target.upper() and "CPU" in source.upper()
+
+    def copy(t: tf.Tensor, device: str) -> tf.Tensor:
+        with tf.device(device):
+            return tf.raw_ops.DeepCopy(x=t) if on_cpu else tf.identity(t)
+
+    @tf.custom_gradient
+    def forward(t: tf.Tensor) -> Any:
+        def backward(dy: tf.Tensor) -> tf.Tensor:
+            return copy(dy, source)
+        return copy(t, target), backward
+
+    return forward(x)
+
+
+def with_boundaries(placement: LayerPlacement, spec: NetSpec, batch: int) -> LayerPlacement:
+    """The placement with its boundaries: after which layer, between which devices, and how many bytes."""
+    shapes = {rec.name: rec.output_shape for rec in infer_shapes(spec)}
+    out = []
+    for i in range(1, len(spec.layers)):
+        a, b = placement.devices[i - 1], placement.devices[i]
+        if a != b:
+            h, w, c = shapes[spec.layers[i - 1].name]
+            out.append(Boundary(spec.layers[i - 1].name, a, b, h * w * c * batch * 4))
+    return LayerPlacement(placement.devices, placement.arch, tuple(out))
+
+
+def _median_round_trip(x: tf.Tensor, move: Any, repeats: int) -> float:
+    """Median seconds of a traced forward `move` of x and the backward move of its gradient."""
+    @tf.function
+    def round_trip(t: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = move(t)
+        return tape.gradient(y, t, output_gradients=y)
+
+    round_trip(x).numpy()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        round_trip(x).numpy()
+        samples.append(time.perf_counter() - start)
+    return sorted(samples)[len(samples) // 2]
+
+
+def measure_copies(placement: LayerPlacement, repeats: int = 31) -> LayerPlacement:
+    """Each boundary's forward and backward copy timed on tensors of its size: the median round trip
+    through the copy layer less the same round trip through an identity on one device (the call itself)."""
+    measured = []
+    for b in placement.boundaries:
+        with tf.device(b.source):
+            x = tf.zeros((b.bytes // 4,), tf.float32)
+        copied = _median_round_trip(x, lambda t, b=b: boundary_copy(t, b.source, b.target), repeats)
+        alone = _median_round_trip(x, tf.identity, repeats)
+        measured.append(Boundary(b.after, b.source, b.target, b.bytes, max(0.0, copied - alone)))
+    return LayerPlacement(placement.devices, placement.arch, tuple(measured))

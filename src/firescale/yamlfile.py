@@ -1,0 +1,64 @@
+"""YAML files read strictly: a key given twice in one mapping is an error naming the file, line and key."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import FirescaleError
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(f"key {key!r} is given twice (lines {first_line} and {line})")
+        self.line = line
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a mapping may name each key once (PyYAML keeps the last)."""
+
+
+def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults` may be overridden on purpose
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # the constructor below names an unhashable key itself
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise _DuplicateKey(key, line, seen[key])
+        seen[key] = line
+    return loader.construct_mapping(node)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def parse_yaml(text: str, source: str | os.PathLike[str]) -> Any:
+    """The YAML document in `text`; any problem is one sentence naming `source` and the line."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise FirescaleError(f"{source}: line {exc.line}: {exc}; YAML would silently keep the last one") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise FirescaleError(f"{source}:{where} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def load_yaml(path: str | os.PathLike[str], what: str = "YAML file") -> Any:
+    """Read and parse `path` strictly; a missing or unreadable file names `what` it is."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FirescaleError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise FirescaleError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_yaml(text, path)

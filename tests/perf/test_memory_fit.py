@@ -1,0 +1,156 @@
+"""Memory before submission: lint and predict flag a point over its device's memory and propose a split;
+layer-to-device plans in the solver file (Oh and Lee's dist blocks) are read, checked and refused in one sentence."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from firescale.errors import FirescaleError
+from firescale.layer_plan import arch_devices, check_devices, plan_from_mapping, plan_from_prototxt, read_layer_plan
+from firescale.netspec import get_net
+from firescale.perf.memory import net_memory
+from firescale.perf.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
+from firescale.train.solver_config import load_solver
+
+REPO = Path(__file__).resolve().parents[2]
+NIN_SOLVER = (REPO / "workflow" / "solvers" / "nin-imagenet.prototxt").read_text()
+
+# The seed's Fig. 1 form: a training dist (one arch per replica) then a test dist, fields separated by commas.
+VGG_DIST = """
+dist {
+  arch {
+    layer_assign { name: "conv1_1", device: 0 }
+    layer_assign { name: "conv3_1", device: 1 }
+  }
+}
+dist {
+  arch {
+    layer_assign { name: "conv1_1", device: 0 }
+  }
+}
+"""
+
+
+def _config(tmp_path: Path, solver_text: str, site: str, gpus: list[int], batch: list[int]) -> Path:
+    config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+    solver = tmp_path / "vgg19.prototxt"
+    solver.write_text(solver_text)
+    config["experiments"] = {"vgg19-imagenet": {
+        "description": "VGG-19 at batch 64 per GPU", "net": "vgg19",
+        "dataset": {"name": "ilsvrc12", "source": "existing", "transform": {"crop": 224}},
+        "solver": str(solver), "batch": {"mode": "per_gpu", "baseline": batch[0]}, "lr_scaling": "linear",
+        "epochs": 1, "target": {"tolerance": 0.01}, "walltime": "02:00:00",
+        "sweep": {"gpus": gpus, "batch": batch}, "sites": {site: None}}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _firescale(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "firescale", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_vgg19_at_batch_64_on_a_k20x_is_flagged_with_a_split_that_fits(tmp_path):
+    config = _config(tmp_path, NIN_SOLVER, "titan", [1], [64])
+    proc = _firescale("site", "lint", "titan", "--config", str(config))
+    assert proc.returncode == 1, proc.stdout
+    line = next(l for l in proc.stdout.splitlines() if "needs" in l and "GB over" in l)
+    assert "point baseline needs 8.81 GB on one NVIDIA Tesla K20X (64 images per GPU, SGD), 2.81 GB over its 6 GB" in line
+    assert "a split over 2 devices fits: conv1_1..pool2 on device 0" in line
+    assert 'layer_assign { name: "conv3_1" device: 1 }' in line
+    assert "site titan has 1 GPU(s) per node" in line and "38 images per GPU would fit one device" in line
+
+    out = tmp_path / "predict.json"
+    proc = _firescale("predict", "experiment", "titan", "--experiment", "vgg19-imagenet", "--config", str(config),
+                      "--json", str(out))
+    assert proc.returncode == 1 and "error: point baseline needs 8.81 GB" in proc.stdout
+    memory = json.loads(out.read_text())["points"]["baseline"]["memory"]
+    assert not memory["fits"] and memory["over_bytes"] == pytest.approx(2.81e9, rel=0.01)
+    # The proposed split, read back from the solver text it gives, fits two 6 GB K20X.
+    plan = plan_from_prototxt(memory["proposed_dist"], "proposal")
+    spec = get_net("vgg19")
+    devices = arch_devices(plan.train[0], spec, "proposal")
+    peaks = check_plan_memory(net_memory(spec, 64, "SGD"), spec, devices, [6e9, 6e9], "the proposal")
+    assert len(peaks) == 2 and all(p.bytes <= 6e9 for p in peaks)
+
+
+def test_a_dist_plan_in_the_solver_file_is_used_and_checked(tmp_path):
+    config = _config(tmp_path, NIN_SOLVER + VGG_DIST, "ib-cluster", [1, 4], [160])
+    assert load_solver(tmp_path / "vgg19.prototxt").base_lr == 0.01  # the solver's reader passes dist over
+    proc = _firescale("site", "lint", "ib-cluster", "--config", str(config))
+    assert proc.returncode == 0, proc.stdout  # 160 per GPU is over 16 GB on one V100, under it split in two
+    unsplit = _firescale("site", "lint", "ib-cluster", "--config", str(_config(tmp_path, NIN_SOLVER, "ib-cluster", [1], [160])))
+    assert unsplit.returncode == 1 and "GB over its 16 GB" in unsplit.stdout, unsplit.stdout
+
+    titan = _config(tmp_path, NIN_SOLVER + VGG_DIST, "titan", [1], [64])
+    proc = _firescale("site", "lint", "titan", "--config", str(titan))
+    assert proc.returncode == 1
+    assert ("dist (train) arch 0: layer_assign 'conv3_1' puts it on device 1, but a node of site titan has "
+            "1 device(s), numbered 0 to 0") in proc.stdout
+
+
+def test_the_seeds_dist_blocks_and_the_yaml_form_read_the_same(tmp_path):
+    plan = plan_from_prototxt(NIN_SOLVER + VGG_DIST, "s.prototxt")
+    assert plan.replicas == 1 and [a.name for a in plan.train[0]] == ["conv1_1", "conv3_1"] and len(plan.test) == 1
+    same = plan_from_mapping({"train": [[{"name": "conv1_1", "device": 0}, {"name": "conv3_1", "device": 1}]],
+                              "test": [[{"name": "conv1_1", "device": 0}]]}, "s.yaml")
+    assert same.train == plan.train and same.test == plan.test
+    solver = tmp_path / "s.yaml"
+    solver.write_text("base_lr: 0.01\nmax_iter: 10\ndist:\n  train:\n    - [{name: conv2, device: 1}]\n")
+    assert load_solver(solver).max_iter == 10
+    assert arch_devices(read_layer_plan(solver).train[0], get_net("lenet"), "s") == [0, 0, 1, 1, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("arch, message", [
+    ([("conv9", 1)], "layer_assign names layer 'conv9', which net 'lenet' does not have (its layers: conv1, pool1,"),
+    ([("ip1", 1), ("conv2", 0)], "layer_assign 'conv2' comes after 'ip1', which runs later in net 'lenet'"),
+])
+def test_a_plan_naming_an_unknown_layer_or_out_of_order_is_refused(arch, message):
+    plan = plan_from_mapping({"train": [[{"name": n, "device": d} for n, d in arch]]}, "p.yaml")
+    with pytest.raises(FirescaleError, match="^p.yaml: arch 0: " + message.replace("(", r"\(").replace(")", r"\)")):
+        arch_devices(plan.train[0], get_net("lenet"), "p.yaml: arch 0")
+
+
+def test_bad_plans_are_refused_in_one_sentence():
+    with pytest.raises(FirescaleError, match="a branch inside inception 'inception_3a'"):
+        arch_devices(plan_from_mapping({"train": [[{"name": "inception_3a/3x3", "device": 1}]]}, "g").train[0],
+                     get_net("googlenet"), "g")
+    with pytest.raises(FirescaleError, match="layer_assign 'ip1' puts it on device 2, but this run has 2 device"):
+        check_devices(plan_from_mapping({"train": [[{"name": "ip1", "device": 2}]]}, "p"), 2, "this run")
+    with pytest.raises(FirescaleError, match="device '-1'; a device is a number"):
+        plan_from_prototxt('dist { arch { layer_assign { name: "ip1" device: -1 } } }', "p")
+    with pytest.raises(FirescaleError, match="not closed"):
+        plan_from_prototxt('dist { arch { layer_assign { name: "ip1" device: 1 }', "p")
+    spec = get_net("vgg19")
+    memory = net_memory(spec, 64, "SGD")
+    devices = arch_devices(plan_from_prototxt(VGG_DIST, "v").train[0], spec, "v")
+    with pytest.raises(FirescaleError) as info:
+        check_plan_memory(memory, spec, devices, [4e9, 6e9], "v: dist (train) arch 0")
+    text = str(info.value)
+    assert text.startswith("v: dist (train) arch 0 leaves device 0 over its memory: ")
+    assert "5,475,750,400 bytes (5.48 GB) at layer conv2_2 (backward), where 4.00 GB" in text
+
+
+def test_planners_balance_memory_on_unequal_devices_and_time_under_limits():
+    spec = get_net("vgg19")
+    memory = net_memory(spec, 32, "SGD")
+    limits = [6.35e9, 4.49e9, 8.80e9]  # the seed's Titan Xp, 980 Ti and Titan X
+    plan = plan_for_memory(memory, spec, limits)
+    assert plan.fits and len({d for d in plan.devices}) == 3
+    shares = [p.bytes / l for p, l in zip(plan.peaks, limits)]
+    assert max(shares) - min(shares) < 0.5
+    from firescale.perf.layers import net_cost
+    from firescale.perf.paleo import K20X, compute_times
+
+    times = compute_times(net_cost(spec, 32), K20X)
+    per_top = per_top_layer(spec, [f + b for f, b in zip(times.layer_forward, times.layer_backward)])
+    timed = plan_for_time(memory, spec, [6e9, 6e9], per_top)
+    assert timed.fits
+    blocks = [sum(t for t, d in zip(per_top, timed.devices) if d == k) for k in (0, 1)]
+    assert max(blocks) <= 0.6 * sum(per_top)
+    assert max(p.bytes for p in plan_peaks(memory, spec, timed.devices)) <= 6e9

@@ -1,0 +1,62 @@
+"""Directives per scheduler: Slurm never requeues by itself, PBS Pro and Torque/Moab each get their own words."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from firescale.render import JobSpec, render_job_script
+from firescale.site import load_site
+from site_helpers import site_copy
+
+
+def job(ranks: int, walltime_s: int = 5400, command=("firescale", "train"), run=Path("/shared/r/g")) -> JobSpec:
+    return JobSpec(name=f"fs-directives-g{ranks}", ranks=ranks, walltime_s=walltime_s, command=list(command),
+                   workdir=run, log_file=run / "job.log", status_file=run / "status.json")
+
+
+def pbs_site(tmp_path, scheduler: str, **edits):
+    def edit(d):
+        d.update(name=f"{scheduler}-site", scheduler=scheduler, launcher="mpirun", partition=None, qos=None,
+                 queue="gpu", **edits)
+    return load_site(site_copy(tmp_path, "ib-cluster", edit, folder=f"{scheduler}-site"))
+
+
+def test_slurm_jobs_are_never_requeued_by_slurm():
+    script = render_job_script(load_site("ib-cluster"), job(8))
+    assert "#SBATCH --no-requeue\n" in script and "--requeue\n" not in script.replace("--no-requeue", "")
+
+
+def test_pbs_pro_asks_with_select_chunks_and_no_moab_signal(tmp_path):
+    script = render_job_script(pbs_site(tmp_path, "pbs"), job(8))
+    assert "#PBS -l select=2:ncpus=40:mpiprocs=4:ngpus=4\n" in script and "#PBS -l place=scatter\n" in script
+    assert "-l signal=" not in script and "-l nodes=" not in script
+    assert "sleep 5100 &" in script  # 5400 s walltime - 300 s lead: the job signals itself
+
+
+def test_torque_asks_with_nodes_and_ppn_and_moab_sends_the_signal(tmp_path):
+    script = render_job_script(pbs_site(tmp_path, "torque"), job(8))
+    assert "#PBS -l nodes=2:ppn=40:gpus=4\n" in script and "#PBS -l signal=USR1@300\n" in script
+    assert "select=" not in script and "sleep 5100" not in script
+    assert "#PBS -N fs-directives-g\n" in script  # Torque's 15 characters
+
+
+def test_the_pbs_pro_timer_signals_the_job_within_its_lead_time(tmp_path):
+    """A real run of the job body: a 12 s walltime with a 10 s lead; the ranks get SIGUSR1 about 2 s in."""
+    site = pbs_site(tmp_path, "pbs", launcher_options=["--oversubscribe"], environment={"variables": {}},
+                    node={"gpus": 1, "cores": 1, "memory_gb": 4}, walltime_signal={"signal": "USR1", "seconds_before": 10})
+    run = tmp_path / "run"
+    code = ("import signal, sys, time, pathlib\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
+            "time.sleep(60)\n")
+    script = tmp_path / "job.sh"
+    script.write_text(render_job_script(site, job(1, 12, [sys.executable, "-c", code], run)))
+    started = time.time()
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90)
+    took = time.time() - started
+    status = json.loads((run / "status.json").read_text())
+    assert (run / "snapshot.txt").read_text() == "saved", proc.stderr
+    assert status["signal"] == "USR1" and status["signal_time"] and status["exit_code"] == 3
+    assert 1.5 < took < 30
