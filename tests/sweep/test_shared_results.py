@@ -112,7 +112,8 @@ def test_two_sweep_runs_of_one_point_cannot_both_run(tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsleep 30\n")
     point = {"site": "local", "experiment": "e", "point": "baseline", "gpus": 1, "nodes": 1, "batch": 64, "lr": 0.1,
-             "repeat": 0, "baseline": True, "walltime": "00:10:00", "run_dir": str(run), "max_resubmits": 0}
+             "repeat": 0, "baseline": True, "walltime": "00:10:00", "run_dir": str(run), "max_resubmits": 0,
+             "format": "firescale.sweep.point/1"}
     (tmp_path / "point.json").write_text(json.dumps(point))
     argv = [sys.executable, "-m", "firescale", "sweep", "run", "local", "--script", str(script), "--point-file",
             str(tmp_path / "point.json"), "--poll-seconds", "0.5", "--collect", str(tmp_path / "r.json"),

@@ -20,6 +20,7 @@ momentum: 0.9
 lr_policy: fixed
 max_iter: 40
 test_interval: 10
+test_initialization: false
 display: 10
 snapshot: 10
 random_seed: 5
@@ -69,12 +70,12 @@ def test_a_schedule_switches_batch_and_rate_and_resumes_exactly(work, run_ranks)
 
     # resume from the snapshot at 30 (inside the batch-32 phase) with the same settings, to 40
     (work / "part" / "snapshots").mkdir(parents=True)
-    for snap in (work / "full" / "snapshots").glob("snapshot_iter_30*"):
+    for snap in (work / "full" / "snapshots").glob("s_iter_30*"):
         shutil.copy(snap, work / "part" / "snapshots" / snap.name)
     run_ranks(1, _args(work, "part", "--resume"), timeout=300)
     segments = json.loads((work / "part" / "result.json").read_text())["segments"]
     assert [(s["start_iter"], s["end_iter"]) for s in segments] == [(0, 30), (30, 40)]
-    a, b = (weights(work / run / "snapshots" / "snapshot_iter_40.npz") for run in ("full", "part"))
+    a, b = (weights(work / run / "snapshots" / "s_iter_40.npz") for run in ("full", "part"))
     assert a.keys() == b.keys()
     for name in a:
         assert np.array_equal(a[name], b[name]), name

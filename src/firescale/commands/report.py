@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = ReportContext(experiment=args.experiment, site=site.name, device=site.config["device"]["name"],
                         net=exp["net"], site_digest=site.digest, site_source=str(site.source),
                         description=exp.get("description", ""), provenance=provenance)
-    written = _memory_and_batch_figures(config, args.experiment, site, records, args.out)
+    written = _memory_and_batch_figures(plan.config, args.experiment, site, records, args.out)
     written += write_report(summary, ctx, args.out)
     for row in summary.rows:
         verdict = "baseline" if row.baseline else (row.parity.verdict if row.parity else "no baseline")
