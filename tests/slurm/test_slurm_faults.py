@@ -194,8 +194,8 @@ def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupte
 
     reference = _train_here(tmp_path, "reference", max_iter)
     assert reference["iterations"] == result["iterations"] == max_iter and len(reference["segments"]) == 1
-    ours = _weights(tmp_path / "run" / "snapshots" / f"snapshot_iter_{max_iter}.npz")
-    theirs = _weights(tmp_path / "reference" / "snapshots" / f"snapshot_iter_{max_iter}.npz")
+    ours = _weights(tmp_path / "run" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")  # named after the solver file, as Caffe does
+    theirs = _weights(tmp_path / "reference" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")  # named after the solver file, as Caffe does
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert np.array_equal(ours[name], theirs[name]), name
