@@ -319,15 +319,17 @@ class Training:
         rate = learning_rate(self.solver_cfg, self.iteration) * plan.lr_scale * plan.warmup_factor(self.iteration)
         data_wait = compute = 0.0
         summed: list[Any] | None = None
-        loss_sum = tf.constant(0.0)
+        loss_sum: Any = None
         for k in range(plan.iter_size):
             t0 = now()
             images, labels = next(self.train_stream)
             t1 = now()
             micro = (self.iteration * plan.iter_size + k) * rank.size + rank.rank
             loss_k, grads = steps.grad(images, labels, tf.constant([self.seed, micro], tf.int64))
-            summed = list(grads) if summed is None else [a + b for a, b in zip(summed, grads)]
-            loss_sum = loss_sum + loss_k
+            if summed is None:      # the first micro-batch as it is: no eager copies or adds per step
+                summed, loss_sum = list(grads), loss_k
+            else:
+                summed, loss_sum = [a + b for a, b in zip(summed, grads)], loss_sum + loss_k
             _ = loss_sum.numpy()
             data_wait += t1 - t0
             compute += now() - t1
