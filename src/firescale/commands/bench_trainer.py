@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -46,10 +47,11 @@ def run(args: argparse.Namespace) -> int:
         load_after = os.getloadavg()[0]
         print(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min) on {os.cpu_count()} cores")
         print(f"{'ranks':>5} {'batch/rank':>10} {'trainer img/s':>13} {'bare img/s':>10} {'trainer % of bare':>17} "
-              f"{'(fastest runs)':>14}")
+              f"{'(fastest runs)':>14} {'last loss trainer/bare':>22}")
         for r in rows:
-            print(f"{r.ranks:>5} {r.batch_per_rank:>10} {statistics_median(r.trainer):>13.0f} "
-                  f"{statistics_median(r.bare):>10.0f} {r.percent:>16.1f}% {r.best_percent:>13.1f}%")
+            print(f"{r.ranks:>5} {r.batch_per_rank:>10} {statistics.median(r.trainer):>13.0f} "
+                  f"{statistics.median(r.bare):>10.0f} {r.percent:>16.1f}% {r.best_percent:>13.1f}% "
+                  f"{r.trainer_loss:>11.4f} / {r.bare_loss:.4f}")
         if args.json:
             atomic_write_json(args.json, {"format": TRAINER_FORMAT, "site": site.name, "net": args.net,
                                           "iterations": args.iterations, "repeats": args.repeats,
@@ -62,8 +64,3 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="firescale-bench-trainer-") as tmp:
         return go(Path(tmp))
 
-
-def statistics_median(values: list[float]) -> float:
-    import statistics
-
-    return statistics.median(values)

@@ -67,9 +67,10 @@ def make_step(net: Any, solver: Any, hvd: Any, size: int, effective_batch: int) 
     return step
 
 
-def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_rank: int, iterations: int,
-                  warmup: int = 2) -> dict[str, Any]:
-    """Train `iterations` timed iterations (after `warmup`) on every rank; images/s from the slowest rank."""
+def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_rank: int,
+                  iterations: int) -> dict[str, Any]:
+    """Train `iterations` iterations on every rank, the step traced (not run) before the clock starts, as
+    the trainer's update is; images/s from the slowest rank, and the last iteration's loss."""
     import tensorflow as tf
 
     from ..netspec import get_net
@@ -79,7 +80,6 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     from ..train.solver_config import load_solver
 
     rank = init_rank(1)
-    hvd = rank.hvd
     cfg = load_solver(solver_path, [])
     seed = cfg.random_seed if cfg.random_seed >= 0 else 1
     tf.random.set_seed(seed)
@@ -87,21 +87,20 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     net = build_net(get_net(net_name, num_classes=classes, input_shape=shape), seed)
     solver = _solver(cfg, net)
     rank.broadcast_variables(net.params + solver.history + solver.update_history)
-    step = make_step(net, solver, hvd, rank.size, batch_per_rank * rank.size)
-    rates = [tf.constant(learning_rate(cfg, i), tf.float32) for i in range(warmup + iterations)]
-    seeds = [tf.constant([seed, i], tf.int64) for i in range(warmup + iterations)]
-    loss = None
-    for i in range(warmup + iterations):
-        if i == warmup:
-            rank.barrier()
-            start = time.perf_counter()
+    step = make_step(net, solver, rank.hvd, rank.size, batch_per_rank * rank.size)
+    rates = [tf.constant(learning_rate(cfg, i), tf.float32) for i in range(iterations)]
+    seeds = [tf.constant([seed, i], tf.int64) for i in range(iterations)]
+    step.get_concrete_function(*batches[0], rates[0], tf.constant(0, tf.int64), seeds[0])
+    rank.barrier()
+    start = time.perf_counter()
+    for i in range(iterations):
         images, labels = batches[i % len(batches)]
         loss = step(images, labels, rates[i], tf.constant(i, tf.int64), seeds[i])
-    final_loss = float(loss.numpy()) / (batch_per_rank * rank.size)
+    last_loss = float(loss.numpy()) / (batch_per_rank * rank.size)
     slowest = _max_over_ranks(rank, time.perf_counter() - start)
     return {"format": BARE_FORMAT, "ranks": rank.size, "batch_per_rank": batch_per_rank, "iterations": iterations,
             "seconds": slowest, "images_per_s": iterations * batch_per_rank * rank.size / slowest,
-            "final_loss": final_loss, "net": net_name}
+            "final_loss": last_loss, "net": net_name}
 
 
 def _max_over_ranks(rank: Any, value: float) -> float:

@@ -1,6 +1,7 @@
 """`firescale train` beside a bare Horovod loop of the same net, batch, ranks and solver: images/s, side by side."""
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
@@ -12,6 +13,16 @@ from ..errors import FirescaleError
 from .site_ranks import SiteRanks
 
 TRAINER_FORMAT = "firescale.bench.trainer/1"
+_DISPLAY_LOSS = re.compile(r"^iter (\d+)/\d+ loss (\S+)", re.M)
+
+
+@dataclass(frozen=True)
+class SideRun:
+    """One run of one side: images/s, and the training loss of its last iteration (the same arithmetic
+    on the same first batches gives the same loss on both sides)."""
+
+    images_per_s: float
+    last_loss: float
 
 
 @dataclass(frozen=True)
@@ -27,21 +38,24 @@ class TrainerBenchRuns:
     ranks: SiteRanks
     timeout: float = 900.0
 
-    def trainer(self, ranks: int, name: str) -> float:
+    def trainer(self, ranks: int, name: str) -> SideRun:
         """images/s of `firescale train` (its result.json: images over training time, evaluation excluded)."""
         out = self.workdir / name
         cmd = [sys.executable, "-m", "firescale", "train", "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--batch-per-rank", str(self.batch_per_rank), "--out", str(out),
                "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "snapshot=0",
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
-        self.ranks.run(ranks, cmd, f"firescale train ({name})", timeout=self.timeout)
+        stdout = self.ranks.run(ranks, cmd, f"firescale train ({name})", timeout=self.timeout)
+        shown = [(int(i), float(loss)) for i, loss in _DISPLAY_LOSS.findall(stdout)]
+        if not shown or shown[-1][0] != self.iterations:
+            raise FirescaleError(f"firescale train ({name}) printed no loss at iteration {self.iterations}")
         result = load_json(out / "result.json")
         if result["ranks"] != ranks or result["iterations"] != self.iterations:
             raise FirescaleError(f"{out / 'result.json'}: {result['iterations']} iterations on {result['ranks']} ranks, "
                                  f"expected {self.iterations} on {ranks}")
-        return float(result["images_per_s"])
+        return SideRun(float(result["images_per_s"]), shown[-1][1])
 
-    def bare(self, ranks: int, name: str) -> float:
+    def bare(self, ranks: int, name: str) -> SideRun:
         """images/s of the bare Horovod loop (firescale.perf.bare_loop)."""
         out = self.workdir / f"{name}.json"
         cmd = [sys.executable, "-m", "firescale.perf.bare_loop", "--dataset", str(self.dataset), "--net", self.net,
@@ -51,7 +65,7 @@ class TrainerBenchRuns:
         result = load_json(out)
         if result["ranks"] != ranks:
             raise FirescaleError(f"{out}: the bare loop ran on {result['ranks']} ranks, expected {ranks}")
-        return float(result["images_per_s"])
+        return SideRun(float(result["images_per_s"]), float(result["final_loss"]))
 
 
 @dataclass
@@ -60,8 +74,10 @@ class TrainerVsBare:
 
     ranks: int
     batch_per_rank: int
-    trainer: list[float] = field(default_factory=list)
+    trainer: list[float] = field(default_factory=list)     # images/s, one per round
     bare: list[float] = field(default_factory=list)
+    trainer_loss: float | None = None                       # the last iteration's loss, last round
+    bare_loss: float | None = None
 
     @property
     def percent(self) -> float:
@@ -88,7 +104,8 @@ def compare_trainer(runs: TrainerBenchRuns, ranks: Sequence[int], repeats: int,
         for r in ranks:
             sides = [("trainer", runs.trainer), ("bare", runs.bare)]
             for side, run in (sides if k % 2 == 0 else sides[::-1]):
-                ips = run(r, f"{side}-r{r}-{k}")
-                getattr(rows[r], side).append(ips)
-                say(f"round {k + 1}, {r} ranks: {side} {ips:.0f} images/s")
+                got = run(r, f"{side}-r{r}-{k}")
+                getattr(rows[r], side).append(got.images_per_s)
+                setattr(rows[r], f"{side}_loss", got.last_loss)
+                say(f"round {k + 1}, {r} ranks: {side} {got.images_per_s:.0f} images/s, last loss {got.last_loss:.4f}")
     return [rows[r] for r in ranks]

@@ -158,6 +158,7 @@ class Training:
         self.meta: dict[str, Any] = {}
         self.split = SplitSums()
         self.images_done = 0
+        self.train_stream: Any = None
 
     # ------------------------------------------------------------ build
     def build(self) -> None:
@@ -255,12 +256,18 @@ class Training:
 
     def open_stream(self, iteration: int) -> None:
         """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
-        from ..data.readers import train_batches
+        from ..data.prefetch import PrefetchedBatches
+        from ..data.readers import iter_train_arrays, prefetch_depth
+        from ..data.shard import rank_positions
 
         self.plan = self.schedule.plan_at(iteration)
-        self.train_stream = iter(train_batches(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
-                                               size=self.rank.size, batch_per_rank=self.plan.batch_per_rank,
-                                               start_sample=self.schedule.samples_before(iteration)))
+        start, batch = self.schedule.samples_before(iteration), self.plan.batch_per_rank
+        rank_positions(start, batch * self.rank.size, self.rank.rank, self.rank.size)  # bad positions fail here
+        if self.train_stream is not None:
+            self.train_stream.close()
+        arrays = iter_train_arrays(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
+                                   size=self.rank.size, batch_per_rank=batch, start_sample=start)
+        self.train_stream = PrefetchedBatches(arrays, prefetch_depth(batch, self.image_shape))
 
     def _log_constants(self) -> None:
         log, c, cfg, plan = self.log, self.log.constants, self.solver_cfg, self.plan
@@ -456,6 +463,7 @@ class Training:
 
             self.placement = measure_copies(self.placement)
             result.placement = self.placement.to_dict()
+        self.train_stream.close()
         if rank.is_root:
             write_result(self.out / "result.json", result)
         success = status == "target_reached" or (status == "finished" and self.target is None)
