@@ -12,15 +12,10 @@ from ..errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, type=Path, help="dataset folder with manifest.json, e.g. DATA/digits")
-    parser.add_argument("--net", default="lenet", help="network (default lenet)")
-    parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
-                        help="solver (default workflow/solvers/lenet-digits.yaml)")
-    parser.add_argument("--site", default="local", help="site whose launcher and environment start the ranks")
+    from ..perf.cli_args import add_training_run_arguments
+
+    add_training_run_arguments(parser, "site whose launcher and environment start the ranks")
     parser.add_argument("--batch-per-rank", type=int, default=64, help="images per rank per iteration (default 64)")
-    parser.add_argument("--ranks", default="1,2", help="rank counts (default 1,2)")
-    parser.add_argument("--iterations", type=int, default=400, help="timed iterations per run (default 400)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds, each running both sides (default 3)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write the rows and load averages here")
     parser.epilog = ("The bare loop (python -m firescale.perf.bare_loop) keeps its batches in memory and runs each "
