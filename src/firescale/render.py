@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 
 from .collectives import site_allreduce
+from .horovod_knobs import site_horovod_environment
 from .errors import FirescaleError
 from .launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from .schedulers import get_scheduler
@@ -147,7 +148,7 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
     launch = wrap(site.launcher, command, placement, options)
     env_list = ENV_LIST_VARIABLE.get(site.launcher)
-    collectives = site_allreduce(site).environment()
+    collectives = {**site_allreduce(site).environment(), **site_horovod_environment(site)}
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
     return {
         "site": c,

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..atomic import atomic_write_json
-from ..perf.bench_allreduce import BENCH_ALGORITHMS, measure_allreduce
+from ..perf.bench_allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_vs_mpi,
+                                    measure_allreduce)
 from ..perf.cli_args import add_platform_arguments, float_list, platform_from_args
 from ..perf.comm import Link, allreduce_time
 
@@ -12,6 +14,8 @@ from ..perf.comm import Link, allreduce_time
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes-mb", type=float_list, default=[30.0],
                         help="gradient sizes in MB (default 30, NiN's |W|)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB and 64 MiB instead of --sizes-mb")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
     parser.add_argument("--algorithms", default="ps,tree,ring",
                         help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default ps,tree,ring)")
@@ -48,10 +52,30 @@ def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
     return link, platform.algorithm
 
 
+def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMeasurement, float | None]],
+           knobs: dict[str, str], load: tuple[float, float]) -> None:
+    print(f"{ranks} ranks, {args.reps} repetitions; times are the slowest rank's"
+          + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
+    print(f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; Horovod knobs: "
+          + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults"))
+    print(f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} {'meas/pred':>10}")
+    for m, pred in results:
+        ratio = f"{m.median_s / pred:.2f}" if pred else "-"
+        print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} {m.min_s * 1e3:>9.3f} "
+              f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
+    pairs = horovod_vs_mpi([m for m, _ in results])
+    if pairs:
+        print(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} {'(fastest reps)':>15}")
+        for p in pairs:
+            print(f"{p.bytes / 1024:>8.0f} {p.mpi_s * 1e3:>9.3f} {p.horovod_s * 1e3:>11.3f} {p.percent_of_mpi:>21.1f}% "
+                  f"{p.best_percent_of_mpi:>14.1f}%")
+
+
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from ..errors import FirescaleError
+    from ..horovod_knobs import recorded_knobs
 
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]
@@ -63,27 +87,26 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"--compute-ms must be 0 or more, not {args.compute_ms}")
     comm = MPI.COMM_WORLD
     link, site_algorithm = _link(args)
+    sizes = list(SWEEP_BYTES) if args.sweep else [int(mb * 1e6) for mb in args.sizes_mb]
+    load_before = os.getloadavg()[0]
     results = []
-    for size_mb in args.sizes_mb:
+    for nbytes in sizes:
         for algo in algorithms:
-            m = measure_allreduce(comm, algo, int(size_mb * 1e6), args.reps, compute_s=args.compute_ms / 1e3)
+            m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3)
             model = site_algorithm if algo in ("mpi", "horovod") else algo
             predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
             results.append((m, predicted))
     if comm.Get_rank() != 0:
         return 0
-    print(f"{comm.Get_size()} ranks, {args.reps} repetitions; times are the slowest rank's"
-          + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
-    head = f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} {'meas/pred':>10}"
-    print(head)
-    for m, pred in results:
-        ratio = f"{m.median_s / pred:.2f}" if pred else "-"
-        print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.2f} {m.median_s * 1e3:>10.3f} {m.min_s * 1e3:>9.3f} "
-              f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
+    load = (load_before, os.getloadavg()[0])
+    knobs = recorded_knobs(os.environ)
+    _print(comm.Get_size(), args, results, knobs, load)
     if args.json:
         atomic_write_json(args.json, {
             "ranks": comm.Get_size(), "reps": args.reps, "compute_ms": args.compute_ms,
+            "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
             "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
                                                "ppp": link.ppp, "reduce_rate": link.reduce_rate},
-            "measurements": [{**m.to_dict(), "predicted_s": pred} for m, pred in results]})
+            "measurements": [{**m.to_dict(), "predicted_s": pred} for m, pred in results],
+            "horovod_vs_mpi": [p.to_dict() for p in horovod_vs_mpi([m for m, _ in results])]})
     return 0

@@ -13,15 +13,10 @@ from ..errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, type=Path, help="dataset folder with manifest.json, e.g. DATA/digits")
-    parser.add_argument("--net", default="lenet", help="network (default lenet)")
-    parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
-                        help="solver (default workflow/solvers/lenet-digits.yaml)")
-    parser.add_argument("--site", default="local", help="site whose device, link, launcher and allreduce to use")
+    from ..perf.cli_args import add_training_run_arguments
+
+    add_training_run_arguments(parser, "site whose device, link, launcher and allreduce to use")
     parser.add_argument("--batch", type=int, default=64, help="total batch, split over the ranks (default 64)")
-    parser.add_argument("--ranks", default="1,2", help="rank counts to check (default 1,2)")
-    parser.add_argument("--iterations", type=int, default=400, help="timed iterations per run (default 400)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of runs; medians are compared (default 3)")
     parser.add_argument("--allreduce-json", help="`bench allreduce --json` output to fit the communication factor "
                                                  "(default: the workflow's probe, Horovod's allreduce after a "
                                                  "synthetic step as long as the half-batch iteration)")

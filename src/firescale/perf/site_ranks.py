@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..collectives import site_allreduce
 from ..errors import FirescaleError
+from ..horovod_knobs import site_horovod_environment
 from ..launchers import Placement, wrap
 
 
@@ -48,7 +49,7 @@ def site_ranks(site: Any) -> SiteRanks:
         options.append("--allow-run-as-root")
     variables = (site.config.get("environment") or {}).get("variables") or {}
     env = {**{k: str(v) for k, v in variables.items()},
-           **site_allreduce(site).environment()}
+           **site_allreduce(site).environment(), **site_horovod_environment(site)}
     return SiteRanks(site.name, site.config["launcher"], tuple(options), env)
 
 

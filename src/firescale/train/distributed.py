@@ -13,6 +13,7 @@ import numpy as np
 
 from ..collectives import decode_allreduce
 from ..errors import FirescaleError
+from ..horovod_knobs import recorded_knobs
 
 
 @dataclass
@@ -169,6 +170,7 @@ def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
         "ompi_coll_tuned": {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items())
                             if k.startswith("OMPI_MCA_coll_tuned_")},
         "nccl_algo": env.get("NCCL_ALGO"),
+        "horovod_knobs": recorded_knobs(env),
         "ranks": rank.size,
         "library": used.library,
         "message_bytes": message,

@@ -161,6 +161,7 @@ class Training:
         self.meta: dict[str, Any] = {}
         self.split = SplitSums()
         self.images_done = 0
+        self.train_stream: Any = None
 
     # ------------------------------------------------------------ build
     def build(self) -> None:
@@ -258,13 +259,21 @@ class Training:
 
     def open_stream(self, iteration: int) -> None:
         """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
-        from ..data.readers import train_batches
+        from ..data.prefetch import PrefetchedBatches
+        from ..data.readers import iter_train_arrays, prefetch_depth
+        from ..data.shard import rank_positions
 
         self.plan = self.schedule.plan_at(iteration)
-        self.train_stream = iter(train_batches(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
-                                               size=self.rank.size, batch_per_rank=self.plan.batch_per_rank,
-                                               start_sample=self.schedule.samples_before(iteration),
-                                               prefetch=0 if len(self.rank.pinned_cpus) == 1 else None))  # one core: read inline
+        start, batch = self.schedule.samples_before(iteration), self.plan.batch_per_rank
+        rank_positions(start, batch * self.rank.size, self.rank.rank, self.rank.size)  # bad positions fail here
+        if self.train_stream is not None:
+            self.train_stream.close()
+        arrays = iter_train_arrays(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
+                                   size=self.rank.size, batch_per_rank=batch, start_sample=start)
+        # A rank pinned to one core reads inline: a reader thread would only take turns with training for
+        # the core and the GIL.  Otherwise a reader thread keeps batches ready.
+        one_core = len(self.rank.pinned_cpus) == 1
+        self.train_stream = arrays if one_core else PrefetchedBatches(arrays, prefetch_depth(batch, self.image_shape))
 
     def _log_constants(self) -> None:
         log, c, cfg, plan = self.log, self.log.constants, self.solver_cfg, self.plan
@@ -325,15 +334,17 @@ class Training:
         rate = learning_rate(self.solver_cfg, self.iteration) * plan.lr_scale * plan.warmup_factor(self.iteration)
         data_wait = compute = 0.0
         summed: list[Any] | None = None
-        loss_sum = tf.constant(0.0)
+        loss_sum: Any = None
         for k in range(plan.iter_size):
             t0 = now()
             images, labels = next(self.train_stream)
             t1 = now()
             micro = (self.iteration * plan.iter_size + k) * rank.size + rank.rank
             loss_k, grads = steps.grad(images, labels, tf.constant([self.seed, micro], tf.int64))
-            summed = list(grads) if summed is None else [a + b for a, b in zip(summed, grads)]
-            loss_sum = loss_sum + loss_k
+            if summed is None:      # the first micro-batch as it is: no eager copies or adds per step
+                summed, loss_sum = list(grads), loss_k
+            else:
+                summed, loss_sum = [a + b for a, b in zip(summed, grads)], loss_sum + loss_k
             _ = loss_sum.numpy()
             data_wait += t1 - t0
             compute += now() - t1
@@ -460,6 +471,7 @@ class Training:
 
             self.placement = measure_copies(self.placement)
             result.placement = self.placement.to_dict()
+        self.train_stream.close()
         if rank.is_root:
             write_result(self.out / "result.json", result)
         success = status == "target_reached" or (status == "finished" and self.target is None)

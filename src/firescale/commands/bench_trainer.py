@@ -1,0 +1,61 @@
+"""`firescale bench trainer`: images/s of `firescale train` beside a bare Horovod loop, for 1 and 2 ranks."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from ..atomic import atomic_write_json
+from ..errors import FirescaleError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..perf.cli_args import add_training_run_arguments
+
+    add_training_run_arguments(parser, "site whose launcher and environment start the ranks")
+    parser.add_argument("--batch-per-rank", type=int, default=64, help="images per rank per iteration (default 64)")
+    parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
+    parser.add_argument("--json", help="write the rows and load averages here")
+    parser.epilog = ("The bare loop (python -m firescale.perf.bare_loop) keeps its batches in memory and runs each "
+                     "iteration as one tf.function: gradients, one grouped Horovod allreduce, Caffe's update.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..perf.bench_trainer import TRAINER_FORMAT, TrainerBenchRuns, compare_trainer
+    from ..perf.cli_args import int_list
+    from ..perf.site_ranks import site_ranks
+    from ..site import load_site
+
+    if args.batch_per_rank < 1 or args.iterations < 1:
+        raise FirescaleError("--batch-per-rank and --iterations must be at least 1")
+    if not (args.dataset / "manifest.json").is_file():
+        raise FirescaleError(f"{args.dataset / 'manifest.json'} does not exist; ingest the dataset first")
+    site = load_site(args.site)
+
+    def go(workdir: Path) -> int:
+        runs = TrainerBenchRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.batch_per_rank,
+                                args.iterations, workdir, site_ranks(site))
+        load_before = os.getloadavg()[0]
+        rows = compare_trainer(runs, int_list(args.ranks), args.repeats, say=print)
+        load_after = os.getloadavg()[0]
+        print(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min) on {os.cpu_count()} cores")
+        print(f"{'ranks':>5} {'batch/rank':>10} {'trainer img/s':>13} {'bare img/s':>10} {'trainer % of bare':>17} "
+              f"{'(fastest runs)':>14} {'last loss trainer/bare':>22}")
+        for r in rows:
+            print(f"{r.ranks:>5} {r.batch_per_rank:>10} {statistics.median(r.trainer):>13.0f} "
+                  f"{statistics.median(r.bare):>10.0f} {r.percent:>16.1f}% {r.best_percent:>13.1f}% "
+                  f"{r.trainer_loss:>11.4f} / {r.bare_loss:.4f}")
+        if args.json:
+            atomic_write_json(args.json, {"format": TRAINER_FORMAT, "site": site.name, "net": args.net,
+                                          "iterations": args.iterations, "repeats": args.repeats,
+                                          "load_average": [load_before, load_after], "cpus": os.cpu_count(),
+                                          "rows": [r.to_dict() for r in rows]})
+        return 0
+
+    if args.workdir:
+        return go(args.workdir)
+    with tempfile.TemporaryDirectory(prefix="firescale-bench-trainer-") as tmp:
+        return go(Path(tmp))
+
