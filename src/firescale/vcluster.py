@@ -152,7 +152,7 @@ class VirtualCluster:
         """This cluster's namespaces that exist, also nodes beyond `nodes` (left by a larger bring-up)."""
         have = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
         ours = re.compile(rf"{re.escape(self.name)}-(net|ctl|n[0-9]+)")
-        return sorted((ns for ns in have if ours.fullmatch(ns)), key=lambda ns: (not ns.endswith("-net"), ns))
+        return sorted((ns for ns in have if ours.fullmatch(ns)), key=_bridge_first)
 
     def _pidfile(self, daemon: str, host: str) -> Path:
         return self.root / ("slurmctld.pid" if daemon == "slurmctld" else f"slurmd-{host}.pid")
@@ -176,7 +176,7 @@ class VirtualCluster:
         return dict(line.split()[:2] for line in proc.stdout.splitlines() if len(line.split()) >= 2)
 
     def is_up(self) -> bool:
-        if self.existing_namespaces() != sorted(self.namespaces(), key=lambda ns: (not ns.endswith("-net"), ns)):
+        if self.existing_namespaces() != sorted(self.namespaces(), key=_bridge_first):
             return False
         if any(pid is None for pid in self._daemon_pids().values()):
             return False
@@ -260,16 +260,21 @@ class VirtualCluster:
             _ip("-n", ns, "link", "set", "eth0", "up")
 
     def _start_daemons(self) -> None:
-        env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        _run([str(self.enter), CONTROLLER_HOST, "slurmctld", "-i"], env, "slurmctld", self)
+        self._start(CONTROLLER_HOST, "slurmctld", "-i")
         for node in self.node_names:
-            _run([str(self.enter), node, "slurmd", "-N", node], env, f"slurmd on {node}", self)
+            self._start(node, "slurmd", "-N", node)
 
     def restart_node(self, node: str, timeout: float = 60) -> None:
         """Start a node's slurmd again after it died, and wait until Slurm takes the node back."""
-        env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        _run([str(self.enter), node, "slurmd", "-N", node], env, f"slurmd on {node}", self)
+        self._start(node, "slurmd", "-N", node)
         self._wait_idle(timeout)
+
+    def _start(self, host: str, daemon: str, *args: str) -> None:
+        """Start a daemon on `host` (`enter` gives it the host's namespace and SLURM_CONF)."""
+        proc = subprocess.run([str(self.enter), host, daemon, *args], capture_output=True, text=True, timeout=60)
+        if proc.returncode:
+            raise VClusterError(f"vcluster {self.name}: {daemon} on {host} did not start "
+                                f"({(proc.stderr or proc.stdout).strip()}); see {self.root / 'log'}")
 
     def _wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -400,11 +405,9 @@ def _ip(*argv: str) -> None:
         raise VClusterError(f"vcluster: `ip {' '.join(argv)}` failed: {proc.stderr.strip()}")
 
 
-def _run(argv: list[str], env: dict[str, str], what: str, c: VirtualCluster) -> None:
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
-    if proc.returncode:
-        raise VClusterError(f"vcluster {c.name}: {what} did not start ({(proc.stderr or proc.stdout).strip()}); "
-                            f"see {c.root / 'log'}")
+def _bridge_first(namespace: str) -> tuple[bool, str]:
+    """Sort key: the bridge's namespace first (created first, deleted last), then by name."""
+    return (not namespace.endswith("-net"), namespace)
 
 
 def _usable(state: str) -> bool:
