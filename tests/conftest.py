@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository root, and running a command as N MPI ranks on localhost."""
+"""Shared fixtures: the repository root, and running a command as N MPI ranks on localhost; how the
+suite is shared between pytest-xdist workers (`make test` runs two)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,36 @@ import pytest
 from mpitools import mpirun_argv
 
 REPO = Path(__file__).resolve().parents[1]
+# Tiers that start daemons once per session: all their tests go to one worker, and they go first,
+# since they are the longest (a real walltime, a virtual cluster's sweep) and mostly wait.
+TIER_GROUPS = ("slurm", "vcluster")
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Under xdist (`-n N --dist loadgroup`): one group per tier above, else one per module, so that a
+    module's expensive fixtures (a real sweep, a trained net) run once, in one worker."""
+    def group(item) -> str:
+        tier = next((t for t in TIER_GROUPS if item.get_closest_marker(t)), None)
+        return tier or item.nodeid.split("::")[0]
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: group(item) not in TIER_GROUPS)   # stable: the tiers first, else as collected
+
+
+def pytest_configure(config):
+    """An xdist worker keeps to one core of its own, as a rank does: two workers then share the machine
+    without one rank's pinning landing on the other worker's core.  Several ranks in one worker share
+    its core, so MPI must yield while it waits rather than spin."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not hasattr(os, "sched_getaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and len(cpus) >= workers:
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+        os.environ["OMPI_MCA_mpi_yield_when_idle"] = "1"
 
 
 @pytest.fixture(scope="session")

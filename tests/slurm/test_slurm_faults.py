@@ -177,7 +177,7 @@ def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupte
             lines.append("blocker submitted")
 
     point = _point(site, script, "00:02:00", log, first=2, most=5)
-    point.max_resubmits = 3
+    point.max_resubmits = 6   # Slurm may signal up to 30 s early, and a loaded machine restarts slowly
     verdict, subs = point.run()
     text = "\n".join(lines)
     assert verdict.outcome == "succeeded" and len(subs) >= 2, text + (tmp_path / "run" / "job.log").read_text()[-3000:]
