@@ -80,7 +80,8 @@ def _planned(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, rank
 
 
 def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], site: Any) -> list[MemoryFit]:
-    """The memory of every point (`name`, `gpus`, `batch_per_gpu`) on `site`; a layer plan in the solver
+    """The memory of every point (`name`, `gpus`, `peak_batch_per_gpu`: a batch schedule's largest) on
+    `site`; a layer plan in the solver
     file (Oh and Lee's `dist` blocks) is checked against the net, the node's devices and their memory."""
     from ..train.solver_config import load_solver
 
@@ -89,12 +90,12 @@ def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], si
     out = []
     for p in points:
         if plan is None:
-            out.append(_over(spec, p.name, p.batch_per_gpu, solver, site, p.gpus))
+            out.append(_over(spec, p.name, p.peak_batch_per_gpu, solver, site, p.gpus))
             continue
         try:
-            out.append(_planned(spec, p.name, p.batch_per_gpu, solver, site, p.gpus, plan))
+            out.append(_planned(spec, p.name, p.peak_batch_per_gpu, solver, site, p.gpus, plan))
         except FirescaleError as exc:
-            out.append(MemoryFit(p.name, p.batch_per_gpu, site.device_memory, (), (), problem=str(exc)))
+            out.append(MemoryFit(p.name, p.peak_batch_per_gpu, site.device_memory, (), (), problem=str(exc)))
     return out
 
 

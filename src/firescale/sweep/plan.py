@@ -81,11 +81,11 @@ class Plan:
     def lr_search(self, experiment: str) -> list[SweepPoint]:
         """The points of the experiment's learning-rate searches: those whose GPUs and batch it trains at
         more than one rate (empty when it searches none)."""
-        rates: dict[tuple[int, int], set[float]] = {}
+        rates: dict[tuple[Any, ...], set[float]] = {}
         for p in self.points[experiment]:
             if not p.baseline:
-                rates.setdefault((p.gpus, p.batch), set()).add(p.lr)
-        return [p for p in self.points[experiment] if not p.baseline and len(rates[p.gpus, p.batch]) > 1]
+                rates.setdefault((p.gpus, p.batch, p.schedule), set()).add(p.lr)
+        return [p for p in self.points[experiment] if not p.baseline and len(rates[p.gpus, p.batch, p.schedule]) > 1]
 
     def solver(self, experiment: str) -> SolverConfig:
         """The experiment's solver file, read as the trainer reads it."""

@@ -13,16 +13,31 @@ from .paths import in_repo
 
 LOCAL_REPEATS = 3      # runs per point on a site without a scheduler: enough for a mean ± sd and an interval
 CLUSTER_REPEATS = 1    # on a cluster one run per point, unless the experiment asks for more
-# A point's name: the baseline ("baseline", its repeats "baseline-r1", ...), or GPUs, total batch, the
-# learning rate when the experiment sweeps it, and the repeat.  The run folder and records carry it.
+# A point's name: the baseline ("baseline", its repeats "baseline-r1", ...), or GPUs, total batch (a
+# batch schedule adds each change, "+32at600": total batch 32 from iteration 600), the learning rate when
+# the experiment sweeps it, and the repeat.  The run folder and records carry it.
 POINT_NAME = re.compile(r"^(?:baseline(?:-r(?P<brepeat>[1-9]\d*))?"
-                        r"|g(?P<gpus>\d+)-b(?P<batch>\d+)(?:-lr(?P<lr>[0-9][0-9.e+-]*?))?-r(?P<repeat>\d+))$")
-POINT_WILDCARD = r"baseline(-r[1-9]\d*)?|g\d+-b\d+(-lr[0-9][0-9.e+-]*?)?-r\d+"
+                        r"|g(?P<gpus>\d+)-b(?P<batch>\d+)(?P<schedule>(?:\+\d+at\d+)+)?"
+                        r"(?:-lr(?P<lr>[0-9][0-9.e+-]*?))?-r(?P<repeat>\d+))$")
+POINT_WILDCARD = r"baseline(-r[1-9]\d*)?|g\d+-b\d+(\+\d+at\d+)*(-lr[0-9][0-9.e+-]*?)?-r\d+"
+_CHANGE = re.compile(r"\+(\d+)at(\d+)")
 
 
 def lr_label(lr: float) -> str:
     """A learning rate as point names write it: 0.08, 1e-05."""
     return f"{lr:g}"
+
+
+def schedule_from_name(name: str) -> tuple[tuple[int, int], ...]:
+    """The batch changes a point name carries, (iteration, total batch) each; () for a point without."""
+    m = POINT_NAME.match(name)
+    text = (m["schedule"] or "") if m else ""
+    return tuple((int(it), int(batch)) for batch, it in _CHANGE.findall(text))
+
+
+def batch_label(name: str, batch: int) -> str:
+    """The batch as the report's table writes it: '64', or a schedule's batches in turn, '16+32'."""
+    return "+".join(str(b) for b in (batch, *(b for _, b in schedule_from_name(name))))
 
 
 @dataclass(frozen=True)
@@ -38,13 +53,16 @@ class SweepPoint:
     baseline: bool = False
     epochs: float | None = None
     lr_in_name: bool = False    # the experiment sweeps the learning rate: the name says which
+    schedule: tuple[tuple[int, int], ...] = ()  # batch changes (iteration, total batch); `batch` is the first
 
     @property
     def group(self) -> str:
-        """The name shared by the repeats of one point: 'baseline', 'g2-b128' or 'g32-b1024-lr0.08'."""
+        """The name shared by the repeats of one point: 'baseline', 'g2-b128', 'g32-b1024-lr0.08' or,
+        with a batch schedule, 'g2-b16+32at600'."""
         if self.baseline:
             return "baseline"
-        return f"g{self.gpus}-b{self.batch}" + (f"-lr{lr_label(self.lr)}" if self.lr_in_name else "")
+        changes = "".join(f"+{batch}at{iteration}" for iteration, batch in self.schedule)
+        return f"g{self.gpus}-b{self.batch}{changes}" + (f"-lr{lr_label(self.lr)}" if self.lr_in_name else "")
 
     @property
     def name(self) -> str:
@@ -55,6 +73,32 @@ class SweepPoint:
     @property
     def batch_per_gpu(self) -> int:
         return self.batch // self.gpus
+
+    @property
+    def phases(self) -> list[tuple[int, int]]:
+        """(first iteration, total batch) of each batch phase: one phase from 0 without a schedule."""
+        return [(0, self.batch), *self.schedule]
+
+    @property
+    def peak_batch_per_gpu(self) -> int:
+        """The largest batch per GPU of its phases: what its memory must hold."""
+        return max(batch for _, batch in self.phases) // self.gpus
+
+    def schedule_option(self) -> str:
+        """The schedule as `firescale train --batch-schedule` takes it: '600:32,900:64' ('' without)."""
+        return ",".join(f"{iteration}:{batch}" for iteration, batch in self.schedule)
+
+
+def phase_images(point: SweepPoint, images: float) -> list[tuple[int, float]]:
+    """(total batch, images) each phase of `point` trains when the whole run trains `images`: every
+    phase runs to the next change, the last one to the end; a phase the budget never reaches gets 0."""
+    out = []
+    phases = point.phases
+    for k, (start, batch) in enumerate(phases):
+        span = (phases[k + 1][0] - start) * batch if k + 1 < len(phases) else images
+        out.append((batch, min(span, images)))
+        images -= out[-1][1]
+    return out
 
 
 def _scaled_lr(base_lr: float, rule: str, batch: int, baseline_batch: int) -> float:
@@ -69,6 +113,7 @@ class _Candidate:
     lr: float | None        # None: the lr_scaling rule's
     epochs: float | None
     key: str                # where in the experiment it was written, for errors
+    schedule: tuple[tuple[int, int], ...] = ()   # batch changes (iteration, total batch) after `batch`
 
 
 class _Experiment:
@@ -96,6 +141,22 @@ class _Experiment:
             raise self.error(key, f"is {value}; a learning rate must be positive")
         return value
 
+    def schedule(self, phases: list[dict[str, int]], key: str) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """A batch schedule's first batch and its changes; the first phase at iteration 0, the iterations
+        increasing, and each phase at another batch than the one before."""
+        if phases[0]["iteration"] != 0:
+            raise self.error(f"{key}[0].iteration", f"is {phases[0]['iteration']}; a batch schedule's first "
+                                                    f"phase starts at iteration 0")
+        for k in range(1, len(phases)):
+            before, now = phases[k - 1], phases[k]
+            if now["iteration"] <= before["iteration"]:
+                raise self.error(f"{key}[{k}].iteration", f"is {now['iteration']}, not after the phase before "
+                                 f"({before['iteration']}); list the phases by increasing iteration")
+            if now["batch"] == before["batch"]:
+                raise self.error(f"{key}[{k}].batch", f"is {now['batch']}, the batch of the phase before; "
+                                 f"each phase of a batch schedule changes the batch")
+        return phases[0]["batch"], tuple((p["iteration"], p["batch"]) for p in phases[1:])
+
 
 def _candidates(e: _Experiment) -> list[_Candidate]:
     """The gpus x batch (x lr) grid and the explicit points, each total batch resolved."""
@@ -109,17 +170,29 @@ def _candidates(e: _Experiment) -> list[_Candidate]:
         e.lr(lr, f"{e.key('lr')}[{i}]")
         if lr is not None and rates.index(lr) != i:
             raise e.error(e.key("lr"), f"lists {lr:g} twice; list each learning rate once")
+    scheduled = lambda g, changes: tuple((i, total(g, b)) for i, b in changes)  # noqa: E731
+    batches = e.sweep.get("batch", [] if e.sweep.get("batch_schedules") else [baseline_batch])
     out = [_Candidate(g, total(g, b), lr, epochs, e.key("batch"))
-           for g in e.sweep.get("gpus", []) for b in e.sweep.get("batch", [baseline_batch]) for lr in rates]
+           for g in e.sweep.get("gpus", []) for b in batches for lr in rates]
+    schedules = [(f"{e.key('batch_schedules')}[{k}]", e.schedule(phases, f"{e.key('batch_schedules')}[{k}]"))
+                 for k, phases in enumerate(e.sweep.get("batch_schedules", []))]
+    out += [_Candidate(g, total(g, first), lr, epochs, key, scheduled(g, changes))
+            for g in e.sweep.get("gpus", []) for key, (first, changes) in schedules for lr in rates]
     for i, p in enumerate(e.sweep.get("points", [])):
         key = f"{e.key('points')}[{i}]"
         point_epochs = e.epochs(p.get("epochs"), f"{key}.epochs")
-        out.append(_Candidate(p["gpus"], total(p["gpus"], p["batch"]), e.lr(p.get("lr"), f"{key}.lr"),
-                              point_epochs if point_epochs is not None else epochs, f"{key}.batch"))
+        if ("batch" in p) == ("batch_schedule" in p):
+            raise e.error(key, "needs one of 'batch' and 'batch_schedule', not both or neither")
+        first, changes = (p["batch"], ()) if "batch" in p else e.schedule(p["batch_schedule"], f"{key}.batch_schedule")
+        out.append(_Candidate(p["gpus"], total(p["gpus"], first), e.lr(p.get("lr"), f"{key}.lr"),
+                              point_epochs if point_epochs is not None else epochs,
+                              f"{key}.batch" if "batch" in p else f"{key}.batch_schedule",
+                              scheduled(p["gpus"], changes)))
     for c in out:
-        if c.batch % c.gpus:
-            raise e.error(c.key, f"asks for a total batch of {c.batch} on {c.gpus} GPUs, which does not divide "
-                                 f"evenly; use a total batch that is a multiple of the GPUs")
+        for batch in (c.batch, *(b for _, b in c.schedule)):
+            if batch % c.gpus:
+                raise e.error(c.key, f"asks for a total batch of {batch} on {c.gpus} GPUs, which does not divide "
+                                     f"evenly; use a total batch that is a multiple of the GPUs")
     return out
 
 
@@ -134,21 +207,22 @@ def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: floa
     baseline_batch, rule = e.exp["batch"]["baseline"], e.exp["lr_scaling"]
     repeats = e.sweep.get("repeats") or e.exp.get("repeats") or default_repeats
     baseline_epochs = e.epochs(e.exp.get("epochs"), "epochs")
-    seen = {(1, baseline_batch, base_lr, baseline_epochs)}
-    unique: list[tuple[int, int, float, float | None]] = []
+    seen = {(1, baseline_batch, (), base_lr, baseline_epochs)}
+    unique: list[tuple[int, int, tuple[tuple[int, int], ...], float, float | None]] = []
     for c in _candidates(e):
+        # a schedule's first phase takes the rule's rate; the trainer scales each later phase from it
         lr = c.lr if c.lr is not None else _scaled_lr(base_lr, rule, c.batch, baseline_batch)
-        if (c.gpus, c.batch, lr, c.epochs) not in seen:
-            seen.add((c.gpus, c.batch, lr, c.epochs))
-            unique.append((c.gpus, c.batch, lr, c.epochs))
-    rates_per_shape: dict[tuple[int, int], set[float]] = {}
-    for gpus, batch, lr, _ in unique:
-        rates_per_shape.setdefault((gpus, batch), set()).add(lr)
+        if (c.gpus, c.batch, c.schedule, lr, c.epochs) not in seen:
+            seen.add((c.gpus, c.batch, c.schedule, lr, c.epochs))
+            unique.append((c.gpus, c.batch, c.schedule, lr, c.epochs))
+    rates_per_shape: dict[tuple[Any, ...], set[float]] = {}
+    for gpus, batch, schedule, lr, _ in unique:
+        rates_per_shape.setdefault((gpus, batch, schedule), set()).add(lr)
     lr_in_name = bool(e.sweep.get("lr")) or any(len(r) > 1 for r in rates_per_shape.values())
     points = [SweepPoint(experiment, 1, baseline_batch, base_lr, r, baseline=True, epochs=baseline_epochs)
               for r in range(repeats)]
-    for gpus, batch, lr, epochs in unique:
-        points += [SweepPoint(experiment, gpus, batch, lr, r, epochs=epochs, lr_in_name=lr_in_name)
+    for gpus, batch, schedule, lr, epochs in unique:
+        points += [SweepPoint(experiment, gpus, batch, lr, r, epochs=epochs, lr_in_name=lr_in_name, schedule=schedule)
                    for r in range(repeats)]
     names = [p.name for p in points]
     clash = next((n for n in names if names.count(n) > 1), None)
