@@ -60,8 +60,18 @@ class Plan:
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
             if check_limits and problems[experiment]:
                 raise FirescaleError("; ".join(problems[experiment]))
-        return cls(site=site, points=points, config=config, walltimes=walltimes, limit_problems=problems,
+        plan = cls(site=site, points=points, config=config, walltimes=walltimes, limit_problems=problems,
                    source=str(source))
+        plan.check_schedules()
+        return plan
+
+    def check_schedules(self) -> None:
+        """Every batch schedule's changes fall inside its point's budget (where the budget is known before
+        ingest: the solver's max_iter, or a dataset whose size is known)."""
+        for experiment, points in self.points.items():
+            for point in points:
+                if point.schedule and (point.epochs is None or self.train_images(experiment)[0] is not None):
+                    self.budget(experiment, point)
 
     def experiment(self, name: str) -> dict[str, Any]:
         """The experiment's settings, defaults filled in."""

@@ -144,6 +144,9 @@ class _Experiment:
     def schedule(self, phases: list[dict[str, int]], key: str) -> tuple[int, tuple[tuple[int, int], ...]]:
         """A batch schedule's first batch and its changes; the first phase at iteration 0, the iterations
         increasing, and each phase at another batch than the one before."""
+        if len(phases) < 2:
+            raise self.error(key, f"lists {len(phases)} phase(s); a batch schedule needs its first phase (at "
+                                  f"iteration 0) and at least one change of batch")
         if phases[0]["iteration"] != 0:
             raise self.error(f"{key}[0].iteration", f"is {phases[0]['iteration']}; a batch schedule's first "
                                                     f"phase starts at iteration 0")
