@@ -167,7 +167,7 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
         point the baseline's epochs, times the ratio of the epochs the experiment states for each."""
         pred = predict_phases(platform, model.net, p, model.epochs * budget(p) / budget(baseline),
                               model.dataset_size, scaling="strong")   # a batch schedule: phase by phase
-        evaluating = evaluation_s(model, platform, p.gpus, pred.iterations, calibration,
+        evaluating = evaluation_s(model, platform, p.ranks, pred.iterations, calibration,
                                   batch_ratio=baseline.batch / p.batch)
         return pred, pred.time_to_accuracy_s + evaluating, evaluating
 

@@ -51,6 +51,8 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
             *plan.budget(experiment, point).set_options(),
             "--seed", str(repeat_seed(solver.random_seed, point.repeat)),
             "--warmup-iters", str(exp["warmup_iters"])]
+    if point.layer_plan:  # each rank one replica, its layers over `devices` GPUs
+        argv += ["--layer-plan", str(in_repo(point.layer_plan))]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
     argv.append("--resume")
@@ -61,7 +63,8 @@ def job_for_point(plan: Plan, experiment: str, point: SweepPoint) -> JobSpec:
     out = run_dir(plan, experiment, point)
     return JobSpec(
         name=re.sub(r"[^A-Za-z0-9_.-]", "_", f"fs-{experiment[:6]}-{point.name}")[:40],  # a schedule's '+'
-        ranks=point.gpus,
+        ranks=point.ranks,
+        devices_per_rank=point.devices,
         walltime_s=parse_walltime(plan.walltimes[experiment]),
         command=train_command(plan, experiment, point),
         workdir=out,
@@ -75,6 +78,6 @@ def point_record(plan: Plan, experiment: str, point: SweepPoint) -> PointRecord:
     """What `firescale sweep run` needs to know of a point besides its script."""
     return PointRecord(
         site=plan.site.name, experiment=experiment, point=point.name, gpus=point.gpus,
-        nodes=plan.site.nodes_for(point.gpus), batch=point.batch, lr=point.lr, repeat=point.repeat,
+        nodes=plan.site.nodes_for(point.ranks, point.devices), batch=point.batch, lr=point.lr, repeat=point.repeat,
         baseline=point.baseline, walltime=plan.walltimes[experiment], run_dir=str(run_dir(plan, experiment, point)),
         max_resubmits=min(int(plan.experiment(experiment)["max_resubmits"]), plan.site.max_resubmits))

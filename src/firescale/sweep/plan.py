@@ -94,8 +94,9 @@ class Plan:
         rates: dict[tuple[Any, ...], set[float]] = {}
         for p in self.points[experiment]:
             if not p.baseline:
-                rates.setdefault((p.gpus, p.batch, p.schedule), set()).add(p.lr)
-        return [p for p in self.points[experiment] if not p.baseline and len(rates[p.gpus, p.batch, p.schedule]) > 1]
+                rates.setdefault((p.gpus, p.batch, p.schedule, p.layer_plan), set()).add(p.lr)
+        return [p for p in self.points[experiment]
+                if not p.baseline and len(rates[p.gpus, p.batch, p.schedule, p.layer_plan]) > 1]
 
     def solver(self, experiment: str) -> SolverConfig:
         """The experiment's solver file, read as the trainer reads it."""
@@ -154,7 +155,7 @@ class Plan:
         if self.site.scheduler != "local":
             measured = self.allreduce_measurement()
             return f"--allreduce-json {shlex.quote(str(measured))}" if measured.is_file() else ""
-        most = max(p.gpus for p in self.points[experiment])
+        most = max(p.ranks for p in self.points[experiment])
         return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
 
     def point_names(self, experiment: str) -> list[str]:

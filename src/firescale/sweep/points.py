@@ -14,12 +14,13 @@ from .paths import in_repo
 LOCAL_REPEATS = 3      # runs per point on a site without a scheduler: enough for a mean ± sd and an interval
 CLUSTER_REPEATS = 1    # on a cluster one run per point, unless the experiment asks for more
 # A point's name: the baseline ("baseline", its repeats "baseline-r1", ...), or GPUs, total batch (a
-# batch schedule adds each change, "+32at600": total batch 32 from iteration 600), the learning rate when
-# the experiment sweeps it, and the repeat.  The run folder and records carry it.
+# batch schedule adds each change, "+32at600": total batch 32 from iteration 600), the devices of each
+# replica when a layer plan splits it ("-d2"), the learning rate when the experiment sweeps it, and the
+# repeat.  The run folder and records carry it.
 POINT_NAME = re.compile(r"^(?:baseline(?:-r(?P<brepeat>[1-9]\d*))?"
-                        r"|g(?P<gpus>\d+)-b(?P<batch>\d+)(?P<schedule>(?:\+\d+at\d+)+)?"
+                        r"|g(?P<gpus>\d+)-b(?P<batch>\d+)(?P<schedule>(?:\+\d+at\d+)+)?(?:-d(?P<devices>\d+))?"
                         r"(?:-lr(?P<lr>[0-9][0-9.e+-]*?))?-r(?P<repeat>\d+))$")
-POINT_WILDCARD = r"baseline(-r[1-9]\d*)?|g\d+-b\d+(\+\d+at\d+)*(-lr[0-9][0-9.e+-]*?)?-r\d+"
+POINT_WILDCARD = r"baseline(-r[1-9]\d*)?|g\d+-b\d+(\+\d+at\d+)*(-d\d+)?(-lr[0-9][0-9.e+-]*?)?-r\d+"
 _CHANGE = re.compile(r"\+(\d+)at(\d+)")
 
 
@@ -54,6 +55,8 @@ class SweepPoint:
     epochs: float | None = None
     lr_in_name: bool = False    # the experiment sweeps the learning rate: the name says which
     schedule: tuple[tuple[int, int], ...] = ()  # batch changes (iteration, total batch); `batch` is the first
+    layer_plan: str = ""        # a file with a `dist` plan splitting each replica over `devices` GPUs
+    devices: int = 1            # GPUs per replica (rank): the layer plan's devices
 
     @property
     def group(self) -> str:
@@ -62,7 +65,8 @@ class SweepPoint:
         if self.baseline:
             return "baseline"
         changes = "".join(f"+{batch}at{iteration}" for iteration, batch in self.schedule)
-        return f"g{self.gpus}-b{self.batch}{changes}" + (f"-lr{lr_label(self.lr)}" if self.lr_in_name else "")
+        split = f"-d{self.devices}" if self.layer_plan else ""
+        return f"g{self.gpus}-b{self.batch}{changes}{split}" + (f"-lr{lr_label(self.lr)}" if self.lr_in_name else "")
 
     @property
     def name(self) -> str:
@@ -72,7 +76,13 @@ class SweepPoint:
 
     @property
     def batch_per_gpu(self) -> int:
-        return self.batch // self.gpus
+        """Images per replica (per GPU, or per group of `devices` GPUs when a layer plan splits the net)."""
+        return self.batch // self.ranks
+
+    @property
+    def ranks(self) -> int:
+        """Horovod ranks: one per replica, each driving `devices` GPUs."""
+        return self.gpus // self.devices
 
     @property
     def phases(self) -> list[tuple[int, int]]:
@@ -82,7 +92,7 @@ class SweepPoint:
     @property
     def peak_batch_per_gpu(self) -> int:
         """The largest batch per GPU of its phases: what its memory must hold."""
-        return max(batch for _, batch in self.phases) // self.gpus
+        return max(batch for _, batch in self.phases) // self.ranks
 
     def schedule_option(self) -> str:
         """The schedule as `firescale train --batch-schedule` takes it: '600:32,900:64' ('' without)."""
@@ -114,6 +124,8 @@ class _Candidate:
     epochs: float | None
     key: str                # where in the experiment it was written, for errors
     schedule: tuple[tuple[int, int], ...] = ()   # batch changes (iteration, total batch) after `batch`
+    layer_plan: str = ""
+    devices: int = 1
 
 
 class _Experiment:
@@ -160,6 +172,28 @@ class _Experiment:
                                  f"each phase of a batch schedule changes the batch")
         return phases[0]["batch"], tuple((p["iteration"], p["batch"]) for p in phases[1:])
 
+    def layer_plan(self, path: str, key: str, gpus: int) -> int:
+        """The devices per replica of the layer plan in `path`, checked against the experiment's net
+        (every arch's layers) and the point's GPUs (whole replicas)."""
+        from ..layer_plan import arch_devices, read_layer_plan
+        from ..netspec import get_net
+
+        try:
+            plan = read_layer_plan(in_repo(path))
+        except FirescaleError as exc:
+            raise self.error(key, f"is {path!r}, which cannot be read ({exc})") from None
+        if plan is None:
+            raise self.error(key, f"is {path!r}, which has no dist plan; give a solver file (.prototxt) with "
+                                  f"dist blocks or a YAML file with a dist key")
+        spec = get_net(self.exp["net"])
+        for which, arches in (("train", plan.train), ("test", plan.test)):
+            for k, arch in enumerate(arches):
+                arch_devices(arch, spec, f"experiment {self.name}: key '{key}': {plan.source}: dist ({which}) arch {k}")
+        if gpus % plan.devices:
+            raise self.error(key, f"splits each replica over {plan.devices} devices, which does not divide the "
+                                  f"point's {gpus} GPUs; give a multiple of {plan.devices} GPUs")
+        return plan.devices
+
 
 def _candidates(e: _Experiment) -> list[_Candidate]:
     """The gpus x batch (x lr) grid and the explicit points, each total batch resolved."""
@@ -187,15 +221,20 @@ def _candidates(e: _Experiment) -> list[_Candidate]:
         if ("batch" in p) == ("batch_schedule" in p):
             raise e.error(key, "needs one of 'batch' and 'batch_schedule', not both or neither")
         first, changes = (p["batch"], ()) if "batch" in p else e.schedule(p["batch_schedule"], f"{key}.batch_schedule")
-        out.append(_Candidate(p["gpus"], total(p["gpus"], first), e.lr(p.get("lr"), f"{key}.lr"),
+        plan = p.get("layer_plan", "")
+        devices = e.layer_plan(plan, f"{key}.layer_plan", p["gpus"]) if plan else 1
+        replicas = p["gpus"] // devices   # per_gpu batches are per replica when a plan splits it
+        out.append(_Candidate(p["gpus"], total(replicas, first), e.lr(p.get("lr"), f"{key}.lr"),
                               point_epochs if point_epochs is not None else epochs,
                               f"{key}.batch" if "batch" in p else f"{key}.batch_schedule",
-                              scheduled(p["gpus"], changes)))
+                              scheduled(replicas, changes), plan, devices))
     for c in out:
+        replicas = c.gpus // c.devices
+        on = f"{c.gpus} GPUs" if c.devices == 1 else f"{replicas} replicas ({c.devices} GPUs each)"
         for batch in (c.batch, *(b for _, b in c.schedule)):
-            if batch % c.gpus:
-                raise e.error(c.key, f"asks for a total batch of {batch} on {c.gpus} GPUs, which does not divide "
-                                     f"evenly; use a total batch that is a multiple of the GPUs")
+            if batch % replicas:
+                raise e.error(c.key, f"asks for a total batch of {batch} on {on}, which does not divide evenly; "
+                                     f"use a total batch that is a multiple of the {'GPUs' if c.devices == 1 else 'replicas'}")
     return out
 
 
@@ -210,28 +249,30 @@ def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: floa
     baseline_batch, rule = e.exp["batch"]["baseline"], e.exp["lr_scaling"]
     repeats = e.sweep.get("repeats") or e.exp.get("repeats") or default_repeats
     baseline_epochs = e.epochs(e.exp.get("epochs"), "epochs")
-    seen = {(1, baseline_batch, (), base_lr, baseline_epochs)}
-    unique: list[tuple[int, int, tuple[tuple[int, int], ...], float, float | None]] = []
+    seen = {(1, baseline_batch, (), "", base_lr, baseline_epochs)}
+    unique: list[tuple[Any, ...]] = []
     for c in _candidates(e):
         # a schedule's first phase takes the rule's rate; the trainer scales each later phase from it
         lr = c.lr if c.lr is not None else _scaled_lr(base_lr, rule, c.batch, baseline_batch)
-        if (c.gpus, c.batch, c.schedule, lr, c.epochs) not in seen:
-            seen.add((c.gpus, c.batch, c.schedule, lr, c.epochs))
-            unique.append((c.gpus, c.batch, c.schedule, lr, c.epochs))
+        shape = (c.gpus, c.batch, c.schedule, c.layer_plan, lr, c.epochs)
+        if shape not in seen:
+            seen.add(shape)
+            unique.append((*shape, c.devices))
     rates_per_shape: dict[tuple[Any, ...], set[float]] = {}
-    for gpus, batch, schedule, lr, _ in unique:
-        rates_per_shape.setdefault((gpus, batch, schedule), set()).add(lr)
+    for shape in unique:
+        rates_per_shape.setdefault(shape[:4], set()).add(shape[4])
     lr_in_name = bool(e.sweep.get("lr")) or any(len(r) > 1 for r in rates_per_shape.values())
     points = [SweepPoint(experiment, 1, baseline_batch, base_lr, r, baseline=True, epochs=baseline_epochs)
               for r in range(repeats)]
-    for gpus, batch, schedule, lr, epochs in unique:
-        points += [SweepPoint(experiment, gpus, batch, lr, r, epochs=epochs, lr_in_name=lr_in_name, schedule=schedule)
-                   for r in range(repeats)]
+    for gpus, batch, schedule, plan, lr, epochs, devices in unique:
+        points += [SweepPoint(experiment, gpus, batch, lr, r, epochs=epochs, lr_in_name=lr_in_name, schedule=schedule,
+                              layer_plan=plan, devices=devices) for r in range(repeats)]
     names = [p.name for p in points]
     clash = next((n for n in names if names.count(n) > 1), None)
     if clash:
-        raise e.error(e.key("points"), f"plans point {clash} twice with different epochs; give each point "
-                                       f"of the same GPUs, batch and rate one number of epochs")
+        raise e.error(e.key("points"), f"plans point {clash} twice with different epochs or layer plans; give "
+                                       f"each point of the same GPUs, batch and rate one number of epochs and "
+                                       f"one layer plan")
     return points
 
 
@@ -253,7 +294,11 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
         errors.append(f"walltime {walltime} is not longer than site {site.name}'s walltime_signal.seconds_before "
                       f"({lead} s): every job would be told to snapshot and stop as soon as it starts")
     for p in points:
-        nodes = site.nodes_for(p.gpus)
+        try:
+            nodes = site.nodes_for(p.ranks, p.devices)
+        except FirescaleError as exc:
+            errors.append(f"point {p.experiment}/{p.name} splits each replica over {p.devices} GPUs: {exc}")
+            continue
         if nodes > site.max_nodes:
             errors.append(
                 f"point {p.experiment}/{p.name} needs {nodes} nodes ({p.gpus} GPUs at {site.gpus_per_node} per node); "
