@@ -2,7 +2,6 @@
 prediction, and one real run through the sweep's own command, reported with its batch phases."""
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex
@@ -11,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scratch_site import scratch_local_site
 
 from firescale.errors import FirescaleError
 from firescale.render import render_job_script
-from firescale.site import SiteProfile, load_site
+from firescale.site import SiteProfile
 from firescale.sweep.jobs import job_for_point, point_record, train_command
 from firescale.sweep.plan import Plan
 from firescale.sweep.points import POINT_NAME, POINT_WILDCARD, batch_label, schedule_from_name
@@ -143,19 +143,6 @@ def test_an_explicit_scheduled_point_in_per_gpu_batches_and_its_prediction_by_ph
     assert out[point.name]["memory"]["batch_per_gpu"] == 8      # the larger phase's batch per GPU
 
 
-SHORT_SOLVER = """\
-type: SGD
-base_lr: 0.01
-lr_policy: fixed
-momentum: 0.9
-max_iter: 40
-test_interval: 10
-display: 10
-snapshot: 100
-random_seed: 1
-"""
-
-
 @pytest.mark.slow
 def test_a_scheduled_point_trains_through_the_sweeps_command_and_reports_its_phases(tmp_path, run_ranks):
     from firescale.report.memory_plots import write_accuracy_by_batch
@@ -163,15 +150,9 @@ def test_a_scheduled_point_trains_through_the_sweeps_command_and_reports_its_pha
     from firescale.report.tables import to_markdown
     from firescale.report.cells import ReportContext
 
-    run_ranks(1, ["data", "ingest", "--source", "digits", "--out", str(tmp_path / "datasets")])
-    (tmp_path / "short.yaml").write_text(SHORT_SOLVER)
-    local = load_site("local")
-    config = copy.deepcopy(local.config)
-    config["paths"] = {"datasets": str(tmp_path / "datasets"), "scratch": str(tmp_path / "scratch"),
-                       "results": str(tmp_path / "results")}
-    site = SiteProfile(name=local.name, source=local.source, config=config)
+    site, solver = scratch_local_site(tmp_path, run_ranks, max_iter=40)
     experiments = _with([phases((0, 8), (20, 16))])
-    experiments["experiments"][EXAMPLE]["solver"] = str(tmp_path / "short.yaml")
+    experiments["experiments"][EXAMPLE]["solver"] = str(solver)
     p = plan(experiments, site)
     point = p.point(EXAMPLE, "g1-b8+16at20-r0")
     argv = train_command(p, EXAMPLE, point)

@@ -2,7 +2,6 @@
 script, the plan checked against the net when planning, and a real split run through the sweep's command."""
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex
@@ -11,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scratch_site import scratch_local_site
 
 from firescale.errors import FirescaleError
 from firescale.render import render_job_script
-from firescale.site import SiteProfile, load_site
+from firescale.site import SiteProfile
 from firescale.sweep.jobs import job_for_point, point_record, train_command
 from firescale.sweep.plan import Plan
 from firescale.sweep.points import POINT_NAME, POINT_WILDCARD
@@ -103,30 +103,11 @@ def test_a_replica_wider_than_a_node_is_over_the_sites_limits():
         plan(wide)
 
 
-SHORT_SOLVER = """\
-type: SGD
-base_lr: 0.01
-lr_policy: fixed
-momentum: 0.9
-max_iter: 20
-test_interval: 10
-display: 10
-snapshot: 100
-random_seed: 1
-"""
-
-
 @pytest.mark.slow
 def test_a_split_point_trains_on_two_logical_devices_through_the_sweeps_command(tmp_path, run_ranks):
-    run_ranks(1, ["data", "ingest", "--source", "digits", "--out", str(tmp_path / "datasets")])
-    (tmp_path / "short.yaml").write_text(SHORT_SOLVER)
-    local = load_site("local")
-    site_config = copy.deepcopy(local.config)
-    site_config["paths"] = {"datasets": str(tmp_path / "datasets"), "scratch": str(tmp_path / "scratch"),
-                            "results": str(tmp_path / "results")}
-    site = SiteProfile(name=local.name, source=local.source, config=site_config)
+    site, solver = scratch_local_site(tmp_path, run_ranks, max_iter=20)
     cfg = config("local", [{"gpus": 2, "batch": 16, "layer_plan": PLAN_FILE}])
-    cfg["experiments"][EXP]["solver"] = str(tmp_path / "short.yaml")
+    cfg["experiments"][EXP]["solver"] = str(solver)
     p = plan(cfg, site)
     point = p.point(EXP, "g2-b16-d2-r0")
     job = job_for_point(p, EXP, point)
