@@ -196,9 +196,9 @@ class _Experiment:
 
 
 def _candidates(e: _Experiment) -> list[_Candidate]:
-    """The gpus x batch (x lr) grid and the explicit points, each total batch resolved."""
+    """The gpus x batch (x lr) grid, its batch schedules and the explicit points, each total batch resolved."""
     mode, baseline_batch = e.exp["batch"]["mode"], e.exp["batch"]["baseline"]
-    total = lambda gpus, batch: batch if mode == "total" else batch * gpus  # noqa: E731
+    total = lambda replicas, batch: batch if mode == "total" else batch * replicas  # noqa: E731
     default_epochs = e.epochs(e.exp.get("epochs"), "epochs")
     sweep_epochs = e.epochs(e.sweep.get("epochs"), e.key("epochs"))
     epochs = sweep_epochs if sweep_epochs is not None else default_epochs
@@ -207,35 +207,38 @@ def _candidates(e: _Experiment) -> list[_Candidate]:
         e.lr(lr, f"{e.key('lr')}[{i}]")
         if lr is not None and rates.index(lr) != i:
             raise e.error(e.key("lr"), f"lists {lr:g} twice; list each learning rate once")
-    scheduled = lambda g, changes: tuple((i, total(g, b)) for i, b in changes)  # noqa: E731
     batches = e.sweep.get("batch", [] if e.sweep.get("batch_schedules") else [baseline_batch])
     out = [_Candidate(g, total(g, b), lr, epochs, e.key("batch"))
            for g in e.sweep.get("gpus", []) for b in batches for lr in rates]
     schedules = [(f"{e.key('batch_schedules')}[{k}]", e.schedule(phases, f"{e.key('batch_schedules')}[{k}]"))
                  for k, phases in enumerate(e.sweep.get("batch_schedules", []))]
-    out += [_Candidate(g, total(g, first), lr, epochs, key, scheduled(g, changes))
+    out += [_Candidate(g, total(g, first), lr, epochs, key, tuple((i, total(g, b)) for i, b in changes))
             for g in e.sweep.get("gpus", []) for key, (first, changes) in schedules for lr in rates]
-    for i, p in enumerate(e.sweep.get("points", [])):
-        key = f"{e.key('points')}[{i}]"
-        point_epochs = e.epochs(p.get("epochs"), f"{key}.epochs")
-        if ("batch" in p) == ("batch_schedule" in p):
-            raise e.error(key, "needs one of 'batch' and 'batch_schedule', not both or neither")
-        first, changes = (p["batch"], ()) if "batch" in p else e.schedule(p["batch_schedule"], f"{key}.batch_schedule")
-        plan = p.get("layer_plan", "")
-        devices = e.layer_plan(plan, f"{key}.layer_plan", p["gpus"]) if plan else 1
-        replicas = p["gpus"] // devices   # per_gpu batches are per replica when a plan splits it
-        out.append(_Candidate(p["gpus"], total(replicas, first), e.lr(p.get("lr"), f"{key}.lr"),
-                              point_epochs if point_epochs is not None else epochs,
-                              f"{key}.batch" if "batch" in p else f"{key}.batch_schedule",
-                              scheduled(replicas, changes), plan, devices))
+    out += [_explicit(e, f"{e.key('points')}[{i}]", p, total, epochs) for i, p in enumerate(e.sweep.get("points", []))]
     for c in out:
         replicas = c.gpus // c.devices
-        on = f"{c.gpus} GPUs" if c.devices == 1 else f"{replicas} replicas ({c.devices} GPUs each)"
+        on, unit = (f"{c.gpus} GPUs", "GPUs") if c.devices == 1 else (f"{replicas} replicas ({c.devices} GPUs each)",
+                                                                       "replicas")
         for batch in (c.batch, *(b for _, b in c.schedule)):
             if batch % replicas:
                 raise e.error(c.key, f"asks for a total batch of {batch} on {on}, which does not divide evenly; "
-                                     f"use a total batch that is a multiple of the {'GPUs' if c.devices == 1 else 'replicas'}")
+                                     f"use a total batch that is a multiple of the {unit}")
     return out
+
+
+def _explicit(e: _Experiment, key: str, p: dict[str, Any], total: Any, epochs: float | None) -> _Candidate:
+    """One of the sweep's explicit points: its batch or batch schedule, rate, epochs and layer plan."""
+    point_epochs = e.epochs(p.get("epochs"), f"{key}.epochs")
+    if ("batch" in p) == ("batch_schedule" in p):
+        raise e.error(key, "needs one of 'batch' and 'batch_schedule', not both or neither")
+    first, changes = (p["batch"], ()) if "batch" in p else e.schedule(p["batch_schedule"], f"{key}.batch_schedule")
+    plan = p.get("layer_plan", "")
+    devices = e.layer_plan(plan, f"{key}.layer_plan", p["gpus"]) if plan else 1
+    replicas = p["gpus"] // devices   # per_gpu batches are per replica when a plan splits it
+    return _Candidate(p["gpus"], total(replicas, first), e.lr(p.get("lr"), f"{key}.lr"),
+                      point_epochs if point_epochs is not None else epochs,
+                      f"{key}.batch" if "batch" in p else f"{key}.batch_schedule",
+                      tuple((i, total(replicas, b)) for i, b in changes), plan, devices)
 
 
 def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: float,
