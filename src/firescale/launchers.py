@@ -13,12 +13,19 @@ class EnvRef(str):
 
 @dataclass(frozen=True)
 class Placement:
-    """Where ranks go: how many in all, per node, and cores for each."""
+    """Where ranks go: how many in all, per node, cores for each, and the devices each rank drives (more
+    than one when a replica's layers are split over devices)."""
 
     ranks: int
     ranks_per_node: int
     cores_per_rank: int
     nodes: int
+    devices_per_rank: int = 1
+
+    @property
+    def devices_per_node(self) -> int:
+        """The devices the ranks of one node drive."""
+        return self.ranks_per_node * self.devices_per_rank
 
 
 # How a launcher carries the job body's variables to ranks on other nodes.  srun, aprun and horovodrun

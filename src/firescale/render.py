@@ -14,7 +14,7 @@ import jinja2
 from .collectives import site_allreduce
 from .horovod_knobs import site_horovod_environment
 from .errors import FirescaleError
-from .launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
+from .launchers import ENV_LIST_VARIABLE, EnvRef, wrap
 from .schedulers import get_scheduler
 from .site import SiteProfile
 
@@ -41,12 +41,15 @@ class JobSpec:
     log_file: Path
     status_file: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    devices_per_rank: int = 1   # a replica split over D devices: one rank per D of a node's GPUs
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise FirescaleError(f"job name {self.name!r}: use letters, digits and _.- only")
         if int(self.ranks) < 1:
             raise FirescaleError(f"job {self.name}: ranks must be at least 1, got {self.ranks}")
+        if int(self.devices_per_rank) < 1:
+            raise FirescaleError(f"job {self.name}: devices per rank must be at least 1, got {self.devices_per_rank}")
         if int(self.walltime_s) < 1:
             raise FirescaleError(f"job {self.name}: walltime must be positive, got {self.walltime_s} s")
         for key in self.env:
@@ -134,12 +137,7 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     """Everything a template may use, computed here so the templates stay declarative."""
     c = site.config
     scheduler = get_scheduler(site.scheduler)
-    placement = Placement(
-        ranks=job.ranks,
-        ranks_per_node=min(job.ranks, site.gpus_per_node),
-        cores_per_rank=site.cores_per_rank,
-        nodes=site.nodes_for(job.ranks),
-    )
+    placement = site.placement(job.ranks, job.devices_per_rank)
     command = list(job.command)
     container = c["environment"]["container"]
     if container:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import FirescaleError
+from .launchers import Placement
 from .schema_check import describe, resolve_ref, schema_errors
 from .yamlfile import load_yaml
 
@@ -146,9 +147,20 @@ class SiteProfile:
         blob = json.dumps(self.config, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
-    def nodes_for(self, ranks: int) -> int:
-        """Nodes needed for `ranks` ranks, one per device."""
-        return -(-int(ranks) // self.gpus_per_node)
+    def nodes_for(self, ranks: int, devices_per_rank: int = 1) -> int:
+        """Nodes needed for `ranks` ranks of `devices_per_rank` devices each (one rank per device by default)."""
+        return self.placement(ranks, devices_per_rank).nodes
+
+    def placement(self, ranks: int, devices_per_rank: int = 1) -> Placement:
+        """Where `ranks` ranks go when each drives `devices_per_rank` of a node's devices (a replica split
+        over devices): as many ranks per node as its devices allow, each with the cores of its devices."""
+        per_node = self.gpus_per_node // devices_per_rank
+        if per_node < 1:
+            raise FirescaleError(f"a rank of {devices_per_rank} devices does not fit on one node of site {self.name}, "
+                                 f"which has {self.gpus_per_node} device(s) per node")
+        return Placement(ranks=int(ranks), ranks_per_node=min(int(ranks), per_node),
+                         cores_per_rank=self.cores_per_rank * devices_per_rank, nodes=-(-int(ranks) // per_node),
+                         devices_per_rank=devices_per_rank)
 
 
 def apply_defaults(schema: dict[str, Any], value: Any, root: dict[str, Any]) -> Any:

@@ -78,6 +78,22 @@ def test_rendering_is_deterministic_and_bash_parses_every_combination(tmp_path):
             assert proc.returncode == 0, f"{scheduler}+{launcher}: {proc.stderr}"
 
 
+def test_a_rank_of_two_devices_halves_the_ranks_per_node_for_every_scheduler_and_launcher(tmp_path):
+    """A replica split over 2 GPUs (a sweep point's layer plan): 4 ranks on 4-GPU nodes go 2 to a node, each
+    with the cores of its 2 GPUs, and the node's GPUs all requested."""
+    sites = _variants(tmp_path)
+    job = fixed_job(4)
+    split = JobSpec(**{**vars(job), "devices_per_rank": 2})
+    pbs = render_job_script(sites["pbs-mpirun"], split)
+    assert "#PBS -l select=2:ncpus=40:mpiprocs=2:ngpus=4" in pbs and "ppr:2:node:PE=20" in pbs
+    assert "#PBS -l select=1:ncpus=40:mpiprocs=4:ngpus=4" in render_job_script(sites["pbs-mpirun"], job)
+    horovod = render_job_script(sites["slurm-horovodrun"], split)
+    assert "#SBATCH --ntasks-per-node=2" in horovod and "sed 's/$/:2/'" in horovod
+    assert "#SBATCH --cpus-per-task=20" in horovod and "#SBATCH --gpus-per-node=4" in horovod
+    with pytest.raises(FirescaleError, match="a rank of 2 devices does not fit on one node of site titan"):
+        render_job_script(sites["titan"], split)
+
+
 def test_directives_follow_the_scheduler():
     titan = render_job_script(load_site("titan"), fixed_job(128))
     assert "#PBS -l nodes=128\n" in titan and "#PBS -l walltime=01:30:00" in titan

@@ -71,6 +71,18 @@ def test_local_profile_plans_fashion_mnist_with_three_repeats_of_each_point(conf
     assert "idx:/usr/share/datasets/fashion-mnist" in proc.stdout
 
 
+def test_the_batch_schedule_example_plans_its_phased_points_on_local(config_home):
+    example = REPO / "workflow" / "examples" / "digits-batch-schedule.yaml"
+    proc = _snakemake(config_home, "reports/local/digits-batch-schedule/report.md", "-n", "--profile", "local",
+                      "--configfile", str(example))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout)
+    assert jobs["run_point"] == 5 and jobs["render_job"] == 5, jobs   # baseline, 16, 32, 16+ and 32+
+    for point in ("g1-b8+16at200-r0", "g1-b8+32at200-r0"):
+        assert f"results/local/digits-batch-schedule/runs/{point}/result.json" in proc.stdout
+    assert "fashion-lenet" not in proc.stdout
+
+
 def test_the_profile_is_not_read_from_site_folder(tmp_path, config_home):
     empty_home = tmp_path / "nothing"
     empty_home.mkdir()

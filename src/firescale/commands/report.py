@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if site.name in exp["sites"]:
         # Points the sweep plans but that have no record still get a row that says so.
         have = {r.point for r in records}
-        records += [missing_record(p, site.name, site.nodes_for(p.gpus), results / p.name / RUN_FILE)
+        records += [missing_record(p, site.name, site.nodes_for(p.ranks, p.devices), results / p.name / RUN_FILE)
                     for p in plan.points[args.experiment] if p.name not in have]
 
     predictions = load_predictions(args.predictions) if args.predictions else None

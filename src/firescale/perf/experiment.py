@@ -11,7 +11,8 @@ from ..netspec import NetSpec, get_net
 from ..sweep.budget import KNOWN_TRAIN_IMAGES
 from .calibrate import Calibration
 from .layers import net_cost
-from .paleo import Platform, compute_times, platform_from_site, predict_point
+from .paleo import Platform, compute_times, platform_from_site
+from .schedule import predict_phases
 
 PREDICTION_FORMAT = "firescale.predict.experiment/1"
 # ILSVRC-2012's training set, for a dataset called ilsvrc12 when neither its manifest nor --dataset-size
@@ -164,9 +165,9 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
     def one(p: Any) -> tuple[Any, float, float]:
         """The point's prediction, its time to accuracy and its evaluating: fixed-epoch budgets give every
         point the baseline's epochs, times the ratio of the epochs the experiment states for each."""
-        pred = predict_point(platform, model.net, p.gpus, p.batch, epochs=model.epochs * budget(p) / budget(baseline),
-                             dataset_size=model.dataset_size, scaling="strong")
-        evaluating = evaluation_s(model, platform, p.gpus, pred.iterations, calibration,
+        pred = predict_phases(platform, model.net, p, model.epochs * budget(p) / budget(baseline),
+                              model.dataset_size, scaling="strong")   # a batch schedule: phase by phase
+        evaluating = evaluation_s(model, platform, p.ranks, pred.iterations, calibration,
                                   batch_ratio=baseline.batch / p.batch)
         return pred, pred.time_to_accuracy_s + evaluating, evaluating
 

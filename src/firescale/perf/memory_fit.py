@@ -80,21 +80,24 @@ def _planned(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, rank
 
 
 def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], site: Any) -> list[MemoryFit]:
-    """The memory of every point (`name`, `gpus`, `batch_per_gpu`) on `site`; a layer plan in the solver
-    file (Oh and Lee's `dist` blocks) is checked against the net, the node's devices and their memory."""
+    """The memory of every sweep point on `site`, at its largest batch per replica (a batch schedule's
+    largest phase); a layer plan (the point's own `layer_plan` file, else Oh and Lee's `dist` blocks in
+    the solver file) is checked against the net, the node's devices and their memory."""
+    from ..sweep.paths import in_repo
     from ..train.solver_config import load_solver
 
     solver = load_solver(solver_path)
-    plan = read_layer_plan(solver_path)
+    solver_plan = read_layer_plan(solver_path)
     out = []
     for p in points:
+        plan = read_layer_plan(in_repo(p.layer_plan)) if p.layer_plan else solver_plan
         if plan is None:
-            out.append(_over(spec, p.name, p.batch_per_gpu, solver, site, p.gpus))
+            out.append(_over(spec, p.name, p.peak_batch_per_gpu, solver, site, p.ranks))
             continue
         try:
-            out.append(_planned(spec, p.name, p.batch_per_gpu, solver, site, p.gpus, plan))
+            out.append(_planned(spec, p.name, p.peak_batch_per_gpu, solver, site, p.ranks, plan))
         except FirescaleError as exc:
-            out.append(MemoryFit(p.name, p.batch_per_gpu, site.device_memory, (), (), problem=str(exc)))
+            out.append(MemoryFit(p.name, p.peak_batch_per_gpu, site.device_memory, (), (), problem=str(exc)))
     return out
 
 

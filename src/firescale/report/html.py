@@ -7,7 +7,7 @@ from . import cells
 from .cells import ReportContext
 from .sections import sections
 from .summary import Summary
-from .tables import PLOTS, title
+from .tables import figures, title
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
@@ -78,7 +78,7 @@ def to_html(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -
             if record.log_tail:
                 out.append(f"<details><summary>tail of the job log</summary><pre>{h(record.log_tail)}</pre></details>")
     out.append("<h2>Figures</h2>")
-    for stem, caption in PLOTS.items():
+    for stem, caption in figures(summary).items():
         out.append(f'<figure><img src="{h(stem)}.png" alt="{h(caption)}"><figcaption>{h(caption)} '
                    f'(<a href="{h(stem)}.pdf">PDF</a>)</figcaption></figure>')
     out += ["<h2>Provenance</h2>", "<ul>"] + [f"<li>{h(line)}</li>" for line in provenance_lines]

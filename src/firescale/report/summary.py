@@ -10,6 +10,7 @@ from typing import Any
 from ..atomic import load_json
 from ..errors import FirescaleError
 from ..results import EvalPoint
+from ..sweep.points import schedule_from_name
 from ..sweep.records import RunRecord
 from .hyper import hyperparameters
 from .parity import Parity, judge_parity
@@ -218,7 +219,8 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
     if predictions is not None:
         used = set()
         for row in rows:
-            key = row.group if row.group in predictions else f"g{row.gpus}-b{row.batch}"
+            plain = not schedule_from_name(row.points[0])   # a scheduled row never takes a plain point's
+            key = row.group if row.group in predictions or not plain else f"g{row.gpus}-b{row.batch}"
             if key in predictions:
                 used.add(key)
                 p = predictions[key]

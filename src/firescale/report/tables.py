@@ -8,6 +8,7 @@ from typing import Any
 
 from . import cells
 from .cells import ReportContext
+from ..sweep.points import schedule_from_name
 from ..sweep.records import RunRecord
 from .sections import Section, sections
 from .summary import Row, Summary, stat_dict
@@ -18,9 +19,19 @@ PLOTS = {
     "accuracy_vs_time": "Top-1 accuracy against training wall time, every run.",
     "time_split": "Where an iteration's time goes: data wait, compute, allreduce.",
 }
+# Written by `firescale report` beside the others (report.memory_plots); shown when a run has a schedule.
+BY_BATCH = {"accuracy_by_batch": "Top-1 accuracy against iterations, a line per batch phase of each run "
+                                 "(a batch schedule continues its line with another marker)."}
 TABLES = {"report.md": "The report (Markdown)", "report.tex": "The table for a paper (LaTeX, booktabs)",
           "report.html": "The report (HTML)", "report.csv": "The table's numbers (CSV)",
           "report.json": "Everything in the report (JSON)"}
+
+
+def figures(summary: Summary) -> dict[str, str]:
+    """The figures the report shows, stem -> caption: accuracy by batch phase when a point has a schedule."""
+    scheduled = any(schedule_from_name(r.points[0]) for r in summary.rows) or \
+        any(schedule_from_name(r.point) for r in summary.failures)
+    return {**PLOTS, **(BY_BATCH if scheduled else {})}
 
 
 def title(ctx: ReportContext) -> str:
@@ -73,7 +84,7 @@ def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str
                 out += ["<details><summary>tail of the job log</summary>", "", fence,
                         record.log_tail.rstrip("\n"), fence, "", "</details>", ""]
     out += ["## Figures", ""]
-    for stem, caption in PLOTS.items():
+    for stem, caption in figures(summary).items():
         out += [f"![{caption}]({stem}.png)", "", f"*{caption}* ([PDF]({stem}.pdf))", ""]
     out += ["## Provenance", ""] + [f"- {line}" for line in provenance_lines] + [""]
     return "\n".join(out)
@@ -239,5 +250,6 @@ def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
         "notes": cells.notes(summary, ctx), "sections": [x.to_dict() for x in sections(summary)],
         "predictions": summary.predictions_source or None,
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
-        "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in PLOTS.items() for ext in ("png", "pdf")}},
+        "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(summary).items()
+                                for ext in ("png", "pdf")}},
     }

@@ -46,10 +46,11 @@ class PBS(Scheduler):
     name_length = 236
 
     def resource_lines(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
-        chunk = f"select={site.nodes_for(job.ranks)}"
+        placement = site.placement(job.ranks, job.devices_per_rank)
+        chunk = f"select={placement.nodes}"
         if site.config["pbs"]["ppn"]:
             chunk += f":ncpus={site.config['node']['cores']}"
-        chunk += f":mpiprocs={min(job.ranks, site.gpus_per_node)}"
+        chunk += f":mpiprocs={placement.ranks_per_node}"
         if site.config["pbs"]["gpus"] and site.device_kind == "gpu":
             chunk += f":ngpus={site.gpus_per_node}"
         return [f"#PBS -l {chunk}", "#PBS -l place=scatter", f"#PBS -l walltime={format_walltime(job.walltime_s)}"]
@@ -136,7 +137,7 @@ class Torque(PBS):
     name_length = 15  # Torque truncates job names at 15 characters
 
     def resource_lines(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
-        nodes = f"nodes={site.nodes_for(job.ranks)}"
+        nodes = f"nodes={site.nodes_for(job.ranks, job.devices_per_rank)}"
         if site.config["pbs"]["ppn"]:
             nodes += f":ppn={site.config['node']['cores']}"
         if site.config["pbs"]["gpus"] and site.device_kind == "gpu":

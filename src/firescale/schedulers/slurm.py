@@ -21,12 +21,12 @@ class Slurm(Scheduler):
 
     def directives(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
         c = site.config
-        nodes = site.nodes_for(job.ranks)
+        placement = site.placement(job.ranks, job.devices_per_rank)
         flags: dict[str, str | None] = {
             "--job-name": job.name,
-            "--nodes": str(nodes),
-            "--ntasks-per-node": str(min(job.ranks, site.gpus_per_node)),
-            "--cpus-per-task": str(site.cores_per_rank),
+            "--nodes": str(placement.nodes),
+            "--ntasks-per-node": str(placement.ranks_per_node),
+            "--cpus-per-task": str(placement.cores_per_rank),
             "--time": format_walltime(job.walltime_s),
             "--output": str(job.log_file),
             "--open-mode": "append",
@@ -36,7 +36,7 @@ class Slurm(Scheduler):
             "--no-requeue": None,
         }
         if site.device_kind == "gpu":
-            flags["--gpus-per-node"] = str(min(job.ranks, site.gpus_per_node))
+            flags["--gpus-per-node"] = str(placement.devices_per_node)
         for key in ("account", "partition", "qos"):
             if c.get(key):
                 flags[f"--{key}"] = c[key]

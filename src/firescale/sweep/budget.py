@@ -7,7 +7,7 @@ from typing import Any
 from ..errors import FirescaleError
 from ..train.lr_policies import schedule_for_batch
 from ..train.solver_config import SolverConfig
-from .points import SweepPoint
+from .points import SweepPoint, phase_images
 
 # Training-set sizes of datasets that sit on a site's filesystem without a firescale manifest.
 KNOWN_TRAIN_IMAGES = {"ilsvrc12": 1_281_167}   # ILSVRC-2012, as FireCaffe and Caffe's ImageNet example train
@@ -41,20 +41,40 @@ def _value(value: Any) -> str:
 def point_budget(solver: SolverConfig, baseline_batch: int, point: SweepPoint, train_images: int | None,
                  where: str = "") -> Budget:
     """The point's max_iter: its stated epochs at its batch, else the solver's max_iter at the baseline
-    batch scaled to its batch (baseline batch / batch); the schedule's iteration counts scale the same way."""
+    batch scaled to its batch (baseline batch / batch); the schedule's iteration counts scale the same way.
+
+    A point with a batch schedule trains the same images (epochs) as it would without: max_iter is the
+    iteration at which its phases, each at its batch, have trained them, and the solver's schedule
+    (stepsize, stepvalue, test_interval) is scaled for its first phase's batch and runs on in the same
+    iterations after a change, as Caffe goes on when a run is continued at another batch."""
     ratio = baseline_batch / point.batch
     if point.epochs is None:
-        max_iter = max(1, round(solver.max_iter * ratio))
+        images = solver.max_iter * baseline_batch
     elif train_images is None:
         raise FirescaleError(f"experiment {point.experiment}: key 'epochs' ({point.epochs:g}) needs the training-set "
                              f"size{where}; ingest the dataset first, or leave the epochs to the solver's max_iter")
     else:
-        max_iter = max(1, round(point.epochs * train_images / point.batch))
+        images = point.epochs * train_images
+    max_iter, trained = _iterations(point, images)
     overrides = schedule_for_batch(solver, ratio, max_iter)
     values = overrides.get("stepvalue", solver.stepvalue)
     if any(b <= a for a, b in zip(values, values[1:])):
         raise FirescaleError(f"experiment {point.experiment}: point {point.name}: at batch {point.batch} the solver's "
                              f"stepvalue {solver.stepvalue} rounds to {values}, which no longer increases; "
                              "use a smaller batch or farther apart stepvalues")
-    epochs = max_iter * point.batch / train_images if train_images else None
+    epochs = trained / train_images if train_images else None
     return Budget(max_iter, epochs, overrides)
+
+
+def _iterations(point: SweepPoint, images: float) -> tuple[int, int]:
+    """The iterations that train `images` in the point's batch phases, and the images they train."""
+    spent = phase_images(point, images)
+    start, batch = point.phases[-1]
+    last = round(spent[-1][1] / batch)
+    if len(spent) > 1 and last < 1:
+        end = sum(s / b for b, s in spent)
+        raise FirescaleError(f"experiment {point.experiment}: point {point.name}: its batch schedule changes the batch "
+                             f"to {batch} at iteration {start}, but its budget of {images:g} images ends at iteration "
+                             f"{end:.0f}; change the batch earlier or give the point more epochs")
+    max_iter = max(1, start + last)
+    return max_iter, sum(round(s / b) * b for b, s in spent[:-1]) + (max_iter - start) * batch

@@ -1,6 +1,7 @@
 """From a sweep point to a JobSpec: the `firescale train` command, its run folder, log and status file."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..render import JobSpec
@@ -27,19 +28,31 @@ def repeat_seed(random_seed: int, repeat: int) -> int:
 def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
     """argv of one rank: `firescale train` with the point's net, data, solver, batch, rate and fixed-epoch
     budget (max_iter and the schedule scaled to its batch).  Every run trains its whole budget: the
-    report times each to the common target from its evaluations and compares final accuracies."""
+    report times each to the common target from its evaluations and compares final accuracies.
+
+    A point with a batch schedule starts at its first phase's batch and rate and passes the changes as
+    `--batch-schedule`; the trainer scales each later phase's rate from the first by the experiment's
+    lr_scaling rule (the reference batch is the first phase's images per update)."""
     exp = plan.experiment(experiment)
+    solver = plan.solver(experiment)
+    if point.schedule:
+        scaling = ["--lr-scaling", exp["lr_scaling"], "--reference-batch", str(point.batch * solver.iter_size),
+                   "--batch-schedule", point.schedule_option()]
+    else:
+        scaling = ["--lr-scaling", "none"]
     argv = [*plan.site.config["environment"]["firescale"].split(), "train",
             "--dataset", str(plan.dataset_dir(experiment)),
             "--net", exp["net"],
             "--solver", str(in_repo(exp["solver"])),
             "--out", str(run_dir(plan, experiment, point)),
             "--total-batch", str(point.batch),
-            "--lr-scaling", "none",
+            *scaling,
             "--set", f"base_lr={point.lr:.10g}",
             *plan.budget(experiment, point).set_options(),
-            "--seed", str(repeat_seed(plan.solver(experiment).random_seed, point.repeat)),
+            "--seed", str(repeat_seed(solver.random_seed, point.repeat)),
             "--warmup-iters", str(exp["warmup_iters"])]
+    if point.layer_plan:  # each rank one replica, its layers over `devices` GPUs
+        argv += ["--layer-plan", str(in_repo(point.layer_plan))]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
     argv.append("--resume")
@@ -49,8 +62,9 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
 def job_for_point(plan: Plan, experiment: str, point: SweepPoint) -> JobSpec:
     out = run_dir(plan, experiment, point)
     return JobSpec(
-        name=f"fs-{experiment[:6]}-{point.name}"[:40],
-        ranks=point.gpus,
+        name=re.sub(r"[^A-Za-z0-9_.-]", "_", f"fs-{experiment[:6]}-{point.name}")[:40],  # a schedule's '+'
+        ranks=point.ranks,
+        devices_per_rank=point.devices,
         walltime_s=parse_walltime(plan.walltimes[experiment]),
         command=train_command(plan, experiment, point),
         workdir=out,
@@ -64,6 +78,6 @@ def point_record(plan: Plan, experiment: str, point: SweepPoint) -> PointRecord:
     """What `firescale sweep run` needs to know of a point besides its script."""
     return PointRecord(
         site=plan.site.name, experiment=experiment, point=point.name, gpus=point.gpus,
-        nodes=plan.site.nodes_for(point.gpus), batch=point.batch, lr=point.lr, repeat=point.repeat,
+        nodes=plan.site.nodes_for(point.ranks, point.devices), batch=point.batch, lr=point.lr, repeat=point.repeat,
         baseline=point.baseline, walltime=plan.walltimes[experiment], run_dir=str(run_dir(plan, experiment, point)),
         max_resubmits=min(int(plan.experiment(experiment)["max_resubmits"]), plan.site.max_resubmits))

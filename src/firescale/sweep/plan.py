@@ -60,8 +60,18 @@ class Plan:
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
             if check_limits and problems[experiment]:
                 raise FirescaleError("; ".join(problems[experiment]))
-        return cls(site=site, points=points, config=config, walltimes=walltimes, limit_problems=problems,
+        plan = cls(site=site, points=points, config=config, walltimes=walltimes, limit_problems=problems,
                    source=str(source))
+        plan.check_schedules()
+        return plan
+
+    def check_schedules(self) -> None:
+        """Every batch schedule's changes fall inside its point's budget (where the budget is known before
+        ingest: the solver's max_iter, or a dataset whose size is known)."""
+        for experiment, points in self.points.items():
+            for point in points:
+                if point.schedule and (point.epochs is None or self.train_images(experiment)[0] is not None):
+                    self.budget(experiment, point)
 
     def experiment(self, name: str) -> dict[str, Any]:
         """The experiment's settings, defaults filled in."""
@@ -81,11 +91,12 @@ class Plan:
     def lr_search(self, experiment: str) -> list[SweepPoint]:
         """The points of the experiment's learning-rate searches: those whose GPUs and batch it trains at
         more than one rate (empty when it searches none)."""
-        rates: dict[tuple[int, int], set[float]] = {}
+        rates: dict[tuple[Any, ...], set[float]] = {}
         for p in self.points[experiment]:
             if not p.baseline:
-                rates.setdefault((p.gpus, p.batch), set()).add(p.lr)
-        return [p for p in self.points[experiment] if not p.baseline and len(rates[p.gpus, p.batch]) > 1]
+                rates.setdefault((p.gpus, p.batch, p.schedule, p.layer_plan), set()).add(p.lr)
+        return [p for p in self.points[experiment]
+                if not p.baseline and len(rates[p.gpus, p.batch, p.schedule, p.layer_plan]) > 1]
 
     def solver(self, experiment: str) -> SolverConfig:
         """The experiment's solver file, read as the trainer reads it."""
@@ -144,7 +155,7 @@ class Plan:
         if self.site.scheduler != "local":
             measured = self.allreduce_measurement()
             return f"--allreduce-json {shlex.quote(str(measured))}" if measured.is_file() else ""
-        most = max(p.gpus for p in self.points[experiment])
+        most = max(p.ranks for p in self.points[experiment])
         return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
 
     def point_names(self, experiment: str) -> list[str]:
