@@ -85,6 +85,10 @@ def test_ingest_again_is_left_alone_and_changes_rebuild(digits, capsys):
     assert result.written and load_manifest(result.path)["formats"] == ["hdf5"]
     assert not (result.path / "train.lmdb").exists()
     verify_dataset(result.path)
+    empty_test = load_source("digits", test_fraction=0.0, seed=3, resize=None)
+    with pytest.raises(FirescaleError, match="gives no records for the test split"):
+        ingest(empty_test, digits.parent, "digits-all-train", ["lmdb", "hdf5"], options={"test_fraction": 0.0})
+    assert not (digits.parent / "digits-all-train").exists()
 
 
 def test_reading_through_tf_data(digits):
