@@ -11,10 +11,13 @@ reads its batch inline, so the model adds the terms in sequence (Paleo), not the
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+from site_helpers import site_copy  # noqa: E402
 
 from firescale.netspec import get_net
 from firescale.perf.calibrate import allreduce_measurement, calibrate
@@ -33,11 +36,11 @@ T64, T32, ALLREDUCE = 0.0610, 0.0345, 0.0021
 def plan(repo, tmp_path_factory):
     """The default experiments file on the local site, its folders in a scratch directory (no dataset)."""
     root = tmp_path_factory.mktemp("site")
-    site = yaml.safe_load((repo / "site" / "local" / "site.yaml").read_text())
-    site["paths"] = {k: str(root / k) for k in ("datasets", "scratch", "results")}
-    (root / "local").mkdir()
-    (root / "local" / "site.yaml").write_text(yaml.safe_dump(site))
-    return load_plan(str(root / "local" / "site.yaml"), repo / "workflow" / "config.yaml")
+
+    def scratch(site: dict) -> None:
+        site["paths"] = {k: str(root / k) for k in ("datasets", "scratch", "results")}
+
+    return load_plan(str(site_copy(root, "local", scratch)), repo / "workflow" / "config.yaml")
 
 
 def _probe_file(path: Path, nbytes: int) -> Path:
