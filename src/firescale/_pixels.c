@@ -34,6 +34,12 @@
 #endif
 
 #define RELEASE_BYTES (64 * 1024)
+/* A batch call writing this many bytes or more writes three-channel uint8 rows with streaming stores:
+ * an ordinary 16-byte store first reads the destination line it overwrites, which for a batch larger
+ * than the caches doubles the memory traffic (glibc's memcpy avoids it with `rep movsb`, the
+ * interleave cannot).  150 KB records at batch 256 (38 MB): 14.4 -> 9.6 ms a batch here.  Smaller
+ * batches are written normally, so that one that fits in cache stays there for its consumer. */
+#define STREAM_BYTES (16 * 1024 * 1024)
 /* Raised whenever a function's arguments or results change, so that firescale.data.pixels can tell a
  * stale build (a .so left from older sources) from the one it was written for. */
 #define KERNEL_VERSION 3
@@ -96,7 +102,7 @@ static const uint8_t TRIPLE_MASKS[3][3][16] = {
 #undef Z
 
 __attribute__((target("ssse3"))) static void record_u8_triples_ssse3(
-    const unsigned char *src, unsigned char *dst, Py_ssize_t h, Py_ssize_t w, int reverse)
+    const unsigned char *src, unsigned char *dst, Py_ssize_t h, Py_ssize_t w, int reverse, int stream)
 {
     __m128i m[3][3];
     for (int j = 0; j < 3; j++)
@@ -108,6 +114,7 @@ __attribute__((target("ssse3"))) static void record_u8_triples_ssse3(
         const unsigned char *p1 = src + plane + y * w;
         const unsigned char *p2 = src + (reverse ? 0 : 2) * plane + y * w;
         unsigned char *row = dst + y * w * 3;
+        const int aligned = stream && ((uintptr_t)row & 15) == 0;   /* streaming stores need 16-byte alignment */
         Py_ssize_t x = 0;
         for (; x + 16 <= w; x += 16) {
             __m128i a = _mm_loadu_si128((const __m128i *)(p0 + x));
@@ -116,7 +123,10 @@ __attribute__((target("ssse3"))) static void record_u8_triples_ssse3(
             for (int j = 0; j < 3; j++) {
                 __m128i v = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m[j][0]), _mm_shuffle_epi8(b, m[j][1])),
                                          _mm_shuffle_epi8(c, m[j][2]));
-                _mm_storeu_si128((__m128i *)(row + 3 * x + 16 * j), v);
+                if (aligned)
+                    _mm_stream_si128((__m128i *)(row + 3 * x + 16 * j), v);
+                else
+                    _mm_storeu_si128((__m128i *)(row + 3 * x + 16 * j), v);
             }
         }
         for (; x < w; x++) {
@@ -128,17 +138,36 @@ __attribute__((target("ssse3"))) static void record_u8_triples_ssse3(
 }
 #endif
 
-/* uint8 records: the SSSE3 path for three channels where the processor has it, else the plain loops. */
-static void record_u8(const unsigned char *src, unsigned char *dst, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w,
-                      int reverse)
+/* uint8 records, `stream` as STREAM_BYTES says: the SSSE3 path for three channels where the processor
+ * has it, else the plain loops. */
+static void record_u8_to(const unsigned char *src, unsigned char *dst, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w,
+                         int reverse, int stream)
 {
 #if HAVE_SSSE3_PATH
     if (c == 3 && __builtin_cpu_supports("ssse3")) {
-        record_u8_triples_ssse3(src, dst, h, w, reverse);
+        record_u8_triples_ssse3(src, dst, h, w, reverse, stream);
         return;
     }
 #endif
+    (void)stream;
     record_u8_plain(src, dst, c, h, w, reverse);
+}
+
+static void record_u8(const unsigned char *src, unsigned char *dst, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w,
+                      int reverse)
+{
+    record_u8_to(src, dst, c, h, w, reverse, 0);
+}
+
+/* After streaming stores: order them before anything the thread does next (handing the batch over). */
+static void end_of_batch(int stream)
+{
+#if HAVE_SSSE3_PATH
+    if (stream)
+        _mm_sfence();
+#else
+    (void)stream;
+#endif
 }
 
 typedef void (*record_kernel)(const unsigned char *, unsigned char *, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
@@ -407,6 +436,7 @@ static PyObject *decode_raw_datums(PyObject *self, PyObject *args, PyObject *kwa
         unsigned char *out = dst.buf;
         int64_t *label_out = labels.buf;
         PyThreadState *save = NULL;
+        const int stream = n * size >= STREAM_BYTES;
         if (n * size >= RELEASE_BYTES)
             save = PyEval_SaveThread();
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -418,9 +448,10 @@ static PyObject *decode_raw_datums(PyObject *self, PyObject *args, PyObject *kwa
                 status[j] = 1;
                 continue;
             }
-            record_u8(value + start, out + j * size, c, h, w, reverse);
+            record_u8_to(value + start, out + j * size, c, h, w, reverse, stream);
             label_out[j] = label;
         }
+        end_of_batch(stream);
         if (save != NULL)
             PyEval_RestoreThread(save);
     }
@@ -448,6 +479,7 @@ static void decode_at(const unsigned char *base, const int64_t *offsets, const i
                       int64_t *label_out, char *status, Py_ssize_t c, Py_ssize_t h, Py_ssize_t w, int reverse)
 {
     Py_ssize_t end = start + size;
+    const int stream = n * size >= STREAM_BYTES;
     for (Py_ssize_t j = 0; j < n; j++) {
         const unsigned char *value = base + offsets[j];
         Py_ssize_t len = (Py_ssize_t)lengths[j];
@@ -460,9 +492,10 @@ static void decode_at(const unsigned char *base, const int64_t *offsets, const i
         if (c == 1)
             memcpy(out + j * size, value + start, (size_t)size);  /* one plane is already interleaved */
         else
-            record_u8(value + start, out + j * size, c, h, w, reverse);
+            record_u8_to(value + start, out + j * size, c, h, w, reverse, stream);
         label_out[j] = label;
     }
+    end_of_batch(stream);
 }
 
 static int get_int64s(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t n)

@@ -75,6 +75,17 @@ def test_bench_io_records_the_pixel_kernel_it_ran(digits, tmp_path, capsys):
     assert "pixel interleave by the " + ("compiled kernel (c)" if PIXELS_KERNEL == "c" else "numpy") in captured.err
 
 
+def test_bench_io_data_wait_is_taken_on_the_trainers_feed(digits, tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "io", "--dataset", str(digits), "--batch", "16", "--seconds", "0.3", "--formats", "lmdb",
+                 "--json", str(out)]) == 0
+    wait = json.loads(out.read_text())["data_wait"]["lmdb"]
+    assert wait["feed"].startswith("reader thread and queue") and wait["steps"] >= 10
+    assert wait["compute_s_per_step"] >= 2 * wait["feed_s_per_batch"] > 0
+    assert 0 <= wait["wait_fraction"] < 1 and 0 <= wait["handoff_floor_wait_fraction"] < 1
+    assert wait["meets_wait_target"] == (wait["wait_fraction"] < 0.02)
+
+
 def test_ingest_again_is_left_alone_and_changes_rebuild(digits, capsys):
     before = (digits / "manifest.json").read_bytes()
     assert main(["data", "ingest", "--source", "digits", "--out", str(digits.parent), "--seed", "3"]) == 0
@@ -85,6 +96,10 @@ def test_ingest_again_is_left_alone_and_changes_rebuild(digits, capsys):
     assert result.written and load_manifest(result.path)["formats"] == ["hdf5"]
     assert not (result.path / "train.lmdb").exists()
     verify_dataset(result.path)
+    empty_test = load_source("digits", test_fraction=0.0, seed=3, resize=None)
+    with pytest.raises(FirescaleError, match="gives no records for the test split"):
+        ingest(empty_test, digits.parent, "digits-all-train", ["lmdb", "hdf5"], options={"test_fraction": 0.0})
+    assert not (digits.parent / "digits-all-train").exists()
 
 
 def test_reading_through_tf_data(digits):

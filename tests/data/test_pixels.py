@@ -136,6 +136,30 @@ def test_batch_decode_parses_labels_as_the_wire_format_does():
         _pixels.decode_raw_datums([values[0], 17], codec.header, out[:2], out_labels[:2], 3, 5, 7)
 
 
+@pytest.mark.parametrize("shape", [(224, 224, 3), (227, 227, 3)], ids=["rows-aligned", "rows-unaligned"])
+def test_batches_past_the_streaming_size_decode_exactly(shape):
+    """A batch of 16 MiB or more is written with streaming stores (rows on a 16-byte boundary; 227
+    pixels x 3 puts most rows off it, which the kernel writes normally): the bytes are the same."""
+    from firescale import _pixels
+
+    n = 16 * 2**20 // (shape[0] * shape[1] * 3) + 2
+    rng = np.random.default_rng(n)
+    images = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+    values = [encode_datum(image_to_datum(x, int(y))) for x, y in zip(images, range(n))]
+    codec = RawDatumCodec(shape, kernel="c")
+    out, labels = np.zeros((n, *shape), np.uint8), np.zeros(n, np.int64)
+    assert _pixels.decode_raw_datums(values, codec.header, out, labels, 3, shape[0], shape[1], reverse=True) == []
+    assert np.array_equal(out, images) and labels.tolist() == list(range(n))
+    joined = b"".join(values)                     # the same records in one buffer, as a map of data.mdb
+    lengths = np.array([len(v) for v in values], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    order = rng.permutation(n)
+    out[:], labels[:] = 0, -1
+    assert _pixels.decode_raw_datums_at(joined, offsets[order], lengths[order], codec.header, out, labels,
+                                        3, shape[0], shape[1], reverse=True) == []
+    assert np.array_equal(out, images[order]) and labels.tolist() == order.tolist()
+
+
 def test_the_gil_is_free_while_a_large_interleave_runs():
     """With a long switch interval, the main thread runs during the call only if the kernel released the GIL."""
     from firescale import _pixels

@@ -12,7 +12,7 @@ from firescale.errors import FirescaleError
 from firescale.netspec import get_net
 from firescale.perf.calibrate import calibrate, load_calibration, save_calibration
 from firescale.perf.comm import Link
-from firescale.perf.paleo import (PALEO_TABLE3, Device, Platform, firecaffe_case, firecaffe_platform,
+from firescale.perf.paleo import (PALEO_TABLE2_NIN_STEP_S, PALEO_TABLE3, Device, Platform, firecaffe_case, firecaffe_platform,
                                   predict_point, predict_sweep)
 
 
@@ -24,6 +24,17 @@ def test_paleo_table3_within_3_percent():
     base = rows[0][1].time_to_accuracy_s
     for row, pred in rows[1:]:
         assert base / pred.time_to_accuracy_s == pytest.approx(row.paleo_speedup, rel=0.03)
+
+
+def test_paleo_table2_one_step_and_every_per_gpu_batch_within_3_percent():
+    # Table 2's one step (NiN, batch 256, one K20X) is the iteration behind Table 3's first row.
+    rows = firecaffe_case()
+    assert rows[0][1].iteration_s == pytest.approx(PALEO_TABLE2_NIN_STEP_S, rel=0.03)
+    # Table 3's rows cover 256, 32 and 8 images per GPU (32 x 256 and 128 x 1024 both give 8); the
+    # iteration each row implies (its time over its iterations) is matched at every one of them.
+    assert sorted({pred.batch_per_gpu for _, pred in rows}) == [8, 32, 256]
+    for row, pred in rows:
+        assert pred.iteration_s == pytest.approx(row.paleo_s / pred.iterations, rel=0.03), row
 
 
 def test_the_model_is_optimistic_against_firecaffe_measurements():

@@ -38,6 +38,15 @@ def test_every_output_written_and_real(tmp_path, capsys):
     assert re.search(r"\| g2-b256-r1 \|.*\| 256 \| 0.2 \| MISSING \|", md)
     assert "| g2-b128-r0 |" in md and "FAILED: ended by walltime 3 times" in md
     assert "| 70.0 ± 14.1 s | 1.46 ± 0.29× |" in md and "| 6.50 ms | 6.00 ms | −7.7% |" in md
+    # Data wait per point, from what each run's trainer recorded (mean wait over mean iteration).
+    def wait_share(*points):
+        splits = [raw_record(p)["train"]["per_iteration"] for p in points]
+        waits = [s["data_wait_s"] for s in splits]
+        iterations = [s["data_wait_s"] + s["compute_s"] + s["allreduce_s"] for s in splits]
+        return f"{100 * sum(waits) / sum(iterations):.1f}%"
+    assert (f"Waiting for data, in percent of each point's mean iteration as its runs recorded it: baseline "
+            f"{wait_share('baseline')}, g2-b64 {wait_share('g2-b64-r0', 'g2-b64-r1')}, g2-b256 "
+            f"{wait_share('g2-b256-r0')};") in md
 
     data = json.loads((out / "report.json").read_text())
     prov = data["provenance"]

@@ -94,6 +94,24 @@ def test_report_shows_baseline_and_two_rank_run_with_parity(sweep):
     assert "## Hyperparameters" in md and "Solver: SGD" in md
 
 
+def test_report_shows_each_points_data_wait_as_its_real_runs_recorded_it(sweep):
+    """The trainer times the wait for each batch separately from compute and the allreduce; the report
+    gives every point's share of its iteration from those records (target under 2%)."""
+    out = sweep / "reports" / "local" / "digits-lenet"
+    rows = json.loads((out / "report.json").read_text())["rows"]
+    for row in rows:
+        splits = [_record(sweep, p)["train"]["per_iteration"] for p in row["points"]]
+        waits = [s["data_wait_s"] for s in splits]
+        assert all(0 < w < s["compute_s"] for w, s in zip(waits, splits)), row["points"]
+        assert row["data_wait_s"]["mean"] == pytest.approx(sum(waits) / len(waits))
+        assert row["data_wait_s"]["mean"] / row["iteration_s"]["mean"] < 0.10      # reading LeNet's 8x8 digits is inline and cheap
+    md = (out / "report.md").read_text()
+    assert [row["group"] for row in rows] == ["baseline", "g2-b64"]
+    each = ", ".join(f"{row['group']} {100 * row['data_wait_s']['mean'] / row['iteration_s']['mean']:.1f}%"
+                     for row in rows)
+    assert f"Waiting for data, in percent of each point's mean iteration as its runs recorded it: {each};" in md
+
+
 def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     """On a site without a scheduler the workflow times Horovod's allreduce of the net's gradients on the
     sweep's most ranks, so the 2-rank prediction carries a measured communication term."""

@@ -5,7 +5,7 @@ import argparse
 
 from ..atomic import atomic_write_json
 from ..netspec import get_net
-from ..perf.paleo import firecaffe_case, firecaffe_platform, paleo_nin
+from ..perf.paleo import PALEO_TABLE2_NIN_STEP_S, firecaffe_case, firecaffe_platform, paleo_nin
 from ..perf.cli_args import describe
 
 
@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
         out.append({**p.to_dict(), "paleo_s": row.paleo_s, "firecaffe_s": row.firecaffe_s,
                     "ratio_to_paleo": ours / row.paleo_s, "ratio_to_firecaffe": ours / row.firecaffe_s,
                     "speedup_vs_1gpu_256": speedup})
+    step = rows[0][1].iteration_s
+    print(f"one step (Paleo's Table 2, 1 GPU, batch 256): ours {step * 1e3:.1f} ms, Paleo "
+          f"{PALEO_TABLE2_NIN_STEP_S * 1e3:.0f} ms, ours/Paleo {step / PALEO_TABLE2_NIN_STEP_S:.3f}")
     if args.json:
-        atomic_write_json(args.json, {"platform": describe(firecaffe_platform()), "rows": out})
+        atomic_write_json(args.json, {"platform": describe(firecaffe_platform()), "rows": out,
+                                      "one_step": {"ours_s": step, "paleo_s": PALEO_TABLE2_NIN_STEP_S}})
     return 0

@@ -6,16 +6,18 @@ record order, each batch into one reused array as the training feed does.  Rates
 MB/s; a reader's `fraction_of_raw` compares records/s, i.e. the same file bytes per record.  The raw
 read only copies bytes; a reader also checks each record and, for LMDB, interleaves Caffe's CHW planes
 into HWC: `pixels_kernel` records whether the compiled kernel ("c") or numpy's fallback did that, since
-the fallback is several times slower.  The data wait is measured on the real
-tf.data pipeline (train_batches with its default prefetch depth) feeding
-a synthetic compute step, a TensorFlow matmul loop sized to take at least twice the reader's time per
-batch and at least 50 ms: the fraction of step time spent blocked on the next batch, next to the
-floor of the same loop over a constant in-memory batch (TensorFlow's own per-step iterator cost).  All reads are warm (page cache),
+the fallback is several times slower.  The data wait is measured on the trainer's own feed on a rank
+with more than one core (a reader thread reading and transforming batches into a queue, as deep as
+prefetch_depth) feeding a synthetic compute step, a TensorFlow matmul loop sized to take at least
+twice the feed's time per batch (read and transform, timed inline first) and at least 50 ms: the
+fraction of step time spent blocked on the next batch, next to the floor of the same loop fed one
+constant batch through the same queue (the hand-off's own cost).  All reads are warm (page cache),
 since this measures the reader, not the file system (each measurement starts right after a raw pass
 over the file); run it on the shared file system for that.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -24,7 +26,8 @@ import numpy as np
 from ..errors import FirescaleError
 from .manifest import load_manifest, split_files
 from .pixels import PIXELS_KERNEL
-from .readers import Transform, open_dataset, prefetch_depth, train_batches
+from .prefetch import PrefetchedBatches
+from .readers import Transform, iter_train_arrays, open_dataset, prefetch_depth
 from .shard import EpochOrders
 
 READER_TARGET = 0.8
@@ -116,34 +119,46 @@ def _timed_steps(it, step, seconds: float, min_steps: int) -> tuple[np.ndarray, 
     return np.asarray(waits), np.asarray(totals)
 
 
-def data_wait(ds, batch: int, seconds: float, read_s_per_batch: float, min_compute_s: float = 0.05) -> dict:
-    """Fraction of step time blocked on the next batch of train_batches, compute >= 2x read time.
+def _feed_s_per_batch(ds, batch: int, batches: int = 5) -> tuple[float, tuple[np.ndarray, np.ndarray]]:
+    """Seconds per batch of the trainer's batches (read and transform) made inline, and the last batch."""
+    arrays = iter_train_arrays(ds, Transform(), seed=0, rank=0, size=1, batch_per_rank=batch)
+    item = next(arrays)
+    start = time.perf_counter()
+    for item in itertools.islice(arrays, batches):
+        pass
+    return (time.perf_counter() - start) / batches, item
 
-    Also measured: the same loop over a constant in-memory batch (tf.data from_tensors, prefetched), the
-    floor that TensorFlow's iterator costs per step with no I/O at all.
+
+def data_wait(ds, batch: int, seconds: float, min_compute_s: float = 0.05) -> dict:
+    """Fraction of step time blocked on the next batch of the trainer's feed, compute >= 2x its time.
+
+    Also measured: the same loop fed one constant batch through the same queue, the floor that the
+    hand-off costs per step with no reading at all.
     """
-    import tensorflow as tf
-
-    step, compute_s, reps = calibrate_compute(max(2.0 * read_s_per_batch, min_compute_s))
-    it = iter(train_batches(ds, Transform(), seed=0, rank=0, size=1, batch_per_rank=batch))
-    for _ in range(3):  # warm up the pipeline and the traced step
-        images, labels = next(it)
-        step(images).numpy()
-    waits, totals = _timed_steps(it, step, seconds, 10)
-    floor_it = iter(tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(2))
-    for _ in range(3):
-        next(floor_it)
-    f_waits, f_totals = _timed_steps(floor_it, step, min(seconds, 1.0), 10)
+    feed_s, (images, labels) = _feed_s_per_batch(ds, batch)
+    step, compute_s, reps = calibrate_compute(max(2.0 * feed_s, min_compute_s))
+    depth = prefetch_depth(batch, images.shape[1:])
+    feed = PrefetchedBatches(iter_train_arrays(ds, Transform(), seed=0, rank=0, size=1, batch_per_rank=batch), depth)
+    floor = PrefetchedBatches(itertools.repeat((images, labels)), depth)
+    try:
+        for it in (feed, floor):
+            for _ in range(3):  # warm up the queue and the traced step
+                step(next(it)[0]).numpy()
+        waits, totals = _timed_steps(feed, step, seconds, 10)
+        f_waits, f_totals = _timed_steps(floor, step, min(seconds, 1.0), 10)
+    finally:
+        feed.close()
+        floor.close()
     # The mean is the target's measure; the median shows the typical step when other processes
     # share the cores and preempt the reader thread now and then.
-    return {"steps": len(waits), "compute_s_per_step": compute_s, "matmul_reps": reps,
-            "prefetch_batches": prefetch_depth(batch, ds.shape),
-            "read_s_per_batch": read_s_per_batch, "step_s": float(totals.mean()),
+    return {"feed": "reader thread and queue (firescale.data.prefetch), as a rank with more than one core reads",
+            "steps": len(waits), "compute_s_per_step": compute_s, "matmul_reps": reps,
+            "prefetch_batches": depth, "feed_s_per_batch": feed_s, "step_s": float(totals.mean()),
             "wait_s_per_step": float(waits.mean()), "wait_s_max": float(waits.max()),
             "wait_fraction": float(waits.sum() / totals.sum()),
             "wait_fraction_median": float(np.median(waits) / np.median(totals)),
-            "iterator_floor_wait_s_per_step": float(f_waits.mean()),
-            "iterator_floor_wait_fraction": float(f_waits.sum() / f_totals.sum())}
+            "handoff_floor_wait_s_per_step": float(f_waits.mean()),
+            "handoff_floor_wait_fraction": float(f_waits.sum() / f_totals.sum())}
 
 
 def bench_io(dataset: str | Path, *, batch: int = 256, seconds: float = 3.0, split: str = "train",
@@ -179,7 +194,7 @@ def bench_io(dataset: str | Path, *, batch: int = 256, seconds: float = 3.0, spl
             out["readers"][fmt] = entry
             if measure_wait:
                 raw_read(file, 0.0)  # one pass to bring the file back into the page cache
-                wait = data_wait(ds, batch, seconds, batch / entry["shuffled"]["records_per_s"])
+                wait = data_wait(ds, batch, seconds)
                 wait["meets_wait_target"] = wait["wait_fraction"] < WAIT_TARGET
                 out["data_wait"][fmt] = wait
         finally:

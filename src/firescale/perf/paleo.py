@@ -241,6 +241,9 @@ PALEO_TABLE3 = (
     PublishedCase(128, 1024, 3.6 * HOUR, 39.0, 2.3 * HOUR, 51.6),
 )
 FIRECAFFE_NIN_EPOCHS = 47
+# Paleo's Table 2, case 1: "one step time" (forward, backward and update of one batch on one worker),
+# 1918 ms for NiN at batch 256 on one K20X, the step behind Table 3's first row.
+PALEO_TABLE2_NIN_STEP_S = 1.918
 PALEO_PPP_COMPUTE, PALEO_PPP_COMM = 0.21, 0.56
 
 

@@ -210,11 +210,11 @@ def notes(summary: Summary, ctx: ReportContext) -> list[str]:
                "sample standard deviation, computed per repeat.  The speedup's interval is that of mean baseline "
                f"time / mean time ({level}, the delta method on its logarithm with Welch's degrees of freedom).  "
                "Epochs are those trained: each point's fixed-epoch budget.")
-    waits = [(r.data_wait_s.mean / r.iteration_s.mean, r.group) for r in summary.rows if r.iteration_s.mean > 0]
+    waits = [(r.group, r.data_wait_s.mean / r.iteration_s.mean) for r in summary.rows if r.iteration_s.mean > 0]
     if waits:
-        share, group = max(waits)
-        out.append(f"Waiting for data takes at most {share * 100:.1f}% of an iteration ({group}); the rest is "
-                   f"compute and the allreduce (figure time_split).")
+        each = ", ".join(f"{group} {share * 100:.1f}%" for group, share in waits)
+        out.append(f"Waiting for data, in percent of each point's mean iteration as its runs recorded it: {each}; "
+                   f"the rest is compute and the allreduce (figure time_split).")
     if summary.predictions_source:
         out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured.")
         if summary.unmatched_predictions:

@@ -1,0 +1,81 @@
+"""The structure of a multi-rank prediction on `local`: measured terms only, in the trainer's sequence.
+
+The calibrated model of the default sweep (fashion-lenet) predicts a 2-rank iteration from three
+measurements and nothing fitted to the 2-rank runs: the single-rank iteration at the per-rank batch
+(the baseline and the short half-batch run fix the compute factor and the fixed overhead), and
+Horovod's allreduce of the net's gradients after a synthetic step on 2 ranks (the probe: negotiation,
+waiting for the slower rank and the background thread's share of the core).  The trainer computes all
+gradients, then allreduces them in one group, then applies the update, and a rank pinned to one core
+reads its batch inline, so the model adds the terms in sequence (Paleo), not the DAG model's overlap.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+from site_helpers import site_copy  # noqa: E402
+
+from firescale.netspec import get_net
+from firescale.perf.calibrate import allreduce_measurement, calibrate
+from firescale.perf.experiment import experiment_platform, predict_experiment
+from firescale.perf.layers import net_cost
+from firescale.perf.paleo import platform_from_site, predict_point
+from firescale.sweep.plan import load_plan
+
+FASHION_TRAIN = 60_000
+# Single-rank seconds per iteration at the baseline batch (64) and at half of it (the short run), and
+# Horovod's allreduce after the step: figures of the size `make sweep` measures here.
+T64, T32, ALLREDUCE = 0.0610, 0.0345, 0.0021
+
+
+@pytest.fixture(scope="module")
+def plan(repo, tmp_path_factory):
+    """The default experiments file on the local site, its folders in a scratch directory (no dataset)."""
+    root = tmp_path_factory.mktemp("site")
+
+    def scratch(site: dict) -> None:
+        site["paths"] = {k: str(root / k) for k in ("datasets", "scratch", "results")}
+
+    return load_plan(str(site_copy(root, "local", scratch)), repo / "workflow" / "config.yaml")
+
+
+def _probe_file(path: Path, nbytes: int) -> Path:
+    """What `bench allreduce --algorithms horovod --compute-ms ... --json` writes for the probe."""
+    path.write_text(json.dumps({"measurements": [
+        {"algorithm": "horovod", "ranks": 2, "bytes": nbytes, "median_s": ALLREDUCE, "compute_s": T32 - 0.001}]}))
+    return path
+
+
+def test_two_rank_points_are_the_measured_per_rank_iteration_plus_the_measured_allreduce(plan, tmp_path):
+    spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
+    platform = platform_from_site(plan.site)
+    nbytes = net_cost(spec, 1).weight_bytes
+    probe = allreduce_measurement(str(_probe_file(tmp_path / "probe.json", nbytes)), platform.algorithm, nbytes)
+    cal = calibrate(platform, spec, 64, T64, probe, more_runs=[(32, T32)])
+    assert cal.compute_source["overhead_fitted"] and cal.comm_source["measured"] == "horovod"
+    assert cal.overhead_s > 0 and "overhead_clamped" not in cal.compute_source and cal.ppp_compute < 1
+
+    points = predict_experiment(plan, "fashion-lenet", calibration=cal, dataset_size=FASHION_TRAIN)["points"]
+    assert {(p["gpus"], p["batch"]) for p in points.values()} == {(1, 64), (2, 64), (2, 128)}
+    by = {(p["gpus"], p["batch"]): p["iteration_s"] for p in points.values()}
+    # Two batch sizes fix the two compute terms exactly; the allreduce model returns the probe's time
+    # for the probe's bytes and ranks.  Each 2-rank point is then its per-rank iteration plus that.
+    assert by[1, 64] == pytest.approx(T64, rel=1e-9)
+    assert by[2, 64] == pytest.approx(T32 + ALLREDUCE, rel=1e-6)
+    assert by[2, 128] == pytest.approx(T64 + ALLREDUCE, rel=1e-6)
+
+
+def test_the_trainers_sequence_is_modelled_not_the_overlapped_schedule(plan):
+    spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
+    platform = experiment_platform(plan.site)
+    seq = predict_point(platform, spec, 2, 64)
+    overlapped = predict_point(platform, spec, 2, 64, overlap=True)
+    assert seq.iteration_s == seq.iteration_sequential_s
+    assert overlapped.iteration_s < seq.iteration_s     # the DAG model would hide part of the allreduce
+    predicted = predict_experiment(plan, "fashion-lenet", dataset_size=FASHION_TRAIN)["points"]
+    two = next(p for p in predicted.values() if (p["gpus"], p["batch"]) == (2, 64))
+    assert two["iteration_s"] == pytest.approx(seq.iteration_s)
