@@ -125,7 +125,8 @@ def test_bad_schedules_are_one_sentence_naming_the_key(config, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def test_an_explicit_scheduled_point_in_per_gpu_batches_and_its_prediction_by_phase():
+def test_an_explicit_scheduled_point_in_per_gpu_batches_and_its_prediction_by_phase(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # the site's relative dataset folder: no ingested digits of the user's here
     config = _with(schedules=[], points=[{"gpus": 2, "batch_schedule": phases((0, 4), (100, 8)), "lr": 0.03}])
     del config["experiments"][EXAMPLE]["sweep"]["batch_schedules"]
     config["experiments"][EXAMPLE]["batch"]["mode"] = "per_gpu"

@@ -56,7 +56,8 @@ def test_a_split_point_starts_one_rank_per_two_gpus_on_a_four_gpu_node():
     assert "#SBATCH --ntasks-per-node=1" in plain and "#SBATCH --gpus-per-node=1" in plain
 
 
-def test_a_split_point_is_predicted_per_replica_and_its_memory_per_device():
+def test_a_split_point_is_predicted_per_replica_and_its_memory_per_device(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # the site's relative dataset folder: no ingested digits of the user's here
     from firescale.perf.experiment import predict_experiment
 
     p = plan(config("ib-cluster", [{"gpus": 8, "batch": 64, "layer_plan": PLAN_FILE},
