@@ -18,10 +18,11 @@ from .checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_
 from .lr_policies import learning_rate
 from .scaling import plan_schedule
 from .solver_config import SolverConfig, ignored_note, load_solver
-from .timing import SegmentClock, SplitSums, now, time_to_accuracy
+from .timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+READ_EVERY = 10    # iterations between the host's reads of the summed losses and stop flags (at most)
 
 
 @dataclass
@@ -58,7 +59,7 @@ class TrainOptions:
 
 
 class StopRequest:
-    """Remembers a SIGTERM/SIGUSR1; the loop agrees on it across ranks at the next allreduce."""
+    """Remembers a SIGTERM/SIGUSR1; the ranks agree on it where the host next reads the summed stop flags."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -246,8 +247,9 @@ class Training:
         rank = self.rank
         self.open_stream(self.start_iter)
         self.eval_per_rank = self.opts.eval_batch // rank.size
-        self.steps = make_train_steps(self.net, self.solver, self.image_shape)
-        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed)
+        self.steps = make_train_steps(self.net, self.solver, self.image_shape, rank.sum)
+        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed,
+                self.net.params + self.solver.history + self.solver.update_history)
         import tensorflow as tf
 
         rank.sum([tf.zeros_like(p) for p in self.net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
@@ -299,6 +301,7 @@ class Training:
         """Step until max_iter, the target or a stop signal; evaluate and snapshot on the way; the status."""
         cfg, c = self.solver_cfg, self.log.constants
         self.losses: collections.deque[float] = collections.deque(maxlen=cfg.average_loss)
+        self.unread: list[tuple[Any, int]] = []   # summed (loss, stop flag) tensors not yet read, and their batch
         reached = time_to_accuracy(self.evals, self.target) is not None
         self.clock.start_training()
         self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
@@ -323,15 +326,48 @@ class Training:
         return self.target is not None and top1 >= self.target
 
     def step(self, stop: StopRequest) -> bool:
-        """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True to stop."""
+        """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True when the
+        ranks agreed to stop, which they learn only where the host reads the summed losses and flags."""
         import tensorflow as tf
 
         if self.schedule.starts_at(self.iteration):
             self.open_stream(self.iteration)
             _say(self.rank, f"iter {self.iteration}: the batch becomes {self.plan.batch_per_rank} per rank "
                             f"({self.plan.effective_batch} per update), learning rate x {self.plan.lr_scale:g}")
+        plan, it = self.plan, self.iteration
+        rate = learning_rate(self.solver_cfg, it) * plan.lr_scale * plan.warmup_factor(it)
+        # A rank's flag stays raised from its signal on, so the sum read at any later iteration shows it.
+        args = (tf.constant(rate, tf.float32), tf.constant(it, tf.int64), tf.constant(float(plan.effective_batch)),
+                tf.constant(1.0 if stop.signum is not None else 0.0))
+        if plan.iter_size == 1 and it != self.start_iter and it % SPLIT_EVERY:
+            summed = self._whole_iteration(*args)
+        else:
+            summed = self._iteration_in_parts(*args)
+        self.iteration += 1
+        self.images_done += plan.effective_batch
+        self.unread.append((summed, plan.effective_batch))
+        if self._host_reads_now():
+            return self._read_losses(rate)
+        return False
+
+    def _whole_iteration(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
+        """The iteration as one graph call: gradients, their allreduce with the loss and flag, the update."""
+        import tensorflow as tf
+
+        t0 = now()
+        images, labels = next(self.train_stream)
+        t1 = now()
+        seed = tf.constant([self.seed, self.iteration * self.rank.size + self.rank.rank], tf.int64)
+        summed = self.steps.iteration(images, labels, seed, rate, iteration, batch, flag)
+        self.split.add_whole(t1 - t0, now() - t1)
+        return summed
+
+    def _iteration_in_parts(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
+        """The iteration in its parts, the host waiting after each, which times them apart: every micro-batch's
+        gradients (summed here), the allreduce of their sum with the loss and flag, the update."""
+        import tensorflow as tf
+
         plan, rank, steps = self.plan, self.rank, self.steps
-        rate = learning_rate(self.solver_cfg, self.iteration) * plan.lr_scale * plan.warmup_factor(self.iteration)
         data_wait = compute = 0.0
         summed: list[Any] | None = None
         loss_sum: Any = None
@@ -350,33 +386,45 @@ class Training:
             compute += now() - t1
         assert summed is not None
         t2 = now()
-        flag = 1.0 if stop.signum is not None else 0.0
-        reduced = rank.sum(summed + [tf.stack([loss_sum, tf.constant(flag)])])
-        loss_and_flag = reduced[-1].numpy()
+        reduced = rank.sum(summed + [tf.stack([loss_sum, flag])])
+        _ = reduced[-1].numpy()
         t3 = now()
-        steps.apply(reduced[:-1], tf.constant(rate, tf.float32), tf.constant(self.iteration, tf.int64),
-                    tf.constant(float(plan.effective_batch), tf.float32))
-        t4 = now()
-        self.split.add(data_wait, compute + (t4 - t3), t3 - t2)
-        self.iteration += 1
-        self.images_done += plan.effective_batch
-        self.losses.append(float(loss_and_flag[0]) / plan.effective_batch)
-        if not np.isfinite(self.losses[-1]):
-            raise FirescaleError(f"the training loss became {self.losses[-1]} at iteration {self.iteration}; "
-                                 "lower base_lr (solver key 'base_lr')")
-        self._display(rate, data_wait, compute + t4 - t3, t3 - t2)
-        return bool(loss_and_flag[1] > 0)
+        steps.apply(reduced[:-1], rate, iteration, batch)
+        self.split.add(data_wait, compute + now() - t3, t3 - t2)
+        return reduced[-1]
 
-    def _display(self, rate: float, data_wait: float, compute: float, allreduce: float) -> None:
+    def _host_reads_now(self) -> bool:
+        """Whether the host reads the losses after this iteration: every READ_EVERY iterations, and where the
+        loop displays, snapshots, evaluates, changes the batch or ends (the same iterations on every rank)."""
+        cfg, it = self.solver_cfg, self.iteration
+        return any(every and it % every == 0 for every in (READ_EVERY, cfg.display, cfg.snapshot, cfg.test_interval)) \
+            or it >= cfg.max_iter or self.schedule.starts_at(it)
+
+    def _read_losses(self, rate: float) -> bool:
+        """The summed losses and stop flags of the iterations since the last read, on the host: each loss into
+        the average, a diverged loss an error; the display line when due; True when a rank asked to stop."""
+        first = self.iteration - len(self.unread)
+        values = [(summed.numpy(), batch) for summed, batch in self.unread]
+        self.unread.clear()
+        for k, (loss_and_flag, batch) in enumerate(values):
+            self.losses.append(float(loss_and_flag[0]) / batch)
+            if not np.isfinite(self.losses[-1]):
+                raise FirescaleError(f"the training loss became {self.losses[-1]} at iteration {first + k + 1}; "
+                                     "lower base_lr (solver key 'base_lr')")
+        self._display(rate)
+        return bool(values[-1][0][1] > 0)
+
+    def _display(self, rate: float) -> None:
         cfg, it = self.solver_cfg, self.iteration
         if not (cfg.display and it % cfg.display == 0):
             return
         t_prev, it_prev = self.speed_window
         speed = (it - it_prev) * self.plan.effective_batch / max(now() - t_prev, 1e-9)
         self.speed_window = (now(), it)
+        split = self.split.mean()
         _say(self.rank, f"iter {it}/{cfg.max_iter} loss {np.mean(self.losses):.4f} lr {rate:.6g} "
-                        f"{speed:.0f} img/s data {1e3 * data_wait:.2f} ms compute {1e3 * compute:.2f} ms "
-                        f"allreduce {1e3 * allreduce:.2f} ms")
+                        f"{speed:.0f} img/s data {1e3 * split.data_wait_s:.2f} ms compute {1e3 * split.compute_s:.2f} ms "
+                        f"allreduce {1e3 * split.allreduce_s:.2f} ms (means of this segment)")
 
     # ------------------------------------------------------------ evaluate
     def evaluate(self) -> EvalPoint:
@@ -413,9 +461,7 @@ class Training:
                        status=status, hostnames=self.hostnames)
 
     def totals(self) -> SplitSums:
-        a, b = self.split_total, self.split
-        return SplitSums(a.data_wait_s + b.data_wait_s, a.compute_s + b.compute_s,
-                         a.allreduce_s + b.allreduce_s, a.iterations + b.iterations)
+        return self.split_total.plus(self.split)
 
     def snapshot(self, status: str) -> None:
         """Rank 0 writes weights, solver history and the run state (data order, evaluations, segments)."""
