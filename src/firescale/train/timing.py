@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..results import EvalPoint, IterationSplit
 
 
-SPLIT_EVERY = 50   # every 50th iteration (and a segment's first) runs in parts, to time compute and allreduce apart
+SPLIT_EVERY = 50   # by default every 50th iteration (and a segment's first) is timed in parts
 
 
 @dataclass
@@ -47,14 +47,15 @@ class SplitSums:
                          self.allreduce_s + other.allreduce_s, self.iterations + other.iterations,
                          (self.split_iterations or 0) + (other.split_iterations or 0), self.whole_s + other.whole_s)
 
-    def mean(self) -> IterationSplit:
-        """The mean iteration: data wait over all iterations; the allreduce as the iterations timed in parts
-        measured it; compute the rest of the mean iteration (so the three add up to it)."""
-        n, parts = max(self.iterations, 1), self.split_iterations or 0
-        allreduce = self.allreduce_s / parts if parts else 0.0
-        step = (self.whole_s + self.compute_s + self.allreduce_s) / n
-        return IterationSplit(self.data_wait_s / n, max(step - allreduce, 0.0), min(allreduce, step), self.iterations,
-                              split_iterations=parts, split_every=SPLIT_EVERY)
+    def mean(self, split_every: int = SPLIT_EVERY) -> IterationSplit:
+        """The mean iteration: data wait over all iterations, and the rest of the mean iteration split into
+        compute and allreduce in the proportion the iterations timed in parts showed (so the three add up
+        to it; a few preempted allreduces among them move the proportion, never past the iteration)."""
+        n, parts = max(self.iterations, 1), self.compute_s + self.allreduce_s
+        step = (self.whole_s + parts) / n
+        allreduce = step * self.allreduce_s / parts if parts > 0 else 0.0
+        return IterationSplit(self.data_wait_s / n, step - allreduce, allreduce, self.iterations,
+                              split_iterations=self.split_iterations or 0, split_every=split_every)
 
     def to_dict(self) -> dict[str, float]:
         return {"data_wait_s": self.data_wait_s, "compute_s": self.compute_s, "allreduce_s": self.allreduce_s,

@@ -1,28 +1,24 @@
 """The Horovod data-parallel training loop: Caffe solver numerics, evaluation, snapshots, time-to-accuracy."""
 from __future__ import annotations
 
-import collections
 import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import FirescaleError
 from ..layer_plan import LayerPlan, read_layer_plan
 from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
 from .checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
                          trajectory_settings, write_snapshot)
+from .host_reads import LossReads, StopRequest, read_due
 from .lr_policies import learning_rate
 from .scaling import plan_schedule
 from .solver_config import SolverConfig, ignored_note, load_solver
 from .timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-READ_EVERY = 10    # iterations between the host's reads of the summed losses and stop flags (at most)
 
 
 @dataclass
@@ -55,27 +51,8 @@ class TrainOptions:
     threads: int = 1
     layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
     batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
+    split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
     command: list[str] = field(default_factory=list)
-
-
-class StopRequest:
-    """Remembers a SIGTERM/SIGUSR1; the ranks agree on it where the host next reads the summed stop flags."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
-        self.signum = signum
 
 
 def _say(rank: Any, text: str) -> None:
@@ -141,6 +118,8 @@ class Training:
         self.layer_plan = layer_plan
         self.target, self.target_source = target
         self.seed = _seed(opts, solver_cfg)
+        if opts.split_every < 1:
+            raise FirescaleError(f"--split-every must be at least 1, not {opts.split_every}")
         if opts.eval_batch < rank.size:
             raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
         self.schedule = plan_schedule(rank.size, opts.batch_schedule, batch_per_rank=opts.batch_per_rank,
@@ -300,8 +279,7 @@ class Training:
     def train(self, stop: StopRequest) -> str:
         """Step until max_iter, the target or a stop signal; evaluate and snapshot on the way; the status."""
         cfg, c = self.solver_cfg, self.log.constants
-        self.losses: collections.deque[float] = collections.deque(maxlen=cfg.average_loss)
-        self.unread: list[tuple[Any, int]] = []   # summed (loss, stop flag) tensors not yet read, and their batch
+        self.loss_reads = LossReads(cfg.average_loss)
         reached = time_to_accuracy(self.evals, self.target) is not None
         self.clock.start_training()
         self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
@@ -339,16 +317,20 @@ class Training:
         # A rank's flag stays raised from its signal on, so the sum read at any later iteration shows it.
         args = (tf.constant(rate, tf.float32), tf.constant(it, tf.int64), tf.constant(float(plan.effective_batch)),
                 tf.constant(1.0 if stop.signum is not None else 0.0))
-        if plan.iter_size == 1 and it != self.start_iter and it % SPLIT_EVERY:
+        if plan.iter_size == 1 and it != self.start_iter and it % self.opts.split_every:
             summed = self._whole_iteration(*args)
         else:
             summed = self._iteration_in_parts(*args)
         self.iteration += 1
         self.images_done += plan.effective_batch
-        self.unread.append((summed, plan.effective_batch))
-        if self._host_reads_now():
-            return self._read_losses(rate)
-        return False
+        self.loss_reads.add(summed, plan.effective_batch)
+        cfg = self.solver_cfg
+        if not (read_due(self.iteration, (cfg.display, cfg.snapshot, cfg.test_interval), cfg.max_iter)
+                or self.schedule.starts_at(self.iteration)):
+            return False
+        stop_agreed = self.loss_reads.read(self.iteration)
+        self._display(rate)
+        return stop_agreed
 
     def _whole_iteration(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
         """The iteration as one graph call: gradients, their allreduce with the loss and flag, the update."""
@@ -393,27 +375,6 @@ class Training:
         self.split.add(data_wait, compute + now() - t3, t3 - t2)
         return reduced[-1]
 
-    def _host_reads_now(self) -> bool:
-        """Whether the host reads the losses after this iteration: every READ_EVERY iterations, and where the
-        loop displays, snapshots, evaluates, changes the batch or ends (the same iterations on every rank)."""
-        cfg, it = self.solver_cfg, self.iteration
-        return any(every and it % every == 0 for every in (READ_EVERY, cfg.display, cfg.snapshot, cfg.test_interval)) \
-            or it >= cfg.max_iter or self.schedule.starts_at(it)
-
-    def _read_losses(self, rate: float) -> bool:
-        """The summed losses and stop flags of the iterations since the last read, on the host: each loss into
-        the average, a diverged loss an error; the display line when due; True when a rank asked to stop."""
-        first = self.iteration - len(self.unread)
-        values = [(summed.numpy(), batch) for summed, batch in self.unread]
-        self.unread.clear()
-        for k, (loss_and_flag, batch) in enumerate(values):
-            self.losses.append(float(loss_and_flag[0]) / batch)
-            if not np.isfinite(self.losses[-1]):
-                raise FirescaleError(f"the training loss became {self.losses[-1]} at iteration {first + k + 1}; "
-                                     "lower base_lr (solver key 'base_lr')")
-        self._display(rate)
-        return bool(values[-1][0][1] > 0)
-
     def _display(self, rate: float) -> None:
         cfg, it = self.solver_cfg, self.iteration
         if not (cfg.display and it % cfg.display == 0):
@@ -421,9 +382,9 @@ class Training:
         t_prev, it_prev = self.speed_window
         speed = (it - it_prev) * self.plan.effective_batch / max(now() - t_prev, 1e-9)
         self.speed_window = (now(), it)
-        split = self.split.mean()
-        _say(self.rank, f"iter {it}/{cfg.max_iter} loss {np.mean(self.losses):.4f} lr {rate:.6g} "
-                        f"{speed:.0f} img/s data {1e3 * split.data_wait_s:.2f} ms compute {1e3 * split.compute_s:.2f} ms "
+        split = self.split.mean(self.opts.split_every)
+        _say(self.rank, f"iter {it}/{cfg.max_iter} loss {self.loss_reads.average:.4f} lr {rate:.6g} {speed:.0f} img/s "
+                        f"data {1e3 * split.data_wait_s:.2f} ms compute {1e3 * split.compute_s:.2f} ms "
                         f"allreduce {1e3 * split.allreduce_s:.2f} ms (means of this segment)")
 
     # ------------------------------------------------------------ evaluate
@@ -501,8 +462,8 @@ class Training:
             time_to_accuracy_s=tta, train_time_s=train_s, iterations=self.iteration,
             epochs=self.schedule.samples_before(self.iteration) / num_train,
             images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
-            per_iteration=self.totals().mean(), allreduce=self.allreduce_info, hostnames=self.hostnames,
-            versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
+            per_iteration=self.totals().mean(self.opts.split_every), allreduce=self.allreduce_info,
+            hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
             command=list(self.opts.command))
 
     # ------------------------------------------------------------ finish
