@@ -241,7 +241,7 @@ class Training:
     def open_stream(self, iteration: int) -> None:
         """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
         from ..data.prefetch import PrefetchedBatches
-        from ..data.readers import iter_train_arrays, prefetch_depth
+        from ..data.readers import batches_per_read, iter_train_arrays, prefetch_depth
         from ..data.shard import rank_positions
 
         self.plan = self.schedule.plan_at(iteration)
@@ -250,7 +250,8 @@ class Training:
         if self.train_stream is not None:
             self.train_stream.close()
         arrays = iter_train_arrays(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
-                                   size=self.rank.size, batch_per_rank=batch, start_sample=start)
+                                   size=self.rank.size, batch_per_rank=batch, start_sample=start,
+                                   batches_per_read=batches_per_read(batch, self.image_shape))
         # A rank pinned to one core reads inline: a reader thread would only take turns with training for
         # the core and the GIL.  Otherwise a reader thread keeps batches ready.
         one_core = len(self.rank.pinned_cpus) == 1
