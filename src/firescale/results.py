@@ -40,12 +40,19 @@ class Segment:
 
 @dataclass
 class IterationSplit:
-    """Mean seconds per iteration spent waiting for data, computing, and in the gradient allreduce."""
+    """Mean seconds per iteration spent waiting for data, computing, and in the gradient allreduce; the three
+    add up to the mean iteration.  The data wait is timed on every iteration; compute and allreduce apart
+    only on `split_iterations` of them (every `split_every`-th, and a segment's first), which run their
+    parts with the host waiting between them; the rest run whole, as one graph.  Compute and allreduce
+    divide the mean iteration less its data wait in the proportion of their sums over the iterations
+    timed in parts.  Results without the two counts timed every iteration in parts."""
 
     data_wait_s: float
     compute_s: float
     allreduce_s: float
     iterations: int
+    split_iterations: int | None = None
+    split_every: int = 1
 
 
 @dataclass

@@ -85,6 +85,20 @@ def test_training_stream_with_random_crop_and_mirror_is_independent_of_ranks(siz
         assert np.array_equal(y1, np.concatenate([p[1] for p in parts]))
 
 
+@pytest.mark.parametrize("size", [1, 2])
+def test_batches_read_several_at_a_time_are_the_batches_read_one_at_a_time(size):
+    rng = np.random.default_rng(1)
+    ds = ArrayDataset(rng.integers(0, 256, (23, 6, 7, 3), dtype=np.uint8), np.arange(23) % 5)
+    t = Transform(scale=0.5, mean=(1.0, 2.0, 3.0), crop=4, mirror=True)
+    for r in range(size):
+        single = iter_train_arrays(ds, t, seed=9, rank=r, size=size, batch_per_rank=3, start_sample=5)
+        grouped = iter_train_arrays(ds, t, seed=9, rank=r, size=size, batch_per_rank=3, start_sample=5,
+                                    batches_per_read=4)
+        for _ in range(10):  # across epochs and reads: the 23 records in batches of 3 x size
+            (x1, y1), (x4, y4) = next(single), next(grouped)
+            assert x4.shape == (3, 4, 4, 3) and np.array_equal(x1, x4) and np.array_equal(y1, y4)
+
+
 def test_transform_values_follow_caffe():
     image = np.arange(4 * 4, dtype=np.uint8).reshape(1, 4, 4, 1)
     centre = BatchTransformer(Transform(scale=2.0, mean=(1.0,), crop=2), (4, 4, 1))(image, train=False)

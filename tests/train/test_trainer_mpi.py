@@ -82,16 +82,23 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
         assert allreduce["model"] == "rabenseifner" and "Open MPI's fixed rules" in allreduce["algorithm"]
     assert len(result["evals"]) == 2 and result["evals"][-1]["iter"] == 100
     assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
+    # iterations 0 and 50 ran in parts, timing compute and allreduce apart; the others as one graph
+    assert result["per_iteration"]["split_iterations"] == 2 and result["per_iteration"]["split_every"] == 50
+    assert result["per_iteration"]["allreduce_s"] > 0 and result["per_iteration"]["compute_s"] > 0
 
 
 @pytest.mark.slow
-def test_same_seed_and_ranks_reproduce_bit_for_bit(work, run_ranks, two_rank_run):
-    run_ranks(2, train_args(work, "b", "short.yaml", "--batch-per-rank", "16", "--set", "snapshot=0"), timeout=300)
+def test_same_seed_and_ranks_reproduce_bit_for_bit_whole_or_in_parts(work, run_ranks, two_rank_run):
+    # every iteration in parts (gradients, allreduce, update as three calls) against mostly one graph each
+    run_ranks(2, train_args(work, "b", "short.yaml", "--batch-per-rank", "16", "--set", "snapshot=0",
+                            "--split-every", "1"), timeout=300)
     a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.npz")
     b = weights(work / "b" / "snapshots" / "snapshot_iter_100.npz")
     assert a.keys() == b.keys()
     for name in a:
         assert np.array_equal(a[name], b[name]), name
+    split = json.loads((work / "b" / "result.json").read_text())["per_iteration"]
+    assert split["split_iterations"] == split["iterations"] == 100 and split["split_every"] == 1
 
 
 def _rank_pids(mpirun_pid: int) -> list[int]:

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-batch", type=int, default=256, help="test images per evaluation step, all ranks")
     parser.add_argument("--profile-layers", action="store_true",
                         help="also time every layer's forward and backward pass into OUT/layers.json")
+    parser.add_argument("--split-every", type=int, default=50, metavar="N",
+                        help="time data wait, compute and allreduce apart on every Nth iteration (and the first), "
+                             "the host waiting after each part; the others run as one graph (default 50; 1: all)")
     parser.add_argument("--data-format", choices=("lmdb", "hdf5"), help="which copy of the dataset to read")
     parser.add_argument("--scale", type=float, default=1 / 255, help="pixel scale after mean subtraction")
     parser.add_argument("--mean", type=_mean, help="per-channel mean values (comma-separated) or a mean file")
@@ -73,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
         dataset=args.dataset, net=args.net, solver=args.solver, out=args.out, overrides=list(args.overrides),
         batch_per_rank=args.batch_per_rank, total_batch=args.total_batch, reference_batch=args.reference_batch,
         lr_scaling=args.lr_scaling, warmup_iters=args.warmup_iters, warmup_start_lr=args.warmup_start_lr,
-        target=args.target,
-        target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
+        target=args.target, target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
-        layer_plan=args.layer_plan, batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
+        split_every=args.split_every, layer_plan=args.layer_plan,
+        batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )
     return run_training(opts)

@@ -1,4 +1,4 @@
-"""The traced training steps: forward/backward of one micro-batch, the solver's update, evaluation, warm-up."""
+"""The traced training steps: one whole iteration, its parts (gradients, update) apart, evaluation, warm-up."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,10 +13,12 @@ from .solvers import CaffeSolver
 
 @dataclass(frozen=True)
 class TrainSteps:
-    """The three traced functions one rank runs: `grad` (loss sum and gradients of a micro-batch),
-    `apply` (the solver's update from summed gradients), both concrete functions, and `evaluate`
-    (test-set sums of a batch)."""
+    """The traced functions one rank runs: `iteration` (a whole iteration of one micro-batch in one graph:
+    gradients, their sum over the ranks with the loss and stop flag, the update; returns the summed loss
+    and flag), its parts `grad` (loss sum and gradients of a micro-batch) and `apply` (the solver's update
+    from summed gradients), all concrete functions, and `evaluate` (test-set sums of a batch)."""
 
+    iteration: Callable[..., Any]
     grad: Callable[..., Any]
     apply: Callable[..., Any]
     evaluate: Callable[..., Any]
@@ -54,11 +56,24 @@ def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, 
         solver.apply(normalised, rate, iteration)
 
 
-def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...]) -> TrainSteps:
-    """Trace the grad, apply and evaluation steps of `net` for images of `image_shape` (H, W, C); the
-    update takes the images it averages over (the effective batch) as an argument, since it may change."""
+def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...],
+                     sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]]) -> TrainSteps:
+    """Trace the iteration, grad, apply and evaluation steps of `net` for images of `image_shape` (H, W, C);
+    the update takes the images it averages over (the effective batch) as an argument, since it may
+    change, and the learning rate as a tensor, so that neither retraces.  `sum_over_ranks` is the
+    grouped allreduce (Rank.sum), which the iteration step runs inside its graph."""
     x_spec = tf.TensorSpec((None, *image_shape), tf.float32)
     y_spec = tf.TensorSpec((None,), tf.int64)
+    scalar = tf.TensorSpec((), tf.float32)
+
+    @tf.function(input_signature=[x_spec, y_spec, tf.TensorSpec((2,), tf.int64), scalar, tf.TensorSpec((), tf.int64),
+                                  scalar, scalar])
+    def iteration_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor, rate: tf.Tensor,
+                       iteration: tf.Tensor, batch: tf.Tensor, stop_flag: tf.Tensor) -> tf.Tensor:
+        loss_sum, grads = loss_and_gradients(net, images, labels, dropout_seed)
+        summed = sum_over_ranks(list(grads) + [tf.stack([loss_sum, stop_flag])])
+        apply_update(solver, summed[:-1], rate, iteration, batch)
+        return summed[-1]
 
     @tf.function(input_signature=[x_spec, y_spec, tf.TensorSpec((2,), tf.int64)])
     def grad_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor) -> Any:
@@ -66,25 +81,34 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
 
     grad_specs = [tf.TensorSpec(p.shape, tf.float32) for p in net.params]
 
-    @tf.function(input_signature=[grad_specs, tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64),
-                                  tf.TensorSpec((), tf.float32)])
+    @tf.function(input_signature=[grad_specs, scalar, tf.TensorSpec((), tf.int64), scalar])
     def apply_step(summed: list[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor, batch: tf.Tensor) -> None:
         apply_update(solver, summed, rate, iteration, batch)
 
     # Called every iteration: the concrete functions skip tf.function's per-call matching of arguments to
     # traces (about 0.4 ms an iteration for LeNet on a CPU core, measured by `bench trainer`).
-    return TrainSteps(grad_step.get_concrete_function(), apply_step.get_concrete_function(),
-                      make_eval_step(net, net.spec.num_classes, image_shape))
+    return TrainSteps(iteration_step.get_concrete_function(), grad_step.get_concrete_function(),
+                      apply_step.get_concrete_function(), make_eval_step(net, net.spec.num_classes, image_shape))
 
 
-def warm_up(steps: TrainSteps, batch: int, image_shape: tuple[int, ...], seed: int) -> None:
-    """Run the grad and evaluation graphs once on zeros, before any clock starts (the update is traced already).
+def warm_up(steps: TrainSteps, batch: int, image_shape: tuple[int, ...], seed: int,
+            state: list[tf.Variable]) -> None:
+    """Run every graph once on zeros before any clock starts; the iteration and the update change `state`
+    (the weights and the solver's history), which is put back as it was afterwards.
 
-    TensorFlow optimises a graph and sets up its kernels on its first execution, not when tracing it.
-    Neither graph touches the weights, the solver's history or the data stream; the update would, so
-    it is traced only.
+    TensorFlow optimises a graph and sets up its kernels on its first execution, not when tracing it,
+    and Horovod negotiates an allreduce on its first call; without this the first iterations timed
+    would carry it.  Every rank runs the iteration's allreduce here together.
     """
     zeros = tf.zeros((batch, *image_shape), tf.float32)
     no_labels = tf.zeros((batch,), tf.int64)
-    steps.grad(zeros, no_labels, tf.constant([seed, 0], tf.int64))[0].numpy()
+    dropout_seed = tf.constant([seed, 0], tf.int64)
+    rate, iteration, images = tf.constant(0.0), tf.constant(0, tf.int64), tf.constant(float(batch))
+    saved = [tf.identity(v) for v in state]   # a read is a copy: the updates below do not reach it
+    loss, grads = steps.grad(zeros, no_labels, dropout_seed)
+    tf.stack([loss, rate]).numpy()     # the eager op that joins the loss and the stop flag, once
+    steps.apply(grads, rate, iteration, images)
+    steps.iteration(zeros, no_labels, dropout_seed, rate, iteration, images, tf.constant(0.0)).numpy()
+    for variable, value in zip(state, saved):
+        variable.assign(value)
     steps.evaluate(zeros, no_labels).numpy()

@@ -7,28 +7,60 @@ from dataclasses import dataclass, field
 from ..results import EvalPoint, IterationSplit
 
 
+SPLIT_EVERY = 50   # by default every 50th iteration (and a segment's first) is timed in parts
+
+
 @dataclass
 class SplitSums:
-    """Seconds summed over iterations: waiting for the next batch, forward/backward/update, allreduce."""
+    """Seconds summed over iterations.  Every iteration's wait for its batch is timed; most iterations run
+    whole, as one graph (gradients, allreduce and update: `whole_s`), and the few timed in parts, with the
+    host waiting between them (`split_iterations` of them), give `compute_s` and `allreduce_s`.  Snapshots
+    from before whole iterations have no `split_iterations`: all their iterations were timed in parts."""
 
     data_wait_s: float = 0.0
     compute_s: float = 0.0
     allreduce_s: float = 0.0
     iterations: int = 0
+    split_iterations: int | None = None
+    whole_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.split_iterations is None:
+            self.split_iterations = self.iterations
 
     def add(self, data_wait_s: float, compute_s: float, allreduce_s: float) -> None:
+        """An iteration timed in parts."""
         self.data_wait_s += data_wait_s
         self.compute_s += compute_s
         self.allreduce_s += allreduce_s
         self.iterations += 1
+        self.split_iterations = (self.split_iterations or 0) + 1
 
-    def mean(self) -> IterationSplit:
-        n = max(self.iterations, 1)
-        return IterationSplit(self.data_wait_s / n, self.compute_s / n, self.allreduce_s / n, self.iterations)
+    def add_whole(self, data_wait_s: float, step_s: float) -> None:
+        """An iteration run whole: its wait for the batch, and the one graph call (compute and allreduce)."""
+        self.data_wait_s += data_wait_s
+        self.whole_s += step_s
+        self.iterations += 1
+
+    def plus(self, other: SplitSums) -> SplitSums:
+        return SplitSums(self.data_wait_s + other.data_wait_s, self.compute_s + other.compute_s,
+                         self.allreduce_s + other.allreduce_s, self.iterations + other.iterations,
+                         (self.split_iterations or 0) + (other.split_iterations or 0), self.whole_s + other.whole_s)
+
+    def mean(self, split_every: int = SPLIT_EVERY) -> IterationSplit:
+        """The mean iteration: data wait over all iterations, and the rest of the mean iteration split into
+        compute and allreduce in the proportion the iterations timed in parts showed (so the three add up
+        to it; a few preempted allreduces among them move the proportion, never past the iteration)."""
+        n, parts = max(self.iterations, 1), self.compute_s + self.allreduce_s
+        step = (self.whole_s + parts) / n
+        allreduce = step * self.allreduce_s / parts if parts > 0 else 0.0
+        return IterationSplit(self.data_wait_s / n, step - allreduce, allreduce, self.iterations,
+                              split_iterations=self.split_iterations or 0, split_every=split_every)
 
     def to_dict(self) -> dict[str, float]:
         return {"data_wait_s": self.data_wait_s, "compute_s": self.compute_s, "allreduce_s": self.allreduce_s,
-                "iterations": self.iterations}
+                "iterations": self.iterations, "split_iterations": self.split_iterations or 0,
+                "whole_s": self.whole_s}
 
 
 @dataclass

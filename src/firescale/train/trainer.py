@@ -1,27 +1,24 @@
 """The Horovod data-parallel training loop: Caffe solver numerics, evaluation, snapshots, time-to-accuracy."""
 from __future__ import annotations
 
-import collections
 import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import FirescaleError
 from ..layer_plan import LayerPlan, read_layer_plan
 from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
 from .checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
                          trajectory_settings, write_snapshot)
+from .host_reads import LossReads, StopRequest, read_due
 from .lr_policies import learning_rate
 from .scaling import plan_schedule
 from .solver_config import SolverConfig, ignored_note, load_solver
-from .timing import SegmentClock, SplitSums, now, time_to_accuracy
+from .timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 @dataclass
@@ -54,27 +51,8 @@ class TrainOptions:
     threads: int = 1
     layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
     batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
+    split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
     command: list[str] = field(default_factory=list)
-
-
-class StopRequest:
-    """Remembers a SIGTERM/SIGUSR1; the loop agrees on it across ranks at the next allreduce."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
-        self.signum = signum
 
 
 def _say(rank: Any, text: str) -> None:
@@ -140,6 +118,8 @@ class Training:
         self.layer_plan = layer_plan
         self.target, self.target_source = target
         self.seed = _seed(opts, solver_cfg)
+        if opts.split_every < 1:
+            raise FirescaleError(f"--split-every must be at least 1, not {opts.split_every}")
         if opts.eval_batch < rank.size:
             raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
         self.schedule = plan_schedule(rank.size, opts.batch_schedule, batch_per_rank=opts.batch_per_rank,
@@ -246,8 +226,9 @@ class Training:
         rank = self.rank
         self.open_stream(self.start_iter)
         self.eval_per_rank = self.opts.eval_batch // rank.size
-        self.steps = make_train_steps(self.net, self.solver, self.image_shape)
-        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed)
+        self.steps = make_train_steps(self.net, self.solver, self.image_shape, rank.sum)
+        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed,
+                self.net.params + self.solver.history + self.solver.update_history)
         import tensorflow as tf
 
         rank.sum([tf.zeros_like(p) for p in self.net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
@@ -260,7 +241,7 @@ class Training:
     def open_stream(self, iteration: int) -> None:
         """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
         from ..data.prefetch import PrefetchedBatches
-        from ..data.readers import iter_train_arrays, prefetch_depth
+        from ..data.readers import batches_per_read, iter_train_arrays, prefetch_depth
         from ..data.shard import rank_positions
 
         self.plan = self.schedule.plan_at(iteration)
@@ -269,7 +250,8 @@ class Training:
         if self.train_stream is not None:
             self.train_stream.close()
         arrays = iter_train_arrays(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
-                                   size=self.rank.size, batch_per_rank=batch, start_sample=start)
+                                   size=self.rank.size, batch_per_rank=batch, start_sample=start,
+                                   batches_per_read=batches_per_read(batch, self.image_shape))
         # A rank pinned to one core reads inline: a reader thread would only take turns with training for
         # the core and the GIL.  Otherwise a reader thread keeps batches ready.
         one_core = len(self.rank.pinned_cpus) == 1
@@ -298,7 +280,7 @@ class Training:
     def train(self, stop: StopRequest) -> str:
         """Step until max_iter, the target or a stop signal; evaluate and snapshot on the way; the status."""
         cfg, c = self.solver_cfg, self.log.constants
-        self.losses: collections.deque[float] = collections.deque(maxlen=cfg.average_loss)
+        self.loss_reads = LossReads(cfg.average_loss)
         reached = time_to_accuracy(self.evals, self.target) is not None
         self.clock.start_training()
         self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
@@ -323,15 +305,52 @@ class Training:
         return self.target is not None and top1 >= self.target
 
     def step(self, stop: StopRequest) -> bool:
-        """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True to stop."""
+        """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True when the
+        ranks agreed to stop, which they learn only where the host reads the summed losses and flags."""
         import tensorflow as tf
 
         if self.schedule.starts_at(self.iteration):
             self.open_stream(self.iteration)
             _say(self.rank, f"iter {self.iteration}: the batch becomes {self.plan.batch_per_rank} per rank "
                             f"({self.plan.effective_batch} per update), learning rate x {self.plan.lr_scale:g}")
+        plan, it = self.plan, self.iteration
+        rate = learning_rate(self.solver_cfg, it) * plan.lr_scale * plan.warmup_factor(it)
+        # A rank's flag stays raised from its signal on, so the sum read at any later iteration shows it.
+        args = (tf.constant(rate, tf.float32), tf.constant(it, tf.int64), tf.constant(float(plan.effective_batch)),
+                tf.constant(1.0 if stop.signum is not None else 0.0))
+        if plan.iter_size == 1 and it != self.start_iter and it % self.opts.split_every:
+            summed = self._whole_iteration(*args)
+        else:
+            summed = self._iteration_in_parts(*args)
+        self.iteration += 1
+        self.images_done += plan.effective_batch
+        self.loss_reads.add(summed, plan.effective_batch)
+        cfg = self.solver_cfg
+        if not (read_due(self.iteration, (cfg.display, cfg.snapshot, cfg.test_interval), cfg.max_iter)
+                or self.schedule.starts_at(self.iteration)):
+            return False
+        stop_agreed = self.loss_reads.read(self.iteration)
+        self._display(rate)
+        return stop_agreed
+
+    def _whole_iteration(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
+        """The iteration as one graph call: gradients, their allreduce with the loss and flag, the update."""
+        import tensorflow as tf
+
+        t0 = now()
+        images, labels = next(self.train_stream)
+        t1 = now()
+        seed = tf.constant([self.seed, self.iteration * self.rank.size + self.rank.rank], tf.int64)
+        summed = self.steps.iteration(images, labels, seed, rate, iteration, batch, flag)
+        self.split.add_whole(t1 - t0, now() - t1)
+        return summed
+
+    def _iteration_in_parts(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
+        """The iteration in its parts, the host waiting after each, which times them apart: every micro-batch's
+        gradients (summed here), the allreduce of their sum with the loss and flag, the update."""
+        import tensorflow as tf
+
         plan, rank, steps = self.plan, self.rank, self.steps
-        rate = learning_rate(self.solver_cfg, self.iteration) * plan.lr_scale * plan.warmup_factor(self.iteration)
         data_wait = compute = 0.0
         summed: list[Any] | None = None
         loss_sum: Any = None
@@ -350,33 +369,24 @@ class Training:
             compute += now() - t1
         assert summed is not None
         t2 = now()
-        flag = 1.0 if stop.signum is not None else 0.0
-        reduced = rank.sum(summed + [tf.stack([loss_sum, tf.constant(flag)])])
-        loss_and_flag = reduced[-1].numpy()
+        reduced = rank.sum(summed + [tf.stack([loss_sum, flag])])
+        _ = reduced[-1].numpy()
         t3 = now()
-        steps.apply(reduced[:-1], tf.constant(rate, tf.float32), tf.constant(self.iteration, tf.int64),
-                    tf.constant(float(plan.effective_batch), tf.float32))
-        t4 = now()
-        self.split.add(data_wait, compute + (t4 - t3), t3 - t2)
-        self.iteration += 1
-        self.images_done += plan.effective_batch
-        self.losses.append(float(loss_and_flag[0]) / plan.effective_batch)
-        if not np.isfinite(self.losses[-1]):
-            raise FirescaleError(f"the training loss became {self.losses[-1]} at iteration {self.iteration}; "
-                                 "lower base_lr (solver key 'base_lr')")
-        self._display(rate, data_wait, compute + t4 - t3, t3 - t2)
-        return bool(loss_and_flag[1] > 0)
+        steps.apply(reduced[:-1], rate, iteration, batch)
+        self.split.add(data_wait, compute + now() - t3, t3 - t2)
+        return reduced[-1]
 
-    def _display(self, rate: float, data_wait: float, compute: float, allreduce: float) -> None:
+    def _display(self, rate: float) -> None:
         cfg, it = self.solver_cfg, self.iteration
         if not (cfg.display and it % cfg.display == 0):
             return
         t_prev, it_prev = self.speed_window
         speed = (it - it_prev) * self.plan.effective_batch / max(now() - t_prev, 1e-9)
         self.speed_window = (now(), it)
-        _say(self.rank, f"iter {it}/{cfg.max_iter} loss {np.mean(self.losses):.4f} lr {rate:.6g} "
-                        f"{speed:.0f} img/s data {1e3 * data_wait:.2f} ms compute {1e3 * compute:.2f} ms "
-                        f"allreduce {1e3 * allreduce:.2f} ms")
+        split = self.split.mean(self.opts.split_every)
+        _say(self.rank, f"iter {it}/{cfg.max_iter} loss {self.loss_reads.average:.4f} lr {rate:.6g} {speed:.0f} img/s "
+                        f"data {1e3 * split.data_wait_s:.2f} ms compute {1e3 * split.compute_s:.2f} ms "
+                        f"allreduce {1e3 * split.allreduce_s:.2f} ms (means of this segment)")
 
     # ------------------------------------------------------------ evaluate
     def evaluate(self) -> EvalPoint:
@@ -413,9 +423,7 @@ class Training:
                        status=status, hostnames=self.hostnames)
 
     def totals(self) -> SplitSums:
-        a, b = self.split_total, self.split
-        return SplitSums(a.data_wait_s + b.data_wait_s, a.compute_s + b.compute_s,
-                         a.allreduce_s + b.allreduce_s, a.iterations + b.iterations)
+        return self.split_total.plus(self.split)
 
     def snapshot(self, status: str) -> None:
         """Rank 0 writes weights, solver history and the run state (data order, evaluations, segments)."""
@@ -455,8 +463,8 @@ class Training:
             time_to_accuracy_s=tta, train_time_s=train_s, iterations=self.iteration,
             epochs=self.schedule.samples_before(self.iteration) / num_train,
             images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
-            per_iteration=self.totals().mean(), allreduce=self.allreduce_info, hostnames=self.hostnames,
-            versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
+            per_iteration=self.totals().mean(self.opts.split_every), allreduce=self.allreduce_info,
+            hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
             command=list(self.opts.command))
 
     # ------------------------------------------------------------ finish
