@@ -116,6 +116,9 @@ def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any
     if status is None or code is None:
         return Verdict("failed", f"the job ended (scheduler state {why}) without writing status.json")
     is_walltime, words = walltime_signal(status, rules)
+    if is_walltime and result is not None and result.get("status") in FINISHED_RESULTS:
+        # The signal came after the last iteration, while the job was ending: nothing is left to resume.
+        return Verdict("succeeded", f"training finished before {words} ended the job")
     if is_walltime:
         return Verdict("resubmit", f"stopped by {words}; resuming from the newest snapshot")
     if words:

@@ -148,6 +148,15 @@ def test_the_walltime_signal_within_its_lead_time_resubmits(tmp_path, at):
     assert any("resubmitting from the snapshot at iteration 300" in l and "walltime signal SIGUSR1" in l for l in lines)
 
 
+def test_a_walltime_signal_after_the_last_iteration_is_not_resubmitted(tmp_path):
+    # Seen under a real Slurm: training wrote its finished result, then the signal came while the job ended.
+    job = FakeJob(["RUNNING", "FAILED"], signalled("USR1", "00:56:00"), DONE, snapshot=300)
+    verdict, subs, fake, *_ = run(tmp_path, [job])
+    assert verdict.outcome == "succeeded" and submissions(fake) == 1
+    assert verdict.reason == "training finished before the walltime signal SIGUSR1 00:56:00 after the job started " \
+                             "(due at 00:55:00, walltime 01:00:00) ended the job"
+
+
 def test_the_walltime_signal_long_before_its_time_fails_the_point(tmp_path):
     job = FakeJob(["RUNNING", "FAILED"], signalled("USR1", "00:20:00"), {"status": "interrupted"}, snapshot=100)
     verdict, subs, fake, *_ = run(tmp_path, [job])
