@@ -23,7 +23,8 @@ DEB_OPTIONAL := slurmctld slurmd slurm-client iproute2
 SITES := $(notdir $(patsubst %/,%,$(dir $(wildcard site/*/config.yaml))))
 PROFILE_HOME ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
 PYTEST_ARGS ?=
-# The suite runs in two pytest-xdist workers, one core each (tests/conftest.py); PYTEST_WORKERS=0 runs it in one process.
+# The suite runs in two pytest-xdist workers, one core each, a file's tests in one worker (tests/conftest.py);
+# PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
 .PHONY: help setup system stack horovod package profiles test sweep lint clean
@@ -107,7 +108,7 @@ $(PROFILE_HOME)/%/config.yaml: site/%/config.yaml
 test sweep lint: export PATH := $(abspath $(BIN)):$(PATH)
 
 test: setup
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/snakemake --lint

@@ -11,22 +11,17 @@ import pytest
 from mpitools import mpirun_argv
 
 REPO = Path(__file__).resolve().parents[1]
-# Tiers that start daemons once per session: all their tests go to one worker, and they go first,
-# since they are the longest (a real walltime, a virtual cluster's sweep) and mostly wait.
+# Tiers that start daemons once per worker and mostly wait (a real walltime, a virtual cluster's
+# sweep): they go first.  `make test` distributes by file (`--dist loadfile`), so a module's
+# expensive fixtures (a real sweep, a trained net) run once; xdist's `loadgroup` would keep a whole
+# tier in one worker, but pytest-xdist 3.8 cannot regroup items under pytest 9 (it sets a node-id
+# attribute pytest 9 no longer reads), so a tier's files may start their own Slurm or cluster per worker.
 TIER_GROUPS = ("slurm", "vcluster")
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Under xdist (`-n N --dist loadgroup`): one group per tier above, else one per module, so that a
-    module's expensive fixtures (a real sweep, a trained net) run once, in one worker."""
-    def group(item) -> str:
-        tier = next((t for t in TIER_GROUPS if item.get_closest_marker(t)), None)
-        return tier or item.nodeid.split("::")[0]
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: group(item) not in TIER_GROUPS)   # stable: the tiers first, else as collected
+    """The tiers first, the rest as collected."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(t) for t in TIER_GROUPS))
 
 
 def pytest_configure(config):
