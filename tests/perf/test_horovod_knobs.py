@@ -74,6 +74,8 @@ def test_bench_allreduce_sweeps_sizes_compares_horovod_with_mpi_and_records_the_
     assert data["horovod_knobs"] == {"HOROVOD_CYCLE_TIME": "0.5"}
     assert len(data["load_average"]) == 2 and data["cpus"] >= 1
     by = {(m["algorithm"], m["bytes"]): m for m in data["measurements"]}
+    # every MPI size is timed before Horovod starts its background thread, which would disturb them
+    assert [m["algorithm"] for m in data["measurements"]] == ["mpi"] * len(sizes) + ["horovod"] * len(sizes)
     pairs = data["horovod_vs_mpi"]
     assert [p["bytes"] for p in pairs] == sizes
     for p in pairs:   # the ratio is of the two medians in the same run

@@ -5,8 +5,8 @@ import argparse
 import os
 
 from ..atomic import atomic_write_json
-from ..perf.bench_allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_vs_mpi,
-                                    measure_allreduce)
+from ..perf.bench_allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_last,
+                                    horovod_vs_mpi, measure_allreduce)
 from ..perf.cli_args import add_platform_arguments, float_list, platform_from_args
 from ..perf.comm import Link, allreduce_time
 
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     sizes = list(SWEEP_BYTES) if args.sweep else [int(mb * 1e6) for mb in args.sizes_mb]
     load_before = os.getloadavg()[0]
     results = []
-    for nbytes in sizes:
-        for algo in algorithms:
+    for algo in horovod_last(algorithms):
+        for nbytes in sizes:
             m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3)
             model = site_algorithm if algo in ("mpi", "horovod") else algo
             predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
