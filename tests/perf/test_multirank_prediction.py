@@ -79,3 +79,26 @@ def test_the_trainers_sequence_is_modelled_not_the_overlapped_schedule(plan):
     predicted = predict_experiment(plan, "fashion-lenet", dataset_size=FASHION_TRAIN)["points"]
     two = next(p for p in predicted.values() if (p["gpus"], p["batch"]) == (2, 64))
     assert two["iteration_s"] == pytest.approx(seq.iteration_s)
+
+
+def test_measured_contention_slows_the_compute_of_multi_rank_points_only(plan, tmp_path):
+    from dataclasses import replace
+
+    from firescale.perf.calibrate import load_calibration, save_calibration
+
+    spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
+    platform = platform_from_site(plan.site)
+    nbytes = net_cost(spec, 1).weight_bytes
+    probe = allreduce_measurement(str(_probe_file(tmp_path / "probe.json", nbytes)), platform.algorithm, nbytes)
+    cal = replace(calibrate(platform, spec, 64, T64, probe, more_runs=[(32, T32)]), contention=1.08)
+    cal = load_calibration(save_calibration(tmp_path / "calibration.json", cal))   # kept through the file
+    assert cal.contention == 1.08
+    points = predict_experiment(plan, "fashion-lenet", calibration=cal, dataset_size=FASHION_TRAIN)["points"]
+    by = {(p["gpus"], p["batch"]): p["iteration_s"] for p in points.values()}
+    assert by[1, 64] == pytest.approx(T64, rel=1e-9)                      # one rank computes alone
+    assert by[2, 64] == pytest.approx(1.08 * T32 + ALLREDUCE, rel=1e-6)   # compute and overhead slowed
+    assert by[2, 128] == pytest.approx(1.08 * T64 + ALLREDUCE, rel=1e-6)
+    bad = json.loads((tmp_path / "calibration.json").read_text()) | {"contention": 0}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(Exception, match="contention must be a number > 0"):
+        load_calibration(tmp_path / "bad.json")

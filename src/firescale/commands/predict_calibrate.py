@@ -6,6 +6,7 @@ import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import FirescaleError
 from ..netspec import NET_NAMES, get_net
@@ -13,7 +14,7 @@ from ..perf.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_me
                               save_calibration)
 from ..perf.cli_args import add_platform_arguments, describe, platform_from_args, site_or_none
 from ..perf.layers import net_cost
-from ..perf.measured import MeasuredIteration, read_measured_iteration, short_run
+from ..perf.measured import MeasuredIteration, contention, read_measured_iteration, short_run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time Horovod's allreduce of this net's gradients over RANKS ranks started here as "
                              "--site starts them, and fit the communication factor from it (sites without a "
                              "scheduler; on a cluster run `firescale bench allreduce --algorithms horovod` in a "
-                             "job and pass --allreduce-json)")
+                             "job and pass --allreduce-json); with --short-run, the short run is also started on "
+                             "RANKS cores at once, to measure how much slower ranks sharing a node compute")
     parser.add_argument("--out", help=f"where to write it (default: the site's results dir/{CALIBRATION_FILE})")
     add_platform_arguments(parser)
 
@@ -69,18 +71,33 @@ def _option(command: tuple[str, ...], name: str) -> str | None:
     return None
 
 
+def _local_site(args: argparse.Namespace, what: str) -> Any:
+    """The site whose ranks a measurement starts on this machine (only a site without a scheduler)."""
+    site = site_or_none(args)
+    if site is None:
+        raise FirescaleError(f"{what} starts ranks as a site does: give --site")
+    if site.scheduler != "local":
+        raise FirescaleError(f"{what} starts ranks on this machine, but site {site.name} has scheduler "
+                             f"{site.scheduler!r}; run `firescale bench allreduce --algorithms horovod` in a job "
+                             "there and pass its --json output as --allreduce-json")
+    return site
+
+
+def _contention(args: argparse.Namespace, baseline: Any, alone: Any, workdir: str) -> dict:
+    """The short run again on as many cores as the probe has ranks, all at once: the node's contention."""
+    _local_site(args, "--allreduce-probe")
+    contended = contention(alone, baseline, args.allreduce_probe, args.short_run, workdir)
+    print(f"measured: {contended['copies']} copies of the short run at once compute "
+          f"{contended['factor']:.3f} times as long as one alone ({contended['alone_s'] * 1e3:.3f} ms)")
+    return contended
+
+
 def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str, step_s: float) -> dict:
     """Run the Horovod allreduce probe on this machine with the site's launcher, each allreduce after a
     synthetic step of `step_s` (a measured iteration's time less its allreduce); its measurement."""
     from ..perf.site_ranks import probe_allreduce, site_ranks
 
-    site = site_or_none(args)
-    if site is None:
-        raise FirescaleError("--allreduce-probe starts ranks as a site does: give --site")
-    if site.scheduler != "local":
-        raise FirescaleError(f"--allreduce-probe starts ranks on this machine, but site {site.name} has scheduler "
-                             f"{site.scheduler!r}; run `firescale bench allreduce --algorithms horovod` in a job "
-                             "there and pass its --json output as --allreduce-json")
+    site = _local_site(args, "--allreduce-probe")
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         out = Path(args.workdir or tmp) / "allreduce-probe.json"
         probe_allreduce(site_ranks(site), args.allreduce_probe, gradient_bytes, out, step_s=step_s)
@@ -95,6 +112,7 @@ def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str, step_s
 def run(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     measured = [read_measured_iteration(p) for p in args.record]
+    contended = None
     for m in measured:
         if m.ranks != 1:
             raise FirescaleError(f"{m.source}: calibration fits the compute factor from single-rank runs; "
@@ -103,11 +121,11 @@ def run(args: argparse.Namespace) -> int:
         if not measured:
             raise FirescaleError("--short-run repeats a recorded run: give its --record")
         batch = args.short_batch or max(1, measured[0].batch_per_rank // 2)
-        if args.workdir:
-            measured.append(short_run(measured[0], batch, args.short_run, args.workdir))
-        else:
-            with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
-                measured.append(short_run(measured[0], batch, args.short_run, tmp))
+        with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
+            workdir = args.workdir or tmp
+            measured.append(short_run(measured[0], batch, args.short_run, workdir))
+            if args.allreduce_probe:
+                contended = _contention(args, measured[0], measured[-1], workdir)
     runs = [(m.batch_per_rank, m.iteration_s) for m in measured]
     if (args.batch is None) != (args.iteration_s is None):
         raise FirescaleError("--batch and --iteration-s go together")
@@ -138,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
                      "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
+    if contended is not None:
+        cal = replace(cal, contention=contended["factor"])
+        cal.compute_source["contention"] = contended
     evaluated = next((m for m in measured if m.evaluations), None)
     if evaluated is not None:
         cal = replace(cal, eval_s=evaluated.eval_s / evaluated.evaluations)

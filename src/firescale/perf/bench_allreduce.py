@@ -149,11 +149,12 @@ IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
 class AllreduceMeasurement:
     """Seconds for one allreduce of `bytes` over `ranks` ranks: the slowest rank, per repetition.
 
-    With a synthetic step (`compute_s` > 0, the median of the ranks' mean step time) each repetition
-    computes first and then reduces, as a training iteration does; `seconds` are then the slowest
-    rank's iteration less the ranks' mean step in that same repetition, which is what communication
-    costs an iteration: the allreduce and waiting for the slowest rank's step.  Measuring both in one
-    repetition cancels the drift of a shared machine's speed between repetitions.
+    With a synthetic step (`compute_s` > 0: the ranks' mean time for it, timed all at once before any
+    allreduce) each repetition computes first and then reduces, as a training iteration does;
+    `seconds` are then the slowest rank's iteration less that step time: what communication costs an
+    iteration, the allreduce, waiting for the slowest rank's step, and the share of the step that the
+    communication library's threads take.  (The step is not timed again in each repetition: that
+    would cancel a shared machine's drift, but also hide the library's share.)
     """
 
     algorithm: str
@@ -191,6 +192,7 @@ class SyntheticStep:
         self.matmuls = 1
         one = min(self.timed() for _ in range(15))
         self.matmuls = max(1, round(target_s / one))
+        self.solo_s = statistics.median(self.timed() for _ in range(5))   # before any allreduce has run
 
     def run(self) -> None:
         import tensorflow as tf
@@ -211,8 +213,11 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
     The repetitions run back to back, after one barrier, as a training loop's allreduces do.  With
-    `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean step time in
-    that repetition is subtracted from its slowest rank's total.
+    `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean time for
+    that step before any allreduce ran (all ranks stepping at once) is subtracted from the slowest
+    rank's total: what is left is what communication costs an iteration, the allreduce, waiting for
+    the slower rank, and what the library's own threads take from the step (Horovod's background
+    thread wakes every cycle on the rank's core).
     """
     import numpy as np
     from mpi4py import MPI
@@ -225,21 +230,21 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     recv = np.empty_like(send)
     run = HorovodAllreduce() if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
     step = SyntheticStep(compute_s) if compute_s > 0 else None
-    local = np.zeros((warmup + reps, 2))           # per repetition: this rank's total and its step
+    local = np.zeros(warmup + reps)           # this rank's time per repetition
     comm.Barrier()
     for rep in range(warmup + reps):
         start = time.perf_counter()
-        stepped = step.timed() if step is not None else 0.0
+        if step is not None:
+            step.run()
         run(comm, send, recv)
-        local[rep] = time.perf_counter() - start, stepped
+        local[rep] = time.perf_counter() - start
     # Gathered once, after the timed calls: an MPI call between repetitions would run beside Horovod's
     # background thread and delay its next cycle.  Each allreduce holds the ranks in step, so the slowest
     # rank's time per repetition is what that repetition cost.
-    slowest, summed = np.empty(len(local)), np.empty(len(local))
-    comm.Allreduce(np.ascontiguousarray(local[:, 0]), slowest, op=MPI.MAX)
-    comm.Allreduce(np.ascontiguousarray(local[:, 1]), summed, op=MPI.SUM)
-    slowest, mean_steps = slowest[warmup:], summed[warmup:] / size
-    seconds, steps = list(slowest - mean_steps), list(mean_steps)
+    slowest = np.empty(len(local))
+    comm.Allreduce(local, slowest, op=MPI.MAX)
+    solo = comm.allreduce(step.solo_s if step is not None else 0.0, op=MPI.SUM) / size
+    seconds, steps = list(slowest[warmup:] - solo), [solo]
     if isinstance(run, HorovodAllreduce):
         run.copy_result(recv)
     expected = size * (size + 1) / 2

@@ -23,6 +23,8 @@ class Calibration:
 
     `overhead_s` goes beyond Paleo (see paleo.Platform); it is 0 when only one batch size was measured.
     `eval_s` is one evaluation of the test set on one device, as the baseline measured it (0: not measured).
+    `contention` is a rank's compute time with every rank of its node computing over its time alone,
+    measured with the net's own short run (perf.measured.contention; 1: not measured).
     """
 
     site: str
@@ -32,11 +34,13 @@ class Calibration:
     comm_source: dict[str, Any]
     overhead_s: float = 0.0
     eval_s: float = 0.0
+    contention: float = 1.0
 
     def apply(self, platform: Platform) -> Platform:
-        """The platform with these factors (and this overhead) in place of its own."""
+        """The platform with these factors (and this overhead and contention) in place of its own."""
         return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
-                       link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s)
+                       link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s,
+                       contention=self.contention)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,12 +198,15 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         cal = Calibration(str(data["site"]), float(data["ppp_compute"]), float(data["ppp_comm"]),
                           dict(data.get("compute_source", {})), dict(data.get("comm_source", {})),
-                          float(data.get("overhead_s", 0.0)), float(data.get("eval_s", 0.0)))
+                          float(data.get("overhead_s", 0.0)), float(data.get("eval_s", 0.0)),
+                          float(data.get("contention", 1.0)))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a calibration needs site, ppp_compute and ppp_comm") from None
     for key in ("ppp_compute", "ppp_comm"):
         if not 0 < getattr(cal, key) <= 1:
             raise FirescaleError(f"{path}: {key} must be in (0, 1], not {getattr(cal, key)}")
+    if not (cal.contention > 0 and math.isfinite(cal.contention)):
+        raise FirescaleError(f"{path}: contention must be a number > 0 (a ratio of times), not {cal.contention}")
     for key in ("overhead_s", "eval_s"):
         value = getattr(cal, key)
         if not (value >= 0 and math.isfinite(value)):

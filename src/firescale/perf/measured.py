@@ -116,18 +116,59 @@ def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int,
             "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
 
 
-def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,
-              *, timeout: float = 1800.0) -> MeasuredIteration:
-    """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
+def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, out: Path) -> list[str]:
     if baseline.ranks != 1:
         raise FirescaleError(f"{baseline.source}: a short calibration run repeats a single-rank baseline, "
                              f"not one of {baseline.ranks} ranks")
+    return short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
+
+
+def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError:
+    lines = output.strip().splitlines()
+    tail = "\n".join([l for l in lines if l.startswith("firescale: error")] or lines[-5:])
+    return FirescaleError(f"the short calibration run ({' '.join(argv[3:])}) failed with exit code "
+                          f"{proc.returncode}: {tail}")
+
+
+def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,
+              *, timeout: float = 1800.0) -> MeasuredIteration:
+    """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
     out = Path(workdir) / f"calibrate-b{batch_per_rank}"
-    argv = short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
+    argv = _short_run_argv(baseline, batch_per_rank, iterations, out)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
     if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        tail = "\n".join([l for l in lines if l.startswith("firescale: error")] or lines[-5:])
-        raise FirescaleError(f"the short calibration run ({' '.join(argv[3:])}) failed with exit code "
-                             f"{proc.returncode}: {tail}")
+        raise _short_run_failed(argv, proc, proc.stderr or proc.stdout)
     return read_measured_iteration(out / "result.json")
+
+
+def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
+               workdir: str | Path, *, timeout: float = 1800.0) -> dict[str, Any]:
+    """How much slower a rank computes when `copies` ranks share this node, measured, not fitted.
+
+    `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
+    the same run is started `copies` times at once, each on its own core, with no communication
+    between them, and the ratio of their median compute to `alone`'s is the factor: what ranks take
+    from each other through shared caches and memory bandwidth.  Horovod's share of a rank's core
+    is not in it; the allreduce probe measures that.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    if copies < 2 or copies > len(cores):
+        raise FirescaleError(f"a contention run needs 2 to {len(cores)} copies (one per core here), not {copies}")
+    procs = []
+    for i in range(copies):
+        out = Path(workdir) / f"contention-b{alone.batch_per_rank}-{i}"
+        argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, out)
+        procs.append((argv, out, subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+            preexec_fn=lambda core=cores[i]: os.sched_setaffinity(0, {core}))))
+    runs = []
+    for argv, out, proc in procs:
+        output, _ = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise _short_run_failed(argv, proc, output)
+        runs.append(read_measured_iteration(out / "result.json"))
+    loaded = sorted(m.iteration_s - m.data_wait_s for m in runs)
+    alone_s = alone.iteration_s - alone.data_wait_s
+    median = loaded[len(loaded) // 2] if len(loaded) % 2 else (loaded[len(loaded) // 2 - 1] + loaded[len(loaded) // 2]) / 2
+    return {"factor": median / alone_s, "copies": copies, "batch": alone.batch_per_rank,
+            "alone_s": alone_s, "loaded_s": loaded}

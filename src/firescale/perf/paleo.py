@@ -36,7 +36,10 @@ class Platform:
     `overhead_s` is an extension beyond Paleo: a fixed time every iteration pays whatever the batch
     (the framework's per-step dispatch, kernel launches, the Python loop).  Paleo has no such term,
     so it is 0 unless a calibration fits it from single-device runs at two batch sizes; with 0 the
-    model is Paleo's and the FireCaffe/NiN acceptance figures are unchanged.
+    model is Paleo's and the FireCaffe/NiN acceptance figures are unchanged.  `contention` is the
+    other extension: how much slower a rank computes (overhead included) when the other ranks of
+    its node compute beside it, sharing caches and memory bandwidth; 1 unless a calibration measured
+    it, and applied only to points of more than one device.
     """
 
     name: str
@@ -45,11 +48,15 @@ class Platform:
     algorithm: str = "tree"
     elementwise: bool = True    # count bias and activation layers (False: Paleo's accounting)
     overhead_s: float = 0.0     # fixed seconds per iteration (not in Paleo; see above)
+    contention: float = 1.0     # a rank's compute time when every rank of its node computes, over alone
 
     def __post_init__(self) -> None:
         if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
             raise FirescaleError(f"platform {self.name!r}: overhead_s must be a finite number >= 0, "
                                  f"not {self.overhead_s}")
+        if not (self.contention > 0 and math.isfinite(self.contention)):
+            raise FirescaleError(f"platform {self.name!r}: contention must be a finite number > 0, "
+                                 f"not {self.contention}")
 
 
 K20X = Device("NVIDIA K20X", 3.935e12, 250e9)
@@ -79,6 +86,11 @@ class PassTimes:
     @property
     def compute(self) -> float:
         return self.forward + self.backward + self.update
+
+    def scaled(self, factor: float) -> "PassTimes":
+        """Every pass and layer `factor` times as long (a node's ranks contending, Platform.contention)."""
+        return PassTimes(self.forward * factor, self.backward * factor, self.update * factor,
+                         tuple(t * factor for t in self.layer_forward), tuple(t * factor for t in self.layer_backward))
 
 
 def _op_time(flops: float, memory_bytes: float, device: Device) -> float:
@@ -159,13 +171,16 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     local = per_gpu_batch(batch, gpus, scaling)
     cost = net_cost(spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
+    if gpus > 1 and platform.contention != 1.0:
+        times = times.scaled(platform.contention)
+    overhead = platform.overhead_s * (platform.contention if gpus > 1 else 1.0)
     comm = allreduce_time(algorithm, cost.weight_bytes, gpus, platform.link)
-    sequential = max(io_s, times.compute + comm) + platform.overhead_s
+    sequential = max(io_s, times.compute + comm) + overhead
     from .dag import wait_free_iteration  # the DAG model's overlapped schedule (Eq. 4-5)
     layer_comm = [allreduce_time(algorithm, l.weight_bytes, gpus, platform.link) if l.params else 0.0
                   for l in cost.layers]
     overlapped = wait_free_iteration(list(times.layer_forward), list(times.layer_backward), layer_comm,
-                                     update=times.update, io=io_s) + platform.overhead_s
+                                     update=times.update, io=io_s) + overhead
     global_batch = batch if scaling == "strong" else batch * gpus
     return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes
 
