@@ -120,6 +120,12 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2
     assert comm["bytes"] == 524_320 and comm["seconds"] > 0     # LeNet on 8x8 digits: 131,080 float32
     assert 0 < cal["ppp_comm"] <= 1
+    # the short run again on both cores at once: the node's contention, measured, in the calibration
+    contended = cal["compute_source"]["contention"]
+    assert contended["copies"] == 2 and len(contended["loaded_s"]) == 2 and contended["batch"] == cal["compute_source"]["records"][-1]["batch_per_rank"]
+    assert contended["factor"] == pytest.approx(sorted(contended["loaded_s"])[0] / contended["alone_s"] / 2
+                                                + sorted(contended["loaded_s"])[1] / contended["alone_s"] / 2)
+    assert cal["contention"] == contended["factor"] and 0.5 < cal["contention"] < 5
     baseline = json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / "baseline" / "result.json").read_text())
     evaluations = len(baseline["train"]["evals"])
     eval_s = sum(s["eval_s"] for s in baseline["train"]["segments"])

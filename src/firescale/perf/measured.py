@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -162,13 +163,18 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
             preexec_fn=lambda core=cores[i]: os.sched_setaffinity(0, {core}))))
     runs = []
-    for argv, out, proc in procs:
-        output, _ = proc.communicate(timeout=timeout)
-        if proc.returncode != 0:
-            raise _short_run_failed(argv, proc, output)
-        runs.append(read_measured_iteration(out / "result.json"))
+    try:
+        for argv, out, proc in procs:
+            output, _ = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise _short_run_failed(argv, proc, output)
+            runs.append(read_measured_iteration(out / "result.json"))
+    finally:                                  # one copy failed or timed out: stop the others too
+        for _, _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     loaded = sorted(m.iteration_s - m.data_wait_s for m in runs)
     alone_s = alone.iteration_s - alone.data_wait_s
-    median = loaded[len(loaded) // 2] if len(loaded) % 2 else (loaded[len(loaded) // 2 - 1] + loaded[len(loaded) // 2]) / 2
-    return {"factor": median / alone_s, "copies": copies, "batch": alone.batch_per_rank,
+    return {"factor": statistics.median(loaded) / alone_s, "copies": copies, "batch": alone.batch_per_rank,
             "alone_s": alone_s, "loaded_s": loaded}
