@@ -149,12 +149,12 @@ IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
 class AllreduceMeasurement:
     """Seconds for one allreduce of `bytes` over `ranks` ranks: the slowest rank, per repetition.
 
-    With a synthetic step (`compute_s` > 0: the ranks' mean time for it, timed all at once before any
-    allreduce) each repetition computes first and then reduces, as a training iteration does;
-    `seconds` are then the slowest rank's iteration less that step time: what communication costs an
-    iteration, the allreduce, waiting for the slowest rank's step, and the share of the step that the
-    communication library's threads take.  (The step is not timed again in each repetition: that
-    would cancel a shared machine's drift, but also hide the library's share.)
+    With a synthetic step (`compute_s` > 0, the median of the ranks' mean step time) each repetition
+    computes first and then reduces, as a training iteration does; `seconds` are then the slowest
+    rank's iteration less the ranks' mean step in that same repetition: what communication costs an
+    iteration, the allreduce and waiting for the slowest rank's step.  Timing the step in each
+    repetition cancels the drift of a shared machine's speed (and of the step's own length) between
+    repetitions.
     """
 
     algorithm: str
@@ -192,7 +192,6 @@ class SyntheticStep:
         self.matmuls = 1
         one = min(self.timed() for _ in range(15))
         self.matmuls = max(1, round(target_s / one))
-        self.solo_s = statistics.median(self.timed() for _ in range(5))   # before any allreduce has run
 
     def run(self) -> None:
         import tensorflow as tf
@@ -213,11 +212,8 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
     The repetitions run back to back, after one barrier, as a training loop's allreduces do.  With
-    `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean time for
-    that step before any allreduce ran (all ranks stepping at once) is subtracted from the slowest
-    rank's total: what is left is what communication costs an iteration, the allreduce, waiting for
-    the slower rank, and what the library's own threads take from the step (Horovod's background
-    thread wakes every cycle on the rank's core).
+    `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean step time in
+    that repetition is subtracted from its slowest rank's total.
     """
     import numpy as np
     from mpi4py import MPI
@@ -230,21 +226,21 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     recv = np.empty_like(send)
     run = HorovodAllreduce() if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
     step = SyntheticStep(compute_s) if compute_s > 0 else None
-    local = np.zeros(warmup + reps)           # this rank's time per repetition
+    local = np.zeros((warmup + reps, 2))      # per repetition: this rank's total and its step
     comm.Barrier()
     for rep in range(warmup + reps):
         start = time.perf_counter()
-        if step is not None:
-            step.run()
+        stepped = step.timed() if step is not None else 0.0
         run(comm, send, recv)
-        local[rep] = time.perf_counter() - start
+        local[rep] = time.perf_counter() - start, stepped
     # Gathered once, after the timed calls: an MPI call between repetitions would run beside Horovod's
     # background thread and delay its next cycle.  Each allreduce holds the ranks in step, so the slowest
     # rank's time per repetition is what that repetition cost.
-    slowest = np.empty(len(local))
-    comm.Allreduce(local, slowest, op=MPI.MAX)
-    solo = comm.allreduce(step.solo_s if step is not None else 0.0, op=MPI.SUM) / size
-    seconds, steps = list(slowest[warmup:] - solo), [solo]
+    slowest, summed = np.empty(len(local)), np.empty(len(local))
+    comm.Allreduce(np.ascontiguousarray(local[:, 0]), slowest, op=MPI.MAX)
+    comm.Allreduce(np.ascontiguousarray(local[:, 1]), summed, op=MPI.SUM)
+    mean_steps = summed[warmup:] / size
+    seconds, steps = list(slowest[warmup:] - mean_steps), list(mean_steps)
     if isinstance(run, HorovodAllreduce):
         run.copy_result(recv)
     expected = size * (size + 1) / 2
