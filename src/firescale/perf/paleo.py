@@ -171,9 +171,10 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     local = per_gpu_batch(batch, gpus, scaling)
     cost = net_cost(spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
-    if gpus > 1 and platform.contention != 1.0:
-        times = times.scaled(platform.contention)
-    overhead = platform.overhead_s * (platform.contention if gpus > 1 else 1.0)
+    contention = platform.contention if gpus > 1 else 1.0    # one device computes alone
+    if contention != 1.0:
+        times = times.scaled(contention)
+    overhead = platform.overhead_s * contention
     comm = allreduce_time(algorithm, cost.weight_bytes, gpus, platform.link)
     sequential = max(io_s, times.compute + comm) + overhead
     from .dag import wait_free_iteration  # the DAG model's overlapped schedule (Eq. 4-5)

@@ -107,8 +107,8 @@ def set_up_ranks(opts: TrainOptions, devices: int = 1) -> Any:
     A run of one rank then shuts Horovod down again: it has nothing to sum (`Rank` answers every
     collective of one rank itself), and Horovod's background thread would otherwise wake every cycle
     on the rank's core for the whole run, which took 5% of a 1-rank LeNet run's time here at the
-    default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus pays for no communication, whatever
-    the site's `horovod:` knobs.
+    default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus
+    pays for no communication, whatever the site's `horovod:` knobs.
     """
     from .distributed import init_rank
 
