@@ -64,6 +64,37 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
         allreduce_measurement(only_mpi, "ring")
 
 
+def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_buffer(run_ranks, tmp_path, repo):
+    """--gradients-of reduces the net's |W| as the trainer does: Horovod's grouped allreduce of one tensor per
+    weight and bias blob (and the loss pair), every sum checked; MPI the same bytes as one buffer."""
+    from firescale.netspec import get_net
+    from firescale.perf.layers import net_cost
+
+    out = tmp_path / "grads.json"
+    proc = run_ranks(2, ["bench", "allreduce", "--gradients-of", "lenet", "--input", "28,28,1", "--classes", "10",
+                         "--reps", "3", "--algorithms", "mpi,horovod", "--json", str(out)], timeout=240, cwd=repo)
+    cost = net_cost(get_net("lenet", num_classes=10, input_shape=(28, 28, 1)), 1)
+    data = json.loads(out.read_text())
+    assert data["gradients_of"] == "lenet"
+    by = {m["algorithm"]: m for m in data["measurements"]}
+    assert by["horovod"]["bytes"] == by["mpi"]["bytes"] == cost.weight_bytes
+    assert by["horovod"]["tensors"] == len(cost.gradient_tensors) == 8 and by["mpi"]["tensors"] == 0
+    assert "Horovod sums lenet's 8 gradients and the loss as one group" in proc.stdout
+
+
+def test_a_nets_gradient_tensors_are_the_trainers_parameters():
+    """The element counts the probe groups are those of the parameters the trainer sums, blob for blob."""
+    import numpy as np
+
+    from firescale.netspec import get_net
+    from firescale.perf.layers import net_cost
+    from firescale.train.nets import build_net
+
+    for spec in (get_net("lenet", num_classes=10, input_shape=(28, 28, 1)), get_net("nin")):
+        params = build_net(spec, 1).params
+        assert net_cost(spec, 1).gradient_tensors == tuple(int(np.prod(p.shape)) for p in params), spec.name
+
+
 def test_a_librarys_own_choice_is_fitted_from_mpi_allreduce_itself(tmp_path):
     """A site left to its library (openmpi-default, ...) has no hand-written benchmark of that name: without
     Horovod's measurement, the fit takes MPI_Allreduce's (`mpi`), which ran the library's choice."""
@@ -85,7 +116,11 @@ def test_bad_benchmark_options_are_refused(repo):
     import sys
 
     for args, message in ((["--compute-ms", "-1"], "--compute-ms must be 0 or more"),
-                          (["--algorithms", "ps,gossip"], "unknown gossip")):
+                          (["--algorithms", "ps,gossip"], "unknown gossip"),
+                          (["--sweep", "--gradients-of", "lenet"], "give one of --sweep, --sizes-mb and --gradients-of"),
+                          (["--input", "28,28,1"], "--input and --classes describe the net of --gradients-of"),
+                          (["--gradients-of", "lenet", "--input", "28x28"], "--input must be the net's input as H,W,C"),
+                          (["--gradients-of", "resnet"], "unknown net 'resnet'")):
         proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "allreduce", *args],
                               capture_output=True, text=True, cwd=repo, timeout=120)
         assert proc.returncode == 1 and message in proc.stderr, proc.stderr

@@ -12,8 +12,14 @@ from ..perf.comm import Link, allreduce_time
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes-mb", type=float_list, default=[30.0],
+    parser.add_argument("--sizes-mb", type=float_list,
                         help="gradient sizes in MB (default 30, NiN's |W|)")
+    parser.add_argument("--gradients-of", metavar="NET",
+                        help="the gradients of this net (with --input and --classes) instead of --sizes-mb: "
+                             "Horovod sums them as one group of tensors, as the trainer does (fusion buffer "
+                             "copies included); the MPI algorithms reduce their bytes as one buffer")
+    parser.add_argument("--input", help="with --gradients-of: the net's input H,W,C (default: the net's own)")
+    parser.add_argument("--classes", type=int, help="with --gradients-of: the net's classes (default: the net's own)")
     parser.add_argument("--sweep", action="store_true",
                         help="sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB and 64 MiB instead of --sizes-mb")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
@@ -52,9 +58,36 @@ def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
     return link, platform.algorithm
 
 
+def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
+    """The bytes to reduce, and with --gradients-of the net's gradient tensors (element counts) they make up."""
+    from ..errors import FirescaleError
+
+    given = [name for name, value in (("--sweep", args.sweep), ("--sizes-mb", args.sizes_mb),
+                                      ("--gradients-of", args.gradients_of)) if value]
+    if len(given) > 1:
+        raise FirescaleError(f"give one of --sweep, --sizes-mb and --gradients-of, not {' and '.join(given)}")
+    if (args.input or args.classes) and not args.gradients_of:
+        raise FirescaleError("--input and --classes describe the net of --gradients-of; give it too")
+    if args.gradients_of:
+        from ..netspec import get_net
+        from ..perf.layers import net_cost
+
+        try:
+            shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
+        except ValueError:
+            raise FirescaleError(f"--input must be the net's input as H,W,C (three integers), not {args.input!r}") from None
+        cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=shape), 1)
+        return [cost.weight_bytes], cost.gradient_tensors
+    if args.sweep:
+        return list(SWEEP_BYTES), ()
+    return [int(mb * 1e6) for mb in (args.sizes_mb or [30.0])], ()
+
+
 def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMeasurement, float | None]],
            knobs: dict[str, str], load: tuple[float, float]) -> None:
+    grouped = next((m.tensors for m, _ in results if m.tensors), 0)
     print(f"{ranks} ranks, {args.reps} repetitions; times are the slowest rank's"
+          + (f"; Horovod sums {args.gradients_of}'s {grouped} gradients and the loss as one group" if grouped else "")
           + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
     print(f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; Horovod knobs: "
           + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults"))
@@ -87,12 +120,12 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"--compute-ms must be 0 or more, not {args.compute_ms}")
     comm = MPI.COMM_WORLD
     link, site_algorithm = _link(args)
-    sizes = list(SWEEP_BYTES) if args.sweep else [int(mb * 1e6) for mb in args.sizes_mb]
+    sizes, tensors = _sizes(args)
     load_before = os.getloadavg()[0]
     results = []
     for algo in horovod_last(algorithms):
         for nbytes in sizes:
-            m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3)
+            m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors)
             model = site_algorithm if algo in ("mpi", "horovod") else algo
             predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
             results.append((m, predicted))
@@ -104,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         atomic_write_json(args.json, {
             "ranks": comm.Get_size(), "reps": args.reps, "compute_ms": args.compute_ms,
+            "gradients_of": args.gradients_of,
             "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
             "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
                                                "ppp": link.ppp, "reduce_rate": link.reduce_rate},

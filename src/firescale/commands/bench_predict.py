@@ -49,10 +49,11 @@ def run(args: argparse.Namespace) -> int:
     allreduce = allreduce_measurement(args.allreduce_json, algorithm, gradient_bytes) if args.allreduce_json else None
 
     def probe(workdir: Path) -> Callable[[float], dict]:
-        """The workflow's communication measurement: Horovod's allreduce after a step of the given length."""
+        """The workflow's communication measurement: Horovod's allreduce of the net's gradients after a step
+        of the given length."""
         def measure(step_s: float) -> dict:
             out = workdir / "allreduce-probe.json"
-            probe_allreduce(site_ranks(site), max(ranks), gradient_bytes, out, step_s=step_s)
+            probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s)
             return allreduce_measurement(out, algorithm, gradient_bytes)
 
         return measure

@@ -92,19 +92,23 @@ def _contention(args: argparse.Namespace, baseline: Any, alone: Any, workdir: st
     return contended
 
 
-def _probe(args: argparse.Namespace, gradient_bytes: int, algorithm: str, step_s: float) -> dict:
-    """Run the Horovod allreduce probe on this machine with the site's launcher, each allreduce after a
-    synthetic step of `step_s` (a measured iteration's time less its allreduce); its measurement."""
+def _probe(args: argparse.Namespace, spec: Any, algorithm: str, step_s: float) -> dict:
+    """Run the Horovod allreduce probe on this machine with the site's launcher: the net's gradients
+    summed as the trainer sums them, each allreduce after a synthetic step of `step_s` (a measured
+    iteration's time less its allreduce); its measurement."""
     from ..perf.site_ranks import probe_allreduce, site_ranks
 
     site = _local_site(args, "--allreduce-probe")
+    cost = net_cost(spec, 1)
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         out = Path(args.workdir or tmp) / "allreduce-probe.json"
-        probe_allreduce(site_ranks(site), args.allreduce_probe, gradient_bytes, out, step_s=step_s)
-        measurement = allreduce_measurement(out, algorithm, gradient_bytes)
+        probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s)
+        measurement = allreduce_measurement(out, algorithm, cost.weight_bytes)
     if not args.workdir:
-        measurement["source"] = f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod)"
-    print(f"measured: Horovod allreduce of {gradient_bytes / 1e6:.3f} MB over {measurement['ranks']} ranks after a "
+        measurement["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod "
+                                 f"--gradients-of {spec.name})")
+    print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
+          f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
           f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (median)")
     return measurement
 
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         # The step before each allreduce: the smallest per-rank batch measured, as the most ranks run it.
         smallest = min(measured, key=lambda m: m.batch_per_rank) if measured else None
         step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
-        allreduce = _probe(args, gradient_bytes, platform.algorithm, step_s)
+        allreduce = _probe(args, spec, platform.algorithm, step_s)
     if args.comm_record:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:

@@ -74,6 +74,17 @@ class NetCost:
         return sum(layer.weight_bytes for layer in self.layers)
 
     @property
+    def gradient_tensors(self) -> tuple[int, ...]:
+        """Element counts of the gradients a rank sums, one tensor per weight and per bias blob, in the
+        order the layers run: what the trainer passes to its grouped allreduce (|W| in all)."""
+        counts: list[int] = []
+        for layer in self.layers:
+            if layer.trainable:
+                biases = layer.output_shape[2]
+                counts += [layer.params - biases, biases]
+        return tuple(counts)
+
+    @property
     def activation_bytes(self) -> int:
         """|D|: activations written by the convolution, pooling, LRN, concat and fully-connected layers.
 

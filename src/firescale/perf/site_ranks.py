@@ -16,6 +16,7 @@ from ..collectives import site_allreduce
 from ..errors import FirescaleError
 from ..horovod_knobs import site_horovod_environment
 from ..launchers import Placement, wrap
+from ..netspec import NetSpec
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,16 @@ def site_ranks(site: Any) -> SiteRanks:
     return SiteRanks(site.name, site.config["launcher"], tuple(options), env)
 
 
-def probe_allreduce(ranks_here: SiteRanks, ranks: int, nbytes: int, out: str | os.PathLike[str],
+def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
                     *, step_s: float = 0.0, reps: int = 50, timeout: float = 600.0) -> None:
-    """Time Horovod's allreduce of `nbytes` over `ranks` ranks started as the site starts them, each after
-    a synthetic step of `step_s`, into `out` (`firescale bench allreduce --json` format): the
-    communication measurement a calibration fits."""
+    """Time Horovod's allreduce of `spec`'s gradients over `ranks` ranks started as the site starts them,
+    summed as the trainer sums them (one group of tensors), each after a synthetic step of `step_s`,
+    into `out` (`firescale bench allreduce --json` format): the communication measurement a
+    calibration fits."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
     command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
-               "--sizes-mb", f"{nbytes / 1e6:.6f}", "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
+               "--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
+               "--classes", str(spec.num_classes), "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
                "--json", str(out)]
     ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)
