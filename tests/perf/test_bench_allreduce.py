@@ -117,7 +117,8 @@ def test_bad_benchmark_options_are_refused(repo):
 
     for args, message in ((["--compute-ms", "-1"], "--compute-ms must be 0 or more"),
                           (["--algorithms", "ps,gossip"], "unknown gossip"),
-                          (["--sweep", "--gradients-of", "lenet"], "give one of --sweep, --sizes-mb and --gradients-of"),
+                          (["--sweep", "--gradients-of", "lenet"],
+                           "give one of --sweep, --sizes-mb and --gradients-of"),
                           (["--input", "28,28,1"], "--input and --classes describe the net of --gradients-of"),
                           (["--gradients-of", "lenet", "--input", "28x28"], "--input must be the net's input as H,W,C"),
                           (["--gradients-of", "resnet"], "unknown net 'resnet'")):

@@ -66,7 +66,7 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
                                       ("--gradients-of", args.gradients_of)) if value]
     if len(given) > 1:
         raise FirescaleError(f"give one of --sweep, --sizes-mb and --gradients-of, not {' and '.join(given)}")
-    if (args.input or args.classes) and not args.gradients_of:
+    if (args.input or args.classes is not None) and not args.gradients_of:
         raise FirescaleError("--input and --classes describe the net of --gradients-of; give it too")
     if args.gradients_of:
         from ..netspec import get_net
@@ -75,7 +75,8 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
         try:
             shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
         except ValueError:
-            raise FirescaleError(f"--input must be the net's input as H,W,C (three integers), not {args.input!r}") from None
+            raise FirescaleError(f"--input must be the net's input as H,W,C (three integers), "
+                                 f"not {args.input!r}") from None
         cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=shape), 1)
         return [cost.weight_bytes], cost.gradient_tensors
     if args.sweep:
