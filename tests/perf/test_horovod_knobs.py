@@ -81,5 +81,11 @@ def test_bench_allreduce_sweeps_sizes_compares_horovod_with_mpi_and_records_the_
     for p in pairs:   # the ratio is of the two medians in the same run
         assert p["mpi_s"] == by["mpi", p["bytes"]]["median_s"] and p["horovod_s"] == by["horovod", p["bytes"]]["median_s"]
         assert p["percent_of_mpi"] == pytest.approx(100 * p["mpi_s"] / p["horovod_s"])
-    assert "Horovod % of MPI rate" in proc.stdout and "HOROVOD_CYCLE_TIME=0.5" in proc.stdout
+        # the graph call alone (no allreduce in it) is timed beside, and taken out of the second ratio
+        assert p["graph_call_s"] == by["horovod", p["bytes"]]["graph_call_s"] > 0
+        own = p["horovod_s"] - p["graph_call_s"]
+        assert p["in_graph_percent_of_mpi"] == pytest.approx(100 * p["mpi_s"] / own if own > 0 else 0.0)
+    assert all(m["graph_call_s"] == 0 for m in data["measurements"] if m["algorithm"] == "mpi")
+    assert "Horovod % of MPI rate" in proc.stdout and "% without it" in proc.stdout
+    assert "HOROVOD_CYCLE_TIME=0.5" in proc.stdout
     assert proc.stdout.count("%") >= 2 * len(sizes)

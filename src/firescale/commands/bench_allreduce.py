@@ -99,10 +99,13 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
               f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
     pairs = horovod_vs_mpi([m for m, _ in results])
     if pairs:
-        print(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} {'(fastest reps)':>15}")
+        print(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} {'(fastest reps)':>15} "
+              f"{'graph call ms':>14} {'% without it':>13}")
         for p in pairs:
             print(f"{p.bytes / 1024:>8.0f} {p.mpi_s * 1e3:>9.3f} {p.horovod_s * 1e3:>11.3f} {p.percent_of_mpi:>21.1f}% "
-                  f"{p.best_percent_of_mpi:>14.1f}%")
+                  f"{p.best_percent_of_mpi:>14.1f}% {p.graph_call_s * 1e3:>14.3f} {p.in_graph_percent_of_mpi:>12.1f}%")
+        print("graph call: the same TensorFlow call and wait with tf.identity in place of Horovod's op, which a "
+              "training step pays once whatever its graph holds")
 
 
 def run(args: argparse.Namespace) -> int:
