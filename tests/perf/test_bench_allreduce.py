@@ -120,8 +120,15 @@ def test_bad_benchmark_options_are_refused(repo):
                           (["--sweep", "--gradients-of", "lenet"],
                            "give one of --sweep, --sizes-mb and --gradients-of"),
                           (["--input", "28,28,1"], "--input and --classes describe the net of --gradients-of"),
-                          (["--gradients-of", "lenet", "--input", "28x28"], "--input must be the net's input as H,W,C"),
                           (["--gradients-of", "resnet"], "unknown net 'resnet'")):
         proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "allreduce", *args],
                               capture_output=True, text=True, cwd=repo, timeout=120)
         assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    # every command's --input is read the same way, and a malformed one is named before anything runs
+    for command in (["bench", "allreduce", "--gradients-of", "lenet"], ["predict", "layers", "lenet"],
+                    ["predict", "calibrate", "--net", "lenet", "--batch", "64", "--iteration-s", "0.02"]):
+        for bad in ("28x28", "28,28", "28,0,1"):
+            proc = subprocess.run([sys.executable, "-m", "firescale", *command, "--input", bad],
+                                  capture_output=True, text=True, cwd=repo, timeout=120)
+            expected = f"expected the net's input as H,W,C (three positive integers), not {bad!r}"
+            assert proc.returncode == 2 and expected in proc.stderr, (command, proc.stderr)

@@ -7,7 +7,7 @@ import os
 from ..atomic import atomic_write_json
 from ..perf.bench_allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_last,
                                     horovod_vs_mpi, measure_allreduce)
-from ..perf.cli_args import add_platform_arguments, float_list, platform_from_args
+from ..perf.cli_args import add_platform_arguments, float_list, input_shape, platform_from_args
 from ..perf.comm import Link, allreduce_time
 
 
@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the gradients of this net (with --input and --classes) instead of --sizes-mb: "
                              "Horovod sums them as one group of tensors, as the trainer does (fusion buffer "
                              "copies included); the MPI algorithms reduce their bytes as one buffer")
-    parser.add_argument("--input", help="with --gradients-of: the net's input H,W,C (default: the net's own)")
+    parser.add_argument("--input", type=input_shape,
+                        help="with --gradients-of: the net's input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="with --gradients-of: the net's classes (default: the net's own)")
     parser.add_argument("--sweep", action="store_true",
                         help="sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB and 64 MiB instead of --sizes-mb")
@@ -72,12 +73,7 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
         from ..netspec import get_net
         from ..perf.layers import net_cost
 
-        try:
-            shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
-        except ValueError:
-            raise FirescaleError(f"--input must be the net's input as H,W,C (three integers), "
-                                 f"not {args.input!r}") from None
-        cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=shape), 1)
+        cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=args.input), 1)
         return [cost.weight_bytes], cost.gradient_tensors
     if args.sweep:
         return list(SWEEP_BYTES), ()

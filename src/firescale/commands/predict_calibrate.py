@@ -12,7 +12,7 @@ from ..errors import FirescaleError
 from ..netspec import NET_NAMES, get_net
 from ..perf.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_measurement, calibrate,
                               save_calibration)
-from ..perf.cli_args import add_platform_arguments, describe, platform_from_args, site_or_none
+from ..perf.cli_args import add_platform_arguments, describe, input_shape, platform_from_args, site_or_none
 from ..perf.layers import net_cost
 from ..perf.measured import MeasuredIteration, contention, read_measured_iteration, short_run
 
@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-rank batch of the short run (default: half the first record's)")
     parser.add_argument("--workdir", help="where the short run writes (default: a temporary directory)")
     parser.add_argument("--net", help=f"network (default: the record's): {', '.join(NET_NAMES)}")
-    parser.add_argument("--input", help="input H,W,C (default: the record's dataset manifest, else the net's own)")
+    parser.add_argument("--input", type=input_shape,
+                        help="input H,W,C (default: the record's dataset manifest, else the net's own)")
     parser.add_argument("--classes", type=int, help="classes (default: the record's dataset manifest, else the net's)")
     parser.add_argument("--batch", type=int, help="batch of a single-device run given by numbers (with --iteration-s)")
     parser.add_argument("--iteration-s", type=float, help="its measured seconds per iteration")
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _net_shape(args: argparse.Namespace, first: MeasuredIteration | None) -> tuple:
     """Input shape and classes: explicit options, else the first record's dataset manifest and crop."""
-    shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
+    shape = args.input
     classes = args.classes
     if first is not None and (shape is None or classes is None):
         manifest = Path(first.dataset) / "manifest.json"

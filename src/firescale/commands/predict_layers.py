@@ -5,6 +5,7 @@ import argparse
 
 from ..atomic import atomic_write_json
 from ..netspec import NET_NAMES, get_net
+from ..perf.cli_args import input_shape
 from ..perf.layers import net_cost
 from ..perf.table1 import compare_table1
 
@@ -12,14 +13,13 @@ from ..perf.table1 import compare_table1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}")
     parser.add_argument("--batch", type=int, default=1024, help="images per batch (default 1024, as Table 1)")
-    parser.add_argument("--input", help="input H,W,C (default: the net's own)")
+    parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
     parser.add_argument("--json", help="also write the table and totals to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
-    shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
-    spec = get_net(args.net, num_classes=args.classes, input_shape=shape)
+    spec = get_net(args.net, num_classes=args.classes, input_shape=args.input)
     cost = net_cost(spec, args.batch)
     print(f"{spec.name}: input {spec.input_shape} (H, W, C), {spec.num_classes} classes, batch {args.batch}")
     head = f"{'layer':<34} {'kind':<8} {'output':>15} {'params':>11} {'fwd GFLOP':>11} {'bwd GFLOP':>11} {'|D| MB':>9}"
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"total: {cost.params:,} parameters, |W| = {cost.weight_bytes / 1e6:.1f} MB, "
           f"|D| = {cost.activation_bytes / 1e6:.0f} MB, forward {cost.forward_flops / 1e12:.3f} TFLOP, "
           f"forward+backward {cost.training_flops / 1e12:.3f} TFLOP per batch")
-    comparison = compare_table1(spec.name, cost) if shape is None and args.classes is None else None
+    comparison = compare_table1(spec.name, cost) if args.input is None and args.classes is None else None
     if comparison:
         print(f"FireCaffe Table 1 (batch 1024, scaled to {args.batch}): " + "; ".join(
             f"{c.quantity} {c.ours:.4g} vs {c.published:.4g} {c.unit} ({c.difference_percent:+.0f}%)"

@@ -4,12 +4,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..perf.cli_args import input_shape
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", required=True, type=Path, help="result.json of a run split over devices")
     parser.add_argument("--site", required=True, help="the site it ran on (its device and copy bandwidth)")
     parser.add_argument("--calibration", help="calibration.json of the site (compute percent of peak, overhead)")
-    parser.add_argument("--input", help="input H,W,C (default: the dataset manifest's)")
+    parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the dataset manifest's)")
     parser.add_argument("--baseline", type=Path, help="result.json of the same run on one device: the measured "
                                                       "cost of the split beside the predicted one")
 
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     platform = experiment_platform(site, load_calibration(args.calibration) if args.calibration else None)
     manifest = load_json(Path(result.dataset) / "manifest.json", "dataset manifest")
-    shape = tuple(int(v) for v in (args.input.split(",") if args.input else manifest["shape"]))
+    shape = args.input or tuple(int(v) for v in manifest["shape"])
     spec = get_net(result.net, num_classes=int(manifest["num_classes"]), input_shape=shape)
     names = list(dict.fromkeys(result.placement["devices"]))
     top = [names.index(d) for d in result.placement["devices"]]

@@ -6,7 +6,8 @@ import argparse
 from ..atomic import atomic_write_json
 from ..netspec import NET_NAMES
 from ..perf.calibrate import load_calibration
-from ..perf.cli_args import add_platform_arguments, describe, format_duration, int_list, platform_from_args
+from ..perf.cli_args import (add_platform_arguments, describe, format_duration, input_shape, int_list,
+                             platform_from_args)
 from ..perf.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
 
 
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", action="store_true",
                         help="overlap per-layer gradient communication with the backward pass (DAG model)")
     parser.add_argument("--io-ms", type=float, default=0.0, help="I/O time per iteration, overlapped (ms)")
-    parser.add_argument("--input", help="input H,W,C (default: the net's own)")
+    parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
     parser.add_argument("--calibration", help="calibration.json from `firescale predict calibrate`")
     parser.add_argument("--json", help="write the predictions to this JSON file")
@@ -34,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     platform = platform_from_args(args)
     calibration = load_calibration(args.calibration) if args.calibration else None
-    shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
-    spec = get_net(args.net, num_classes=args.classes, input_shape=shape)
+    spec = get_net(args.net, num_classes=args.classes, input_shape=args.input)
     points = predict_sweep(platform, spec, args.gpus, args.batch, epochs=args.epochs,
                            dataset_size=args.dataset_size, scaling=args.scaling, overlap=args.overlap,
                            io_s=args.io_ms / 1e3, calibration=calibration)

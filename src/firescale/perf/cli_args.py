@@ -20,6 +20,17 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def input_shape(text: str) -> tuple[int, int, int]:
+    """A net's input as H,W,C (the argparse type of every --input)."""
+    try:
+        shape = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected the net's input as H,W,C (three positive integers), not {text!r}")
+    return shape  # type: ignore[return-value]
+
+
 def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) -> None:
     """What the benchmarks that start `firescale train` on this machine share: dataset, net, solver, site, ranks,
     timed iterations and rounds."""
