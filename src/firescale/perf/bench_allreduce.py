@@ -135,8 +135,11 @@ class HorovodAllreduce:
                 self._inputs = tf.constant(send)
                 self._reduce = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum, name="bench_allreduce"))
         self._result = self._reduce(self._inputs)
-        first = self._result[0] if self._sizes else self._result
-        _ = first[:1].numpy()          # waits for the sum (a group completes together)
+        self._wait(self._result)
+
+    def _wait(self, out: Any) -> None:
+        """Wait for a call's result by reading its first element (a group completes together)."""
+        _ = (out[0] if self._sizes else out)[:1].numpy()
 
     def graph_call_s(self, reps: int) -> float:
         """Median seconds of the same call with `tf.identity` in place of the allreduce (after a first call):
@@ -149,8 +152,7 @@ class HorovodAllreduce:
         times = []
         for _ in range(reps + 1):
             start = time.perf_counter()
-            out = copy(self._inputs)
-            _ = (out[0] if self._sizes else out)[:1].numpy()
+            self._wait(copy(self._inputs))
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])
 
