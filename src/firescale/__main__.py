@@ -1,6 +1,6 @@
 """`python -m firescale` is the `firescale` command."""
 import sys
 
-from .cli import main
+from firescale.cli import main
 
 sys.exit(main())

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import FirescaleError
+from firescale.errors import FirescaleError
 
 
 def current_umask() -> int:

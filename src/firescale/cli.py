@@ -6,8 +6,8 @@ import importlib
 import sys
 from typing import Sequence
 
-from . import __version__
-from .errors import FirescaleError
+from firescale import __version__
+from firescale.errors import FirescaleError
 
 # group -> {subcommand -> (module, one-line help)}; a group whose only key is None takes no subcommand.
 # Every module exposes `add_arguments(parser)` and `run(args) -> int`.  Modules are imported lazily

@@ -6,8 +6,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_json, load_json
-from .errors import FirescaleError
+from firescale.atomic import atomic_write_json, load_json
+from firescale.errors import FirescaleError
 
 RESULT_FORMAT = "firescale.train.result/1"
 

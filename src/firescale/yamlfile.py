@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .errors import FirescaleError
+from firescale.errors import FirescaleError
 
 
 class _DuplicateKey(yaml.YAMLError):

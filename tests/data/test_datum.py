@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from firescale.data.datum import (Datum, DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum,
+from firescale.caffe.datum import (Datum, DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum,
                                   encode_datum, image_to_datum, parse_blobproto_mean)
 
 

@@ -9,7 +9,7 @@ import lmdb
 import numpy as np
 import pytest
 
-from firescale.data.datum import RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
+from firescale.caffe.datum import RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
 from firescale.data.hdf5_io import Hdf5Reader, write_hdf5
 from firescale.data.lmdb_io import LmdbReader, LmdbWriter, iter_lmdb
 from firescale.data.lmdb_pages import lost_records, record_spans

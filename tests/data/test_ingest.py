@@ -62,7 +62,7 @@ def test_digits_ingest_verify_read(digits, capsys):
 
 
 def test_bench_io_records_the_pixel_kernel_it_ran(digits, tmp_path, capsys):
-    from firescale.data.datum import PIXELS_KERNEL
+    from firescale.caffe.datum import PIXELS_KERNEL
 
     out = tmp_path / "bench.json"
     assert main(["bench", "io", "--dataset", str(digits), "--batch", "8", "--seconds", "0.05", "--no-wait",

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from firescale.data.datum import encode_datum, image_to_datum
+from firescale.caffe.datum import encode_datum, image_to_datum
 from firescale.data.lmdb_io import LmdbReader, LmdbWriter
 from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel
 from firescale.errors import FirescaleError

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from firescale.data import pixels
-from firescale.data.datum import PIXELS_KERNEL, RawDatumCodec, encode_datum, image_to_datum
+from firescale.caffe.datum import PIXELS_KERNEL, RawDatumCodec, encode_datum, image_to_datum
 from firescale.data.pixels import (numpy_planar_to_hwc, numpy_planes_to_hwc, planar_to_hwc, planes_to_hwc,
                                    record_to_hwc)
 
@@ -197,7 +197,7 @@ def _kernel_in_a_fresh_interpreter(env_value: str | None, block_import: bool = F
     code = ("import sys, warnings\n"
             + ("sys.modules['firescale._pixels'] = None\n" if block_import else "")
             + "warnings.simplefilter('always')\n"
-            "from firescale.data.datum import PIXELS_KERNEL\n"
+            "from firescale.caffe.datum import PIXELS_KERNEL\n"
             "print(PIXELS_KERNEL)\n")
     env = {k: v for k, v in os.environ.items() if k != pixels.KERNEL_ENV}
     if env_value is not None:

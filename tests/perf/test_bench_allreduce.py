@@ -35,7 +35,7 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     """`horovod` is the trainer's own allreduce: its sum is checked like the others', and a calibration
     prefers it over the MPI algorithms when fitting the communication factor."""
     from firescale.errors import FirescaleError
-    from firescale.perf.calibrate import allreduce_measurement
+    from firescale.predict.calibrate import allreduce_measurement
 
     out = tmp_path / "ar.json"
     run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5,2", "--reps", "5", "--algorithms", "tree,horovod",
@@ -67,8 +67,8 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
 def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_buffer(run_ranks, tmp_path, repo):
     """--gradients-of reduces the net's |W| as the trainer does: Horovod's grouped allreduce of one tensor per
     weight and bias blob (and the loss pair), every sum checked; MPI the same bytes as one buffer."""
-    from firescale.netspec import get_net
-    from firescale.perf.layers import net_cost
+    from firescale.nets.zoo import get_net
+    from firescale.model.layers import net_cost
 
     out = tmp_path / "grads.json"
     proc = run_ranks(2, ["bench", "allreduce", "--gradients-of", "lenet", "--input", "28,28,1", "--classes", "10",
@@ -86,8 +86,8 @@ def test_a_nets_gradient_tensors_are_the_trainers_parameters():
     """The element counts the probe groups are those of the parameters the trainer sums, blob for blob."""
     import numpy as np
 
-    from firescale.netspec import get_net
-    from firescale.perf.layers import net_cost
+    from firescale.nets.zoo import get_net
+    from firescale.model.layers import net_cost
     from firescale.train.nets import build_net
 
     for spec in (get_net("lenet", num_classes=10, input_shape=(28, 28, 1)), get_net("nin")):
@@ -99,7 +99,7 @@ def test_a_librarys_own_choice_is_fitted_from_mpi_allreduce_itself(tmp_path):
     """A site left to its library (openmpi-default, ...) has no hand-written benchmark of that name: without
     Horovod's measurement, the fit takes MPI_Allreduce's (`mpi`), which ran the library's choice."""
     from firescale.errors import FirescaleError
-    from firescale.perf.calibrate import allreduce_measurement
+    from firescale.predict.calibrate import allreduce_measurement
 
     path = tmp_path / "ar.json"
     runs = [{"algorithm": a, "ranks": 2, "bytes": 500_000, "median_s": s} for a, s in (("tree", 0.002), ("mpi", 0.001))]

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from firescale.perf.bench_trainer import TrainerVsBare
+from firescale.bench.trainer import TrainerVsBare
 
 
 def test_the_ratio_is_the_trainers_images_per_s_over_the_bare_loops():

@@ -4,14 +4,14 @@ from __future__ import annotations
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.perf.comm import ALGORITHMS, Link, allreduce_time, fit_comm_ppp, tree_height
+from firescale.model.comm import COST_MODELS, Link, allreduce_time, fit_comm_ppp, tree_height
 
 MB30 = 30e6
 BW = 70e9 / 8  # 70 Gbit/s
 
 
 def test_one_node_costs_nothing():
-    for algo in ALGORITHMS:
+    for algo in COST_MODELS:
         assert allreduce_time(algo, MB30, 1, Link(BW, 1e-6)) == 0.0
 
 
@@ -56,7 +56,7 @@ def test_unknown_algorithm_lists_the_known_ones():
 
 
 def test_the_binary_tree_receives_its_children_one_after_the_other():
-    from firescale.perf.comm import binary_tree_steps
+    from firescale.model.comm import binary_tree_steps
 
     # p=4: rank 1's child 3 arrives while rank 0 takes rank 2's message; p=8 is a full tree of depth 2
     # plus one node below rank 3, so each of the root's two subtrees needs 2 steps before it is heard.
@@ -68,7 +68,7 @@ def test_the_binary_tree_receives_its_children_one_after_the_other():
 
 
 def test_a_librarys_own_choice_is_resolved_per_message_and_ranks():
-    from firescale.perf.comm import resolve_algorithm
+    from firescale.model.comm import resolve_algorithm
 
     link = Link(BW, 2e-6)
     # Open MPI 4.1's fixed rules: 2 ranks, 100 kB -> segmented ring; 1 MB -> Rabenseifner; 200 ranks, 100 kB ->

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.perf.comm import Link
-from firescale.perf.dag import dag_speedup, wait_free_schedule
-from firescale.perf.traces import LayerTrace, read_trace, replay_trace, retarget_comm, write_trace
+from firescale.model.comm import Link
+from firescale.model.dag import dag_speedup, wait_free_schedule
+from firescale.model.traces import LayerTrace, read_trace, replay_trace, retarget_comm, write_trace
 
 # Table VI of Shi et al.: one iteration of AlexNet on K80 GPUs (µs, bytes).
 TABLE_VI = """layer_id,name,forward_us,backward_us,comm_us,gradient_bytes

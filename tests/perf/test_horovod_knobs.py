@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
 from site_helpers import site_copy  # noqa: E402
 
 from firescale.errors import FirescaleError
-from firescale.horovod_knobs import KNOBS, horovod_environment, recorded_knobs
-from firescale.site import load_site
+from firescale.cluster.horovod import KNOBS, horovod_environment, recorded_knobs
+from firescale.cluster.site import load_site
 
 KNOBS_SET = {"fusion_threshold_mb": 32, "cycle_time_ms": 0.25, "cache_capacity": 0,
              "hierarchical_allreduce": True, "group_fusion": False}
@@ -52,8 +52,9 @@ def test_the_site_schema_takes_the_knobs_and_refuses_others(tmp_path):
 
 
 def test_the_job_script_and_the_ranks_here_export_the_sites_knobs(tmp_path):
-    from firescale.perf.site_ranks import site_ranks
-    from firescale.render import JobSpec, render_job_script
+    from firescale.cluster.ranks import site_ranks
+    from firescale.jobs.render import render_job_script
+    from firescale.jobs.spec import JobSpec
 
     site = load_site(site_copy(tmp_path, "local", lambda d: d.update(horovod={"cycle_time_ms": 0.25,
                                                                                "fusion_threshold_mb": 8})))

@@ -5,9 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from firescale.netspec import Conv, get_net
-from firescale.perf.layers import net_cost
-from firescale.perf.table1 import compare_table1
+from firescale.nets.spec import Conv
+
+from firescale.nets.zoo import get_net
+from firescale.model.layers import net_cost
+from firescale.model.firecaffe_table1 import compare_table1
 
 
 def _table1(net):

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from firescale.errors import FirescaleError
-from firescale.layer_plan import arch_devices, check_devices, plan_from_mapping, plan_from_prototxt, read_layer_plan
-from firescale.netspec import get_net
-from firescale.perf.memory import net_memory
-from firescale.perf.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
-from firescale.train.solver_config import load_solver
+from firescale.nets.device_plan import arch_devices, check_devices, plan_from_mapping, plan_from_prototxt, read_layer_plan
+from firescale.nets.zoo import get_net
+from firescale.model.memory import net_memory
+from firescale.model.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
+from firescale.caffe.solver import load_solver
 
 REPO = Path(__file__).resolve().parents[2]
 NIN_SOLVER = (REPO / "workflow" / "solvers" / "nin-imagenet.prototxt").read_text()
@@ -144,8 +144,8 @@ def test_planners_balance_memory_on_unequal_devices_and_time_under_limits():
     assert plan.fits and len({d for d in plan.devices}) == 3
     shares = [p.bytes / l for p, l in zip(plan.peaks, limits)]
     assert max(shares) - min(shares) < 0.5
-    from firescale.perf.layers import net_cost
-    from firescale.perf.paleo import K20X, compute_times
+    from firescale.model.layers import net_cost
+    from firescale.model.paleo import K20X, compute_times
 
     times = compute_times(net_cost(spec, 32), K20X)
     per_top = per_top_layer(spec, [f + b for f, b in zip(times.layer_forward, times.layer_backward)])

@@ -19,11 +19,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
 from site_helpers import site_copy  # noqa: E402
 
-from firescale.netspec import get_net
-from firescale.perf.calibrate import allreduce_measurement, calibrate
-from firescale.perf.experiment import experiment_platform, predict_experiment
-from firescale.perf.layers import net_cost
-from firescale.perf.paleo import platform_from_site, predict_point
+from firescale.nets.zoo import get_net
+from firescale.predict.calibrate import allreduce_measurement, calibrate
+from firescale.predict.experiment import experiment_platform, predict_experiment
+from firescale.model.layers import net_cost
+from firescale.model.paleo import platform_from_site, predict_point
 from firescale.sweep.plan import load_plan
 
 FASHION_TRAIN = 60_000
@@ -84,7 +84,7 @@ def test_the_trainers_sequence_is_modelled_not_the_overlapped_schedule(plan):
 def test_measured_contention_slows_the_compute_of_multi_rank_points_only(plan, tmp_path):
     from dataclasses import replace
 
-    from firescale.perf.calibrate import load_calibration, save_calibration
+    from firescale.predict.calibrate import load_calibration, save_calibration
 
     spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
     platform = platform_from_site(plan.site)

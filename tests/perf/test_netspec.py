@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.netspec import (NET_NAMES, Conv, Pool, get_net, infer_shapes, pool_extra_padding,
-                               pool_output_size)
+from firescale.nets.spec import Conv, Pool, infer_shapes, pool_extra_padding, pool_output_size
+from firescale.nets.zoo import NET_NAMES, get_net
 
 
 def _shape(spec, name):

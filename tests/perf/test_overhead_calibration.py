@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.netspec import get_net
-from firescale.perf.calibrate import calibrate, fit_compute_and_overhead, load_calibration
-from firescale.perf.comm import Link
-from firescale.perf.measured import read_measured_iteration, short_run_command
-from firescale.perf.paleo import Device, Platform, firecaffe_platform, predict_point
+from firescale.nets.zoo import get_net
+from firescale.predict.calibrate import calibrate, fit_compute_and_overhead, load_calibration
+from firescale.model.comm import Link
+from firescale.predict.measurements import read_measured_iteration, short_run_command
+from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_point
 from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult
 
 DIGITS_LENET = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.netspec import get_net
-from firescale.perf.calibrate import calibrate, load_calibration, save_calibration
-from firescale.perf.comm import Link
-from firescale.perf.paleo import (PALEO_TABLE2_NIN_STEP_S, PALEO_TABLE3, Device, Platform, firecaffe_case, firecaffe_platform,
+from firescale.nets.zoo import get_net
+from firescale.predict.calibrate import calibrate, load_calibration, save_calibration
+from firescale.model.comm import Link
+from firescale.model.paleo import (PALEO_TABLE2_NIN_STEP_S, PALEO_TABLE3, Device, Platform, firecaffe_case, firecaffe_platform,
                                   predict_point, predict_sweep)
 
 
@@ -87,7 +87,7 @@ def test_calibration_recovers_the_factors_and_round_trips(tmp_path):
     measured = predict_point(truth, "lenet", 1, 64).iteration_s
     start = Platform("t", Device("d", 1e12, 1e11), Link(1e9, 1e-6), "tree")
     nbytes = 1e7
-    from firescale.perf.comm import allreduce_time
+    from firescale.model.comm import allreduce_time
     seconds = allreduce_time("tree", nbytes, 4, truth.link)
     cal = calibrate(start, "lenet", 64, measured, {"algorithm": "tree", "bytes": nbytes, "ranks": 4,
                                                     "seconds": seconds})

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from firescale.errors import FirescaleError
-from firescale.perf.calibrate import Calibration, save_calibration
-from firescale.perf.experiment import ILSVRC12_TRAIN_IMAGES
+from firescale.predict.calibrate import Calibration, save_calibration
+from firescale.predict.experiment import ILSVRC12_TRAIN_IMAGES
 
 
 def _firescale(repo, *args):
@@ -118,7 +118,7 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
 
 
 def test_epochs_to_target_come_from_the_baselines_own_evaluations(tmp_path):
-    from firescale.perf.experiment import baseline_epochs_to_target
+    from firescale.predict.experiment import baseline_epochs_to_target
 
     record = tmp_path / "baseline.json"
     evals = [{"epoch": 2.0, "top1": 0.80}, {"epoch": 4.0, "top1": 0.93}, {"epoch": 8.0, "top1": 0.95}]
@@ -132,11 +132,11 @@ def test_epochs_to_target_come_from_the_baselines_own_evaluations(tmp_path):
 
 
 def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_modelled(repo, tmp_path, local_site):
-    from firescale.netspec import get_net
-    from firescale.perf.experiment import ExperimentModel, evaluation_s
-    from firescale.perf.layers import net_cost
-    from firescale.perf.paleo import compute_times, platform_from_site
-    from firescale.site import load_site
+    from firescale.nets.zoo import get_net
+    from firescale.predict.experiment import ExperimentModel, evaluation_s
+    from firescale.model.layers import net_cost
+    from firescale.model.paleo import compute_times, platform_from_site
+    from firescale.cluster.site import load_site
 
     platform = platform_from_site(load_site(local_site))
     model = ExperimentModel(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1438, "test", 4.0, "test",
@@ -166,11 +166,11 @@ def test_googlenet_table3_predicts_on_titan_and_the_ib_cluster(repo, tmp_path, s
 def test_a_site_left_to_its_library_predicts_what_the_library_picks(tmp_path, local_site):
     """allreduce: default on an Open MPI site: each point is modelled with the algorithm Open MPI's fixed
     rules pick for that point's gradient and rank count, and the prediction records which."""
-    from firescale.collectives import openmpi_default_allreduce
-    from firescale.netspec import get_net
-    from firescale.perf.layers import net_cost
-    from firescale.perf.paleo import platform_from_site, predict_point
-    from firescale.site import load_site
+    from firescale.cluster.collectives import openmpi_default_allreduce
+    from firescale.nets.zoo import get_net
+    from firescale.model.layers import net_cost
+    from firescale.model.paleo import platform_from_site, predict_point
+    from firescale.cluster.site import load_site
 
     site = yaml.safe_load(local_site.read_text())
     site["allreduce"] = {"algorithm": "default"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from firescale.perf.traces import profile_layers, read_trace, replay_trace, write_trace
+from firescale.model.traces import profile_layers, read_trace, replay_trace, write_trace
 
 
 def test_profile_a_small_lenet(tmp_path):

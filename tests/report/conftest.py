@@ -7,7 +7,7 @@ from typing import Any, Callable
 import pytest
 from report_records import RUNS, raw_record
 
-from firescale.report.cells import ReportContext
+from firescale.report.formatting import ReportContext
 from firescale.report.collect import collect_runs
 from firescale.sweep.records import RunRecord, run_record_from_dict
 

@@ -12,7 +12,7 @@ from report_records import DATA, RUNS, raw_record
 from firescale.cli import main
 from firescale.report.build import OUTPUTS
 from firescale.report.provenance import git_state
-from firescale.site import load_site
+from firescale.cluster.site import load_site
 
 
 def _report(out, results=RUNS, *extra):

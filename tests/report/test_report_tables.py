@@ -22,7 +22,7 @@ import pytest
 from report_records import DATA, RUNS, raw_record
 
 from firescale.errors import FirescaleError
-from firescale.report import cells
+from firescale.report import formatting as cells
 from firescale.report.collect import collect_runs
 from firescale.sweep.records import run_record_from_dict
 from firescale.report.html import to_html

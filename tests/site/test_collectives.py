@@ -9,9 +9,9 @@ import sys
 import pytest
 from mpitools import mpirun_argv
 
-from firescale.collectives import (ALGORITHMS, OMPI_ENUMS, TREE_SHAPES, AllreduceChoice, decode_allreduce,
+from firescale.cluster.collectives import (SITE_ALGORITHMS, OMPI_ENUMS, TREE_SHAPES, AllreduceChoice, decode_allreduce,
                                    openmpi_default_allreduce, site_allreduce)
-from firescale.site import load_site
+from firescale.cluster.site import load_site
 from site_helpers import site_copy
 
 # What each site choice means, per collective, in ompi_info's words (written out here, not taken from the module).
@@ -50,10 +50,10 @@ def current_values(text: str) -> dict[str, tuple[str, str]]:
 
 
 def test_the_site_schema_allows_exactly_the_vocabulary():
-    from firescale.site import site_schema
+    from firescale.cluster.site import site_schema
 
     allreduce = site_schema()["properties"]["allreduce"]["properties"]
-    assert tuple(allreduce["algorithm"]["enum"]) == ALGORITHMS and tuple(allreduce["tree"]["enum"]) == TREE_SHAPES
+    assert tuple(allreduce["algorithm"]["enum"]) == SITE_ALGORITHMS and tuple(allreduce["tree"]["enum"]) == TREE_SHAPES
 
 
 def test_our_enum_tables_are_ompi_infos():
@@ -173,7 +173,7 @@ CHOICES = [AllreduceChoice(a, t, d, m) for a in ("tree", "ring", "default") for 
 @pytest.mark.parametrize("choice", CHOICES, ids=lambda c: f"{c.algorithm}-{c.tree}-{c.device_kind}-{c.mpi}")
 def test_what_a_job_sets_decodes_to_the_model_the_prediction_uses(choice):
     """One vocabulary: the job's variables, read back as a run reads them, name the model predict uses."""
-    from firescale.perf.comm import ALGORITHMS, Link, resolve_algorithm
+    from firescale.model.comm import COST_MODELS, Link, resolve_algorithm
 
     library = {"nccl": "nccl", "openmpi": "openmpi", "cray-mpich": "mpich"}[choice.gradient_library]
     nbytes, ranks, link = 4_000_000, 16, Link(12.5e9, 1e-6)
@@ -181,7 +181,7 @@ def test_what_a_job_sets_decodes_to_the_model_the_prediction_uses(choice):
     # A run resolves Open MPI's and MPICH's own choices itself; NCCL's it records as NCCL's (nccl-default).
     assert resolve_algorithm(used.model, nbytes, ranks, link) == resolve_algorithm(choice.model, nbytes, ranks, link)
     if choice.model in ("openmpi-default", "mpich-default"):
-        assert used.model in ALGORITHMS
+        assert used.model in COST_MODELS
     else:
         assert used.model == choice.model
     assert decode_allreduce(choice.environment(), ranks=ranks, library=library).model == choice.model

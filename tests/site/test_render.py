@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.launchers import LAUNCHERS
-from firescale.render import JobSpec, environment, quote_expanding, render_job_script
-from firescale.schedulers import SCHEDULERS
-from firescale.site import load_site
+from firescale.cluster.launchers import LAUNCHERS
+from firescale.jobs.render import environment, quote_expanding, render_job_script
+from firescale.jobs.spec import JobSpec
+from firescale.jobs.schedulers import SCHEDULERS
+from firescale.cluster.site import load_site
 from site_helpers import REPO, site_copy
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -7,8 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from firescale.render import JobSpec, render_job_script
-from firescale.site import load_site
+from firescale.jobs.render import render_job_script
+
+from firescale.jobs.spec import JobSpec
+from firescale.cluster.site import load_site
 from site_helpers import site_copy
 
 

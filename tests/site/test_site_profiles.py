@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from firescale.collectives import ALGORITHMS
+from firescale.cluster.collectives import SITE_ALGORITHMS
 from firescale.errors import FirescaleError
-from firescale.site import load_site, parse_walltime
+from firescale.cluster.site import load_site, parse_walltime
 from site_helpers import REPO, site_copy
 
 
@@ -16,7 +16,7 @@ from site_helpers import REPO, site_copy
 def test_shipped_sites_load_with_defaults(name):
     site = load_site(name)
     assert site.name == name
-    assert site.config["allreduce"]["algorithm"] in ALGORITHMS
+    assert site.config["allreduce"]["algorithm"] in SITE_ALGORITHMS
     assert site.config["walltime_signal"]["seconds_before"] >= 10
     assert site.link_bandwidth > 0 and site.device_peak_flops > 0
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from firescale.errors import FirescaleError
-from firescale.render import JobSpec
-from firescale.site import load_site
+from firescale.jobs.spec import JobSpec
+from firescale.cluster.site import load_site
 from firescale.sweep.config import load_config
 from firescale.sweep.points import limit_errors, plan_sweep, sweep_walltime
 from site_helpers import REPO, site_copy
@@ -111,7 +111,7 @@ def test_an_experiment_value_with_a_newline_is_refused(tmp_path):
 
 
 def test_a_solver_key_given_twice_is_refused(tmp_path):
-    from firescale.train.solver_config import load_solver
+    from firescale.caffe.solver import load_solver
 
     path = tmp_path / "solver.yaml"
     path.write_text("base_lr: 0.01\nmax_iter: 10\nbase_lr: 0.1\n")

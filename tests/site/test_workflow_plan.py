@@ -119,13 +119,13 @@ def test_snakemake_lint_is_clean():
 def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, monkeypatch):
     """`local` runs the short run and the Horovod allreduce probe on the sweep's most ranks; a cluster
     calibrates communication only from an allreduce.json someone measured there in a job."""
-    from firescale.sweep.plan import Plan
+    from firescale.sweep.plan import SweepPlan
 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)
-    local = Plan.build({**config, "site": "local"})
+    local = SweepPlan.build({**config, "site": "local"})
     assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"
-    titan = Plan.build({**config, "site": "titan"})
+    titan = SweepPlan.build({**config, "site": "titan"})
     assert titan.calibration_options("nin-imagenet") == ""
     measured = tmp_path / "results" / "titan" / "allreduce.json"
     measured.parent.mkdir(parents=True)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from firescale.site import SiteProfile, load_site
+from firescale.cluster.site import SiteProfile, load_site
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from slurm_site import slurm_here
 
-from firescale.render import JobSpec, render_job_script
-from firescale.schedulers import get_scheduler
+from firescale.jobs.render import render_job_script
+
+from firescale.jobs.spec import JobSpec
+from firescale.jobs.schedulers import get_scheduler
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect
 

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 from slurm_site import REPO, slurm_here
 
-from firescale.job_outcome import ResubmitRules
-from firescale.render import JobSpec, render_job_script
-from firescale.schedulers import get_scheduler
+from firescale.jobs.outcome import ResubmitRules
+from firescale.jobs.render import render_job_script
+from firescale.jobs.spec import JobSpec
+from firescale.jobs.schedulers import get_scheduler
 from firescale.sweep.run import PointRun, Polling
 
 pytestmark = pytest.mark.slurm

@@ -5,7 +5,7 @@ import copy
 from pathlib import Path
 from typing import Callable
 
-from firescale.site import SiteProfile, load_site
+from firescale.cluster.site import SiteProfile, load_site
 
 
 def short_solver(max_iter: int) -> str:

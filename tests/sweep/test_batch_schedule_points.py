@@ -13,10 +13,10 @@ import yaml
 from scratch_site import scratch_local_site
 
 from firescale.errors import FirescaleError
-from firescale.render import render_job_script
-from firescale.site import SiteProfile
+from firescale.jobs.render import render_job_script
+from firescale.cluster.site import SiteProfile
 from firescale.sweep.jobs import job_for_point, point_record, train_command
-from firescale.sweep.plan import Plan
+from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_NAME, POINT_WILDCARD, batch_label, schedule_from_name
 from firescale.sweep.records import name_mismatch, read_run_record, write_run_record
 
@@ -32,8 +32,8 @@ def example_config() -> dict:
     return {**config, "site": "local"}
 
 
-def plan(config: dict | None = None, site: SiteProfile | None = None) -> Plan:
-    return Plan.build(config or example_config(), site, experiments=[EXAMPLE])
+def plan(config: dict | None = None, site: SiteProfile | None = None) -> SweepPlan:
+    return SweepPlan.build(config or example_config(), site, experiments=[EXAMPLE])
 
 
 def sets(argv: list[str]) -> dict[str, str]:
@@ -135,7 +135,7 @@ def test_an_explicit_scheduled_point_in_per_gpu_batches_and_its_prediction_by_ph
     assert (point.batch, point.schedule, point.lr) == (8, ((100, 16),), 0.03)
     argv = train_command(p, EXAMPLE, point)
     assert argv[argv.index("--batch-schedule") + 1] == "100:16" and sets(argv)["base_lr"] == "0.03"
-    from firescale.perf.experiment import predict_experiment
+    from firescale.predict.experiment import predict_experiment
 
     out = predict_experiment(p, EXAMPLE, dataset_size=1437)["points"]
     # 100 iterations at 8, then the rest of the baseline's 4,800 images at 16: 250 iterations in all
@@ -149,7 +149,7 @@ def test_a_scheduled_point_trains_through_the_sweeps_command_and_reports_its_pha
     from firescale.report.memory_plots import write_accuracy_by_batch
     from firescale.report.summary import summarize
     from firescale.report.tables import to_markdown
-    from firescale.report.cells import ReportContext
+    from firescale.report.formatting import ReportContext
 
     site, solver = scratch_local_site(tmp_path, run_ranks, max_iter=40)
     experiments = _with([phases((0, 8), (20, 16))])

@@ -1,7 +1,7 @@
 """The first rank a launcher reports dead, read from job logs as srun and Open MPI's mpirun write them."""
 from __future__ import annotations
 
-from firescale.job_outcome import first_lost_rank
+from firescale.jobs.outcome import first_lost_rank
 
 SRUN_LOG = """\
   Local host: n1

@@ -9,15 +9,15 @@ import yaml
 
 from firescale.errors import FirescaleError
 from firescale.sweep.jobs import train_command
-from firescale.sweep.plan import Plan
+from firescale.sweep.plan import SweepPlan
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
 ILSVRC12 = 1_281_167
 
 
-def plan(site: str, config: dict | None = None) -> Plan:
-    return Plan.build({**(config or CONFIG), "site": site})
+def plan(site: str, config: dict | None = None) -> SweepPlan:
+    return SweepPlan.build({**(config or CONFIG), "site": site})
 
 
 def sets(argv: list[str]) -> dict[str, str]:

@@ -5,10 +5,10 @@ import pytest
 
 from fake_scheduler import FakeJob, FakeScheduler
 
-from firescale.job_outcome import ResubmitRules
-from firescale.schedulers import get_scheduler
-from firescale.schedulers.base import OUT_OF_MEMORY, TIMEOUT
-from firescale.schedulers.pbs import parse_qstat_f
+from firescale.jobs.outcome import ResubmitRules
+from firescale.jobs.schedulers import get_scheduler
+from firescale.jobs.schedulers.base import OUT_OF_MEMORY, TIMEOUT
+from firescale.jobs.schedulers.pbs import parse_qstat_f
 from firescale.sweep.run import PointRun, Polling
 
 START = "2026-01-01T00:00:00Z"

@@ -15,7 +15,7 @@ import pytest
 
 from firescale.atomic import atomic_path, atomic_write_json, atomic_write_text
 from firescale.errors import FirescaleError
-from firescale.runlock import LOCK_FILE, run_lock, take_lock
+from firescale.jobs.lock import LOCK_FILE, run_lock, take_lock
 from firescale.sweep.jobs import point_record, run_dir
 from firescale.sweep.plan import load_plan
 from firescale.sweep.points import SweepPoint

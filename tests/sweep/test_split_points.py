@@ -13,10 +13,10 @@ import yaml
 from scratch_site import scratch_local_site
 
 from firescale.errors import FirescaleError
-from firescale.render import render_job_script
-from firescale.site import SiteProfile
+from firescale.jobs.render import render_job_script
+from firescale.cluster.site import SiteProfile
 from firescale.sweep.jobs import job_for_point, point_record, train_command
-from firescale.sweep.plan import Plan
+from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_NAME, POINT_WILDCARD
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,8 +34,8 @@ def config(site: str, points: list[dict], **sweep) -> dict:
     return {**cfg, "site": site}
 
 
-def plan(cfg: dict, site: SiteProfile | None = None) -> Plan:
-    return Plan.build(cfg, site, experiments=[EXP])
+def plan(cfg: dict, site: SiteProfile | None = None) -> SweepPlan:
+    return SweepPlan.build(cfg, site, experiments=[EXP])
 
 
 def test_a_split_point_starts_one_rank_per_two_gpus_on_a_four_gpu_node():
@@ -58,7 +58,7 @@ def test_a_split_point_starts_one_rank_per_two_gpus_on_a_four_gpu_node():
 
 def test_a_split_point_is_predicted_per_replica_and_its_memory_per_device(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # the site's relative dataset folder: no ingested digits of the user's here
-    from firescale.perf.experiment import predict_experiment
+    from firescale.predict.experiment import predict_experiment
 
     p = plan(config("ib-cluster", [{"gpus": 8, "batch": 64, "layer_plan": PLAN_FILE},
                                    {"gpus": 4, "batch": 64}]))

@@ -8,9 +8,9 @@ import pytest
 from fake_scheduler import FakeJob, FakeScheduler
 
 from firescale.errors import FirescaleError
-from firescale.schedulers import get_scheduler
-from firescale.schedulers.base import RUNNING, TIMEOUT
-from firescale.schedulers.pbs import parse_qstat_f
+from firescale.jobs.schedulers import get_scheduler
+from firescale.jobs.schedulers.base import RUNNING, TIMEOUT
+from firescale.jobs.schedulers.pbs import parse_qstat_f
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect
 

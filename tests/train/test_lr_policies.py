@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from firescale.train.lr_policies import learning_rate
-from firescale.train.solver_config import solver_from_mapping
+from firescale.caffe.lr_policies import learning_rate
+from firescale.caffe.solver import solver_from_mapping
 
 
 def cfg(**kw):
@@ -41,7 +41,7 @@ def test_policy(kw, it, expected):
     {"lr_policy": "sigmoid", "gamma": -0.01, "stepsize": 600},
 ])
 def test_a_schedule_at_four_times_the_batch_is_the_same_function_of_epochs(kw):
-    from firescale.train.lr_policies import schedule_for_batch
+    from firescale.caffe.lr_policies import schedule_for_batch
 
     base = solver_from_mapping({"base_lr": 0.1, "max_iter": 1200, "test_interval": 100, **kw})
     big = solver_from_mapping({"base_lr": 0.1, "max_iter": 1200, "test_interval": 100, **kw,

@@ -6,8 +6,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from firescale.train.lr_policies import learning_rate  # noqa: E402
-from firescale.train.solver_config import solver_from_mapping  # noqa: E402
+from firescale.caffe.lr_policies import learning_rate  # noqa: E402
+from firescale.caffe.solver import solver_from_mapping  # noqa: E402
 from firescale.train.solvers import CaffeSolver  # noqa: E402
 
 

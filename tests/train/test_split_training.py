@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from train_helpers import ingest_digits, train_args, weights
 
-from firescale.site import load_site
+from firescale.cluster.site import load_site
 
 SOLVER = """\
 type: SGD
@@ -109,7 +109,7 @@ PLACED = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from firescale.netspec import get_net
+    from firescale.nets.zoo import get_net
     from firescale.train.nets import build_net
     from firescale.train.steps import loss_and_gradients
     spec = get_net("lenet")

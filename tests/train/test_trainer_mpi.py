@@ -74,8 +74,8 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     assert result["status"] == "finished" and result["allreduce"]["controller"] in ("mpi", "gloo")
     allreduce = result["allreduce"]
     if allreduce["cpu_operations"] == "mpi":    # no setting: Open MPI's fixed rules, resolved for the gradient
-        from firescale.netspec import get_net
-        from firescale.perf.layers import net_cost
+        from firescale.nets.zoo import get_net
+        from firescale.model.layers import net_cost
 
         gradient = net_cost(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
         assert allreduce["library"] == "openmpi" and allreduce["message_bytes"] == gradient > 262144
@@ -162,7 +162,7 @@ def test_digits_reaches_95_percent(work, run_ranks, ranks):
     if ranks == 2:
         assert result["allreduce"]["tree"] and "reduce binomial" in result["allreduce"]["algorithm"]
         assert result["allreduce"]["library"] == "openmpi" and result["allreduce"]["model"] == "tree"
-    from firescale.perf.traces import read_trace
+    from firescale.model.traces import read_trace
 
     trace = read_trace(out / result["layer_trace"])
     assert [r.name for r in trace][:2] == ["data", "conv1"] and trace[1].gradient_bytes == (25 * 20 + 20) * 4

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from train_helpers import ingest_digits, train_args
 
-from firescale.train.host_reads import READ_EVERY, read_due
+from firescale.train.readback import READ_EVERY, read_due
 from firescale.train.timing import SplitSums
 
 DIVERGING = """\
@@ -57,7 +57,7 @@ def test_the_host_reads_every_few_iterations_and_wherever_the_loop_looks():
 def test_losses_are_read_in_order_and_a_diverged_one_names_its_iteration():
     tf = pytest.importorskip("tensorflow")
     from firescale.errors import FirescaleError
-    from firescale.train.host_reads import LossReads
+    from firescale.train.readback import LossReads
 
     reads = LossReads(average_loss=2)
     for loss, flag in ((6.0, 0.0), (4.0, 1.0), (2.0, 1.0)):

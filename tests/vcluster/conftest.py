@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from firescale.vcluster import VClusterError, VirtualCluster, remove_abandoned_clusters
+from firescale.testing.vcluster import VClusterError, VirtualCluster, remove_abandoned_clusters
 
 # Each test session has its own cluster, fsvt-<pid>-*, apart from a user's (fsvc-*) and from other sessions.
 TEST_PREFIX = "fsvt-"

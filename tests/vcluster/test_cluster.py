@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from firescale.vcluster import VirtualCluster, processes_in, remove_abandoned_clusters
+from firescale.testing.vcluster import VirtualCluster, processes_in, remove_abandoned_clusters
 
 pytestmark = pytest.mark.vcluster
 
@@ -71,7 +71,7 @@ def test_a_cluster_left_by_a_killed_test_session_is_removed(tmp_path):
 
 def test_a_machine_without_network_namespaces_gets_one_sentence():
     """In a user namespace we are root by name, but `ip netns add` cannot work: the check says so."""
-    code = "from firescale.vcluster import check_machine\ncheck_machine()"
+    code = "from firescale.testing.vcluster import check_machine\ncheck_machine()"
     proc = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", code],
                           capture_output=True, text=True)
     assert proc.returncode != 0

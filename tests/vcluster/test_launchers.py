@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from firescale.render import JobSpec, render_job_script
-from firescale.schedulers import get_scheduler, prefixed
-from firescale.site import load_site
+from firescale.jobs.render import render_job_script
+
+from firescale.jobs.spec import JobSpec
+from firescale.jobs.schedulers import get_scheduler, prefixed
+from firescale.cluster.site import load_site
 from firescale.sweep.run import Polling, PointRun
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from firescale.render import JobSpec, render_job_script
-from firescale.schedulers import get_scheduler, prefixed
-from firescale.site import load_site
+from firescale.jobs.render import render_job_script
+
+from firescale.jobs.spec import JobSpec
+from firescale.jobs.schedulers import get_scheduler, prefixed
+from firescale.cluster.site import load_site
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import Polling, PointRun, collect
-from firescale.vcluster import processes_in
+from firescale.testing.vcluster import processes_in
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.vcluster

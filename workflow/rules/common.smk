@@ -2,10 +2,10 @@
 # A point larger than the site allows stops the workflow here, before anything is submitted.
 import os
 
-from firescale.sweep.plan import Plan
+from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_WILDCARD
 
-PLAN = Plan.build(config, files=workflow.configfiles)
+PLAN = SweepPlan.build(config, files=workflow.configfiles)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
 LR_SEARCH = [e for e in EXPERIMENTS if PLAN.lr_search(e)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..atomic import atomic_write_json
-from ..perf.bench_allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_last,
+from firescale.atomic import atomic_write_json
+from firescale.bench.allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_last,
                                     horovod_vs_mpi, measure_allreduce)
-from ..perf.cli_args import add_platform_arguments, float_list, input_shape, platform_from_args
-from ..perf.comm import Link, allreduce_time
+from firescale.commands.args import add_platform_arguments, float_list, input_shape, platform_from_args
+from firescale.model.comm import Link, allreduce_time
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,14 +54,14 @@ def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
         link = replace(link, reduce_rate=args.reduce_gbs * 1e9)
     elif args.site:
         from dataclasses import replace
-        from ..site import load_site
+        from firescale.cluster.site import load_site
         link = replace(link, reduce_rate=load_site(args.site).device_memory_bandwidth / 3)
     return link, platform.algorithm
 
 
 def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
     """The bytes to reduce, and with --gradients-of the net's gradient tensors (element counts) they make up."""
-    from ..errors import FirescaleError
+    from firescale.errors import FirescaleError
 
     given = [name for name, value in (("--sweep", args.sweep), ("--sizes-mb", args.sizes_mb),
                                       ("--gradients-of", args.gradients_of)) if value]
@@ -70,8 +70,8 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
     if (args.input or args.classes is not None) and not args.gradients_of:
         raise FirescaleError("--input and --classes describe the net of --gradients-of; give it too")
     if args.gradients_of:
-        from ..netspec import get_net
-        from ..perf.layers import net_cost
+        from firescale.nets.zoo import get_net
+        from firescale.model.layers import net_cost
 
         cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=args.input), 1)
         return [cost.weight_bytes], cost.gradient_tensors
@@ -107,8 +107,8 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from ..errors import FirescaleError
-    from ..horovod_knobs import recorded_knobs
+    from firescale.errors import FirescaleError
+    from firescale.cluster.horovod import recorded_knobs
 
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]

@@ -21,14 +21,14 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from ..atomic import atomic_write_json
-    from ..data.bench_io import bench_io
-    from ..errors import FirescaleError
+    from firescale.atomic import atomic_write_json
+    from firescale.bench.io import bench_io
+    from firescale.errors import FirescaleError
 
     if args.batch < 1 or args.seconds <= 0:
         raise FirescaleError("--batch must be >= 1 and --seconds > 0")
     formats = [f.strip() for f in args.formats.split(",")] if args.formats else None
-    from ..data.pixels import PIXELS_KERNEL
+    from firescale.data.pixels import PIXELS_KERNEL
 
     kernel = "compiled kernel (c)" if PIXELS_KERNEL == "c" else "numpy fallback"
     print(f"firescale bench io: pixel interleave by the {kernel}", file=sys.stderr)

@@ -8,12 +8,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from ..atomic import atomic_write_json
-from ..errors import FirescaleError
+from firescale.atomic import atomic_write_json
+from firescale.errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..perf.cli_args import add_training_run_arguments
+    from firescale.commands.args import add_training_run_arguments
 
     add_training_run_arguments(parser, "site whose device, link, launcher and allreduce to use")
     parser.add_argument("--batch", type=int, default=64, help="total batch, split over the ranks (default 64)")
@@ -29,14 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..netspec import get_net
-    from ..perf.acceptance import TrainRuns, prediction_check
-    from ..perf.cli_args import describe, int_list
-    from ..perf.paleo import platform_from_site
-    from ..perf.calibrate import allreduce_measurement
-    from ..perf.layers import net_cost
-    from ..perf.site_ranks import probe_allreduce, site_ranks
-    from ..site import load_site
+    from firescale.nets.zoo import get_net
+    from firescale.predict.validation import TrainRuns, prediction_check
+    from firescale.commands.args import describe, int_list
+    from firescale.model.paleo import platform_from_site
+    from firescale.predict.calibrate import allreduce_measurement
+    from firescale.model.layers import net_cost
+    from firescale.cluster.ranks import probe_allreduce, site_ranks
+    from firescale.cluster.site import load_site
 
     site = load_site(args.site)
     ranks = int_list(args.ranks)

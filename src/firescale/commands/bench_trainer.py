@@ -7,26 +7,26 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ..atomic import atomic_write_json
-from ..errors import FirescaleError
+from firescale.atomic import atomic_write_json
+from firescale.errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..perf.cli_args import add_training_run_arguments
+    from firescale.commands.args import add_training_run_arguments
 
     add_training_run_arguments(parser, "site whose launcher and environment start the ranks")
     parser.add_argument("--batch-per-rank", type=int, default=64, help="images per rank per iteration (default 64)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write the rows and load averages here")
-    parser.epilog = ("The bare loop (python -m firescale.perf.bare_loop) keeps its batches in memory and runs each "
+    parser.epilog = ("The bare loop (python -m firescale.bench.bare_loop) keeps its batches in memory and runs each "
                      "iteration as one tf.function: gradients, one grouped Horovod allreduce, Caffe's update.")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..perf.bench_trainer import TRAINER_FORMAT, TrainerBenchRuns, compare_trainer
-    from ..perf.cli_args import int_list
-    from ..perf.site_ranks import site_ranks
-    from ..site import load_site
+    from firescale.bench.trainer import TRAINER_FORMAT, TrainerBenchRuns, compare_trainer
+    from firescale.commands.args import int_list
+    from firescale.cluster.ranks import site_ranks
+    from firescale.cluster.site import load_site
 
     if args.batch_per_rank < 1 or args.iterations < 1:
         raise FirescaleError("--batch-per-rank and --iterations must be at least 1")

@@ -23,13 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data.ingest import ingest, parse_formats
-    from ..data.sources import load_source, parse_resize
+    from firescale.data.ingest import ingest, parse_formats
+    from firescale.data.sources import load_source, parse_resize
 
     formats = parse_formats(args.formats)
     resize = parse_resize(args.resize)
     if args.site:
-        from ..site import load_site
+        from firescale.cluster.site import load_site
 
         out = load_site(args.site).paths.datasets
     else:

@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data.manifest import verify_dataset
+    from firescale.data.manifest import verify_dataset
 
     result = verify_dataset(args.dataset)
     records = ", ".join(f"{split} {n}" for split, n in result.records.items())

@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import FirescaleError
-from ..netspec import NET_NAMES, get_net
-from ..perf.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_measurement, calibrate,
+from firescale.errors import FirescaleError
+from firescale.nets.zoo import NET_NAMES, get_net
+from firescale.predict.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_measurement, calibrate,
                               save_calibration)
-from ..perf.cli_args import add_platform_arguments, describe, input_shape, platform_from_args, site_or_none
-from ..perf.layers import net_cost
-from ..perf.measured import MeasuredIteration, contention, read_measured_iteration, short_run
+from firescale.commands.args import add_platform_arguments, describe, input_shape, platform_from_args, site_or_none
+from firescale.model.layers import net_cost
+from firescale.predict.measurements import MeasuredIteration, contention, read_measured_iteration, short_run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,7 +97,7 @@ def _probe(args: argparse.Namespace, spec: Any, algorithm: str, step_s: float) -
     """Run the Horovod allreduce probe on this machine with the site's launcher: the net's gradients
     summed as the trainer sums them, each allreduce after a synthetic step of `step_s` (a measured
     iteration's time less its allreduce); its measurement."""
-    from ..perf.site_ranks import probe_allreduce, site_ranks
+    from firescale.cluster.ranks import probe_allreduce, site_ranks
 
     site = _local_site(args, "--allreduce-probe")
     cost = net_cost(spec, 1)

@@ -5,9 +5,9 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from ..atomic import atomic_write_json, atomic_write_text
-from ..errors import FirescaleError
-from ..perf.cli_args import format_duration
+from firescale.atomic import atomic_write_json, atomic_write_text
+from firescale.errors import FirescaleError
+from firescale.commands.args import format_duration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,10 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..perf.calibrate import load_calibration
-    from ..perf.cli_args import describe
-    from ..perf.experiment import baseline_epochs_to_target, experiment_platform, predict_experiment
-    from ..sweep.plan import load_plan
+    from firescale.predict.calibrate import load_calibration
+    from firescale.commands.args import describe
+    from firescale.predict.experiment import baseline_epochs_to_target, experiment_platform, predict_experiment
+    from firescale.sweep.plan import load_plan
 
     if args.dataset_size is not None and args.dataset_size < 1:
         raise FirescaleError(f"--dataset-size must be at least 1, not {args.dataset_size}")

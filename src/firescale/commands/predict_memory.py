@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import FirescaleError
-from ..netspec import NET_NAMES, get_net
-from ..train.solver_config import SOLVER_TYPES
+from firescale.errors import FirescaleError
+from firescale.nets.zoo import NET_NAMES, get_net
+from firescale.caffe.solver import SOLVER_TYPES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,12 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..atomic import atomic_write_json
-    from ..layer_plan import arch_devices, read_layer_plan, record_devices
-    from ..perf.memory import net_memory
-    from ..perf.split import check_plan_memory, plan_peaks
-    from ..site import load_site
-    from ..train.solver_config import load_solver
+    from firescale.atomic import atomic_write_json
+    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
+    from firescale.model.memory import net_memory
+    from firescale.model.split import check_plan_memory, plan_peaks
+    from firescale.cluster.site import load_site
+    from firescale.caffe.solver import load_solver
 
     shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
     spec = get_net(args.net, num_classes=args.classes, input_shape=shape)
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         _measure(spec, args.batch, solver, args.solver_type, memory)
     if args.plot:
-        from ..report.memory_plots import write_memory_plot
+        from firescale.report.memory_plots import write_memory_plot
 
         plot = Path(args.plot)
         write_memory_plot(memory, plot.parent, f"{spec.name}, batch {args.batch}, {memory.solver_type}",
@@ -93,9 +93,9 @@ def _print_layers(memory) -> None:
 
 
 def _planned(args: argparse.Namespace, memory, spec, site, limit):
-    from ..perf.layers import net_cost
-    from ..perf.paleo import compute_times, platform_from_site
-    from ..perf.split import per_top_layer, plan_for_memory, plan_for_time
+    from firescale.model.layers import net_cost
+    from firescale.model.paleo import compute_times, platform_from_site
+    from firescale.model.split import per_top_layer, plan_for_memory, plan_for_time
 
     if args.limits:
         limits = [float(v) * 1e9 for v in args.limits.split(",")]
@@ -118,9 +118,9 @@ def _planned(args: argparse.Namespace, memory, spec, site, limit):
 
 
 def _measure(spec, batch, solver, solver_type, memory) -> None:
-    from ..perf.memory_check import comparison_markdown
-    from ..train.memory_probe import measure_training_memory
-    from ..train.solver_config import SolverConfig
+    from firescale.bench.memory import comparison_markdown
+    from firescale.train.memory_probe import measure_training_memory
+    from firescale.caffe.solver import SolverConfig
 
     config = solver or SolverConfig(base_lr=0.01, max_iter=1, type=solver_type, weight_decay=0.0005,
                                     momentum={"AdaDelta": 0.95, "AdaGrad": 0.0, "RMSProp": 0.0}.get(solver_type, 0.9))

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..atomic import atomic_write_json
-from ..netspec import get_net
-from ..perf.paleo import PALEO_TABLE2_NIN_STEP_S, firecaffe_case, firecaffe_platform, paleo_nin
-from ..perf.cli_args import describe
+from firescale.atomic import atomic_write_json
+from firescale.nets.zoo import get_net
+from firescale.model.paleo import PALEO_TABLE2_NIN_STEP_S, firecaffe_case, firecaffe_platform, paleo_nin
+from firescale.commands.args import describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

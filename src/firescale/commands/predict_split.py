@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..perf.cli_args import input_shape
+from firescale.commands.args import input_shape
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,14 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..atomic import load_json
-    from ..errors import FirescaleError
-    from ..netspec import get_net
-    from ..perf.calibrate import load_calibration
-    from ..perf.experiment import experiment_platform
-    from ..perf.split import split_iteration_time
-    from ..results import read_result
-    from ..site import load_site
+    from firescale.atomic import load_json
+    from firescale.errors import FirescaleError
+    from firescale.nets.zoo import get_net
+    from firescale.predict.calibrate import load_calibration
+    from firescale.predict.experiment import experiment_platform
+    from firescale.model.split import split_iteration_time
+    from firescale.results import read_result
+    from firescale.cluster.site import load_site
 
     result = read_result(args.record)
     if not result.placement:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..atomic import atomic_write_json
-from ..netspec import NET_NAMES
-from ..perf.calibrate import load_calibration
-from ..perf.cli_args import (add_platform_arguments, describe, format_duration, input_shape, int_list,
+from firescale.atomic import atomic_write_json
+from firescale.nets.zoo import NET_NAMES
+from firescale.predict.calibrate import load_calibration
+from firescale.commands.args import (add_platform_arguments, describe, format_duration, input_shape, int_list,
                              platform_from_args)
-from ..perf.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
+from firescale.model.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..netspec import get_net
+    from firescale.nets.zoo import get_net
 
     platform = platform_from_args(args)
     calibration = load_calibration(args.calibration) if args.calibration else None

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..atomic import atomic_write_json
-from ..perf.cli_args import add_platform_arguments, int_list, platform_from_args
-from ..perf.dag import dag_speedup
-from ..perf.traces import read_trace, replay_trace, retarget_comm
+from firescale.atomic import atomic_write_json
+from firescale.commands.args import add_platform_arguments, int_list, platform_from_args
+from firescale.model.dag import dag_speedup
+from firescale.model.traces import read_trace, replay_trace, retarget_comm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,14 +28,14 @@ def _command_line(args: argparse.Namespace, config_path: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import FirescaleError
-    from ..report.build import write_report
-    from ..report.cells import ReportContext
-    from ..report.collect import RUN_FILE, collect_runs, missing_record
-    from ..report.provenance import collect_provenance
-    from ..report.summary import load_predictions, summarize
-    from ..sweep.paths import config_file, repo_root
-    from ..sweep.plan import load_plan
+    from firescale.errors import FirescaleError
+    from firescale.report.build import write_report
+    from firescale.report.formatting import ReportContext
+    from firescale.report.collect import RUN_FILE, collect_runs, missing_record
+    from firescale.report.provenance import collect_provenance
+    from firescale.report.summary import load_predictions, summarize
+    from firescale.sweep.paths import config_file, repo_root
+    from firescale.sweep.plan import load_plan
 
     config_path = config_file(args.config)
     plan = load_plan(args.site, config_path, experiments=[args.experiment], check_limits=False)
@@ -82,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
 def _memory_and_batch_figures(config: dict, experiment: str, site, records: list, out: str) -> list:
     """memory.png (the net's memory per layer at the baseline's batch, on the site's device) and
     accuracy_by_batch.png (top-1 against iterations, a line per batch phase), before report.md."""
-    from ..layer_plan import arch_devices, read_layer_plan, record_devices
-    from ..perf.memory_fit import experiment_solver
-    from ..perf.memory import net_memory
-    from ..report.memory_plots import write_accuracy_by_batch, write_memory_plot
-    from ..sweep.points import plan_sweep, solver_base_lr
+    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
+    from firescale.predict.memory_fit import experiment_solver
+    from firescale.model.memory import net_memory
+    from firescale.report.memory_plots import write_accuracy_by_batch, write_memory_plot
+    from firescale.sweep.points import plan_sweep, solver_base_lr
 
     points = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment)) \
         if site.name in config["experiments"][experiment]["sites"] else []
@@ -94,7 +94,7 @@ def _memory_and_batch_figures(config: dict, experiment: str, site, records: list
     written = []
     if baseline is not None:
         spec, solver_path = experiment_solver(config, experiment, site)
-        from ..train.solver_config import load_solver
+        from firescale.caffe.solver import load_solver
 
         solver = load_solver(solver_path)
         memory = net_memory(spec, baseline.batch_per_gpu, solver.type, weight_decay=solver.weight_decay > 0,

@@ -6,9 +6,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..collectives import site_allreduce
-from ..errors import FirescaleError
-from ..site import SiteProfile, check_site
+from firescale.cluster.collectives import site_allreduce
+from firescale.errors import FirescaleError
+from firescale.cluster.site import SiteProfile, check_site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +29,13 @@ def bash_syntax_error(script: str) -> str | None:
 
 def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     """Every problem with a site: schema, rendering, bash syntax, and its sweep against its limits."""
-    from ..perf.memory_fit import experiment_fits
-    from ..render import JobSpec, render_job_script
-    from ..sweep.jobs import job_for_point
-    from ..sweep.config import experiments_for, load_config
-    from ..sweep.paths import config_file
-    from ..sweep.plan import Plan
+    from firescale.predict.memory_fit import experiment_fits
+    from firescale.jobs.render import render_job_script
+    from firescale.jobs.spec import JobSpec
+    from firescale.sweep.jobs import job_for_point
+    from firescale.sweep.config import experiments_for, load_config
+    from firescale.sweep.paths import config_file
+    from firescale.sweep.plan import SweepPlan
 
     path, config, problems = check_site(site_arg)
     if problems:
@@ -48,7 +49,7 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     cfg_file = config_file(config_path)
     if cfg_file.exists():
         cfg = load_config(cfg_file, {"site": site.name})
-        plan = Plan.build(cfg, site, experiments=experiments_for(cfg, site.name), source=cfg_file, check_limits=False)
+        plan = SweepPlan.build(cfg, site, experiments=experiments_for(cfg, site.name), source=cfg_file, check_limits=False)
         for experiment, points in plan.points.items():
             limits = plan.limit_problems[experiment]
             problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write_text, shared_mode
+from firescale.atomic import atomic_write_text, shared_mode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,9 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..render import render_job_script
-    from ..sweep.jobs import job_for_point, point_record
-    from ..sweep.plan import load_plan
+    from firescale.jobs.render import render_job_script
+    from firescale.sweep.jobs import job_for_point, point_record
+    from firescale.sweep.plan import load_plan
 
     plan = load_plan(args.site, args.config, experiments=[args.experiment])
     points = [plan.point(args.experiment, args.point)] if args.point else plan.points[args.experiment]

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,12 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..job_outcome import ResubmitRules
-    from ..runlock import run_lock
-    from ..schedulers import get_scheduler, prefixed
-    from ..site import load_site
-    from ..sweep.records import read_point_record
-    from ..sweep.run import Polling, PointRun, collect, install_cancel_handlers
+    from firescale.jobs.outcome import ResubmitRules
+    from firescale.jobs.lock import run_lock
+    from firescale.jobs.schedulers import get_scheduler, prefixed
+    from firescale.cluster.site import load_site
+    from firescale.sweep.records import read_point_record
+    from firescale.sweep.run import Polling, PointRun, collect, install_cancel_handlers
 
     site = load_site(args.site)
     if site.archival:

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 
 def _mean(text: str) -> tuple[float, ...] | str:
@@ -65,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.scaling import parse_batch_schedule
-    from ..train.trainer import TrainOptions, run_training
+    from firescale.train.scaling import parse_batch_schedule
+    from firescale.train.trainer import TrainOptions, run_training
 
     if args.batch_per_rank is None and args.total_batch is None:
         args.batch_per_rank = 64

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..vcluster import VirtualCluster
+    from firescale.testing.vcluster import VirtualCluster
 
     cluster = VirtualCluster(root=args.dir.resolve(), nodes=args.nodes, name=args.name)
     if args.action == "up":

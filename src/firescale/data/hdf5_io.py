@@ -24,10 +24,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ..errors import FirescaleError
-from .batch import batch_array
-from .mapped import MappedFile
-from .pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
+from firescale.errors import FirescaleError
+from firescale.data.batch import batch_array
+from firescale.data.mapped_file import MappedFile
+from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1

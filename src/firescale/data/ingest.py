@@ -18,10 +18,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..atomic import atomic_path
-from ..errors import FirescaleError
-from .manifest import FORMAT, MANIFEST, VERSION, load_manifest, record_crc, sha256_file, split_files
-from .sources import SourceData
+from firescale.atomic import atomic_path
+from firescale.errors import FirescaleError
+from firescale.data.manifest import FORMAT, MANIFEST, VERSION, load_manifest, record_crc, sha256_file, split_files
+from firescale.data.sources import SourceData
 
 FORMATS = ("lmdb", "hdf5")
 
@@ -64,9 +64,9 @@ def request_digest(source: SourceData, name: str, formats: list[str], options: d
 
 def _write_split(folder: Path, split: str, images: np.ndarray, labels: np.ndarray, classes: list[str],
                  formats: list[str], on_record: Callable[[str, int], None] | None) -> dict:
-    from .datum import datum_key, encode_datum, image_to_datum
-    from .hdf5_io import write_hdf5
-    from .lmdb_io import LmdbWriter
+    from firescale.caffe.datum import datum_key, encode_datum, image_to_datum
+    from firescale.data.hdf5_io import write_hdf5
+    from firescale.data.lmdb_io import LmdbWriter
 
     n = len(labels)
     files: dict[str, dict] = {}

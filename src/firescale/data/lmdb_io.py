@@ -24,11 +24,11 @@ from typing import Iterator
 import lmdb
 import numpy as np
 
-from ..errors import FirescaleError
-from .batch import batch_array
-from .datum import DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
-from .mapped import MappedFile
-from .pixels import PIXELS_KERNEL, compiled_kernel
+from firescale.errors import FirescaleError
+from firescale.data.batch import batch_array
+from firescale.caffe.datum import DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
+from firescale.data.mapped_file import MappedFile
+from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel
 
 DATA_FILE = "data.mdb"
 
@@ -58,7 +58,7 @@ class LmdbWriter:
             self._txn = self.env.begin(write=True)
 
     def put_image(self, index: int, image: np.ndarray, label: int) -> None:
-        from .datum import datum_key
+        from firescale.caffe.datum import datum_key
 
         self.put(datum_key(index), encode_datum(image_to_datum(image, label)))
 
@@ -104,7 +104,7 @@ def _bytes_needed(env: lmdb.Environment) -> int:
 
 def _describe_lost(data: Path) -> str:
     """Which records a short data.mdb lost, found by walking its B-tree with plain reads."""
-    from .lmdb_pages import LayoutError, lost_records
+    from firescale.data.lmdb_pages import LayoutError, lost_records
 
     try:
         lost = lost_records(data)
@@ -139,7 +139,7 @@ def lmdb_record_error(data: Path, key: bytes, exc: lmdb.Error, env: lmdb.Environ
 def check_tree(data: Path) -> None:
     """Walk data.mdb's B-tree with plain reads before a cursor does: LMDB aborts the process on a
     damaged page it meets while stepping a cursor, so such a page is reported here, naming a key."""
-    from .lmdb_pages import LayoutError, TreePageError, record_spans
+    from firescale.data.lmdb_pages import LayoutError, TreePageError, record_spans
 
     try:
         for _ in record_spans(data):
@@ -212,7 +212,7 @@ class LmdbReader:
         return self._mapped is not None
 
     def _value_index(self):
-        from .lmdb_pages import LayoutError, value_index
+        from firescale.data.lmdb_pages import LayoutError, value_index
 
         try:
             return value_index(self.path / DATA_FILE)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 MANIFEST = "manifest.json"
 FORMAT = "firescale-dataset"
@@ -87,8 +87,8 @@ def _check_hash(directory: Path, rel: str, expected: dict) -> None:
 
 
 def _verify_lmdb(directory: Path, split: str, info: dict, shape: tuple, num_classes: int, crcs: np.ndarray) -> None:
-    from .datum import DatumError, datum_key, datum_to_image, decode_datum
-    from .lmdb_io import DATA_FILE, iter_lmdb
+    from firescale.caffe.datum import DatumError, datum_key, datum_to_image, decode_datum
+    from firescale.data.lmdb_io import DATA_FILE, iter_lmdb
 
     where = directory / f"{split}.lmdb" / DATA_FILE
     count = 0
@@ -116,7 +116,7 @@ def _verify_lmdb(directory: Path, split: str, info: dict, shape: tuple, num_clas
 
 
 def _verify_hdf5(directory: Path, split: str, info: dict, shape: tuple, num_classes: int, crcs: np.ndarray) -> None:
-    from .hdf5_io import Hdf5Reader
+    from firescale.data.hdf5_io import Hdf5Reader
 
     where = directory / f"{split}.h5"
     reader = Hdf5Reader(where)

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import numpy as np
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 KERNEL_ENV = "FIRESCALE_PIXELS_KERNEL"
 KERNEL_VERSION = 3  # the version of src/firescale/_pixels.c this module calls
@@ -28,7 +28,7 @@ def _load_kernel() -> tuple[str, ModuleType | None]:
     if choice == "numpy":
         return "numpy", None
     try:
-        from .. import _pixels
+        from firescale import _pixels
     except ImportError as exc:
         problem = f"the compiled module firescale._pixels cannot be imported ({exc})"
     else:

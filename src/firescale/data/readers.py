@@ -20,11 +20,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import FirescaleError
-from .batch import BatchBuffer, batch_array
-from .manifest import MANIFEST, load_manifest
-from .shard import EpochOrders, global_order, rank_positions, shard_indices
-from .transforms import BatchTransformer, Transform
+from firescale.errors import FirescaleError
+from firescale.data.batch import BatchBuffer, batch_array
+from firescale.data.manifest import MANIFEST, load_manifest
+from firescale.data.shard import EpochOrders, global_order, rank_positions, shard_indices
+from firescale.data.transforms import BatchTransformer, Transform
 
 __all__ = ["Dataset", "Transform", "global_order", "open_dataset", "shard_indices", "test_batches",
            "train_batches"]
@@ -79,8 +79,8 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
     Caffe (holding data.mdb; `split` is then ignored), or a text file listing Caffe HDF5Data files.
     The format is LMDB when both exist, unless `fmt` is "lmdb" or "hdf5".
     """
-    from .hdf5_io import CaffeHdf5Reader, Hdf5Reader
-    from .lmdb_io import LmdbReader
+    from firescale.data.hdf5_io import CaffeHdf5Reader, Hdf5Reader
+    from firescale.data.lmdb_io import LmdbReader
 
     path = Path(path)
     if fmt not in (None, "lmdb", "hdf5"):
@@ -108,7 +108,7 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
     info = manifest["splits"][split]
     shape = tuple(manifest["shape"])
     if chosen == "lmdb":
-        from .datum import datum_key
+        from firescale.caffe.datum import datum_key
 
         reader = LmdbReader(path / f"{split}.lmdb", keys=[datum_key(i) for i in range(info["records"])], shape=shape)
     else:

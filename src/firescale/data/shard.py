@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 
 def global_order(num_records: int, seed: int, epoch: int) -> np.ndarray:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 
 @dataclass
@@ -36,7 +36,7 @@ def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None, shape: 
             if path.suffix == ".npy":
                 array = np.load(path).astype(np.float32)
             elif path.suffix == ".binaryproto":
-                from .datum import DatumError, parse_blobproto_mean
+                from firescale.caffe.datum import DatumError, parse_blobproto_mean
                 try:
                     array = parse_blobproto_mean(path.read_bytes())
                 except DatumError as exc:

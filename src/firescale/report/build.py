@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cells import ReportContext
-from .files import publish_json, publish_text
-from .html import to_html
-from .plots import write_plots
-from .provenance import provenance_lines
-from .summary import Summary
-from .tables import to_csv, to_json, to_latex, to_markdown
+from firescale.report.formatting import ReportContext
+from firescale.report.files import publish_json, publish_text
+from firescale.report.html import to_html
+from firescale.report.plots import write_plots
+from firescale.report.provenance import provenance_lines
+from firescale.report.summary import Summary
+from firescale.report.tables import to_csv, to_json, to_latex, to_markdown
 
 OUTPUTS = ("report.md", "report.tex", "report.html", "report.csv", "report.json",
            "speedup.png", "speedup.pdf", "accuracy_vs_time.png", "accuracy_vs_time.pdf",

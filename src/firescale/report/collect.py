@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import FirescaleError
-from ..sweep.records import POINT_NAME, RUN_FILE, RunRecord, read_run_record
+from firescale.errors import FirescaleError
+from firescale.sweep.records import POINT_NAME, RUN_FILE, RunRecord, read_run_record
 
 
 def missing_record(point: Any, site: str, nodes: int, where: Path) -> RunRecord:

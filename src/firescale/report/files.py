@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomic import atomic_path
+from firescale.atomic import atomic_path
 
 
 def publish(path: str | Path, write: Callable[[Path], None]) -> Path:

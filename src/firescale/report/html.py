@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from html import escape
 
-from . import cells
-from .cells import ReportContext
-from .sections import sections
-from .summary import Summary
-from .tables import figures, title
+from firescale.report import formatting as cells
+from firescale.report.formatting import ReportContext
+from firescale.report.sections import sections
+from firescale.report.summary import Summary
+from firescale.report.tables import figures, title
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;

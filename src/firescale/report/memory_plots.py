@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..perf.memory import NetMemory, device_peaks
-from .plots import _empty, _figure, save_figure
+from firescale.model.memory import NetMemory, device_peaks
+from firescale.report.plots import _empty, _figure, save_figure
 
 
 def memory_figure(memory: NetMemory, title: str, devices: Sequence[int] | None = None,

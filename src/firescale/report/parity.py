@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .stats import Interval, mean_difference
+from firescale.report.stats import Interval, mean_difference
 
 # Accuracies are ratios of image counts; a difference this small is rounding, not a shortfall.
 _EPSILON = 1e-9

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .files import publish
-from .summary import Summary
+from firescale.report.files import publish
+from firescale.report.summary import Summary
 
 _UNITS = ((2 * 86400, 86400.0, "days"), (2 * 3600, 3600.0, "h"), (120, 60.0, "min"), (0, 1.0, "s"))
 

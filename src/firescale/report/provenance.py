@@ -8,7 +8,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..sweep.records import RunRecord
+from firescale.sweep.records import RunRecord
 
 REPORT_PACKAGES = ("firescale", "tensorflow-cpu", "tensorflow", "horovod", "numpy", "mpi4py", "h5py", "lmdb",
                    "matplotlib", "snakemake")

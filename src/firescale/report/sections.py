@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cells
-from .summary import Row, Summary
+from firescale.report import formatting as cells
+from firescale.report.summary import Row, Summary
 
 DASH = cells.DASH
 

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import load_json
-from ..errors import FirescaleError
-from ..results import EvalPoint
-from ..sweep.points import schedule_from_name
-from ..sweep.records import RunRecord
-from .hyper import hyperparameters
-from .parity import Parity, judge_parity
-from .stats import Interval, mean_ratio
+from firescale.atomic import load_json
+from firescale.errors import FirescaleError
+from firescale.results import EvalPoint
+from firescale.sweep.points import schedule_from_name
+from firescale.sweep.records import RunRecord
+from firescale.report.hyperparameters import hyperparameters
+from firescale.report.parity import Parity, judge_parity
+from firescale.report.stats import Interval, mean_ratio
 
 
 @dataclass(frozen=True)

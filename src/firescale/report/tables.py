@@ -6,12 +6,12 @@ import io
 import re
 from typing import Any
 
-from . import cells
-from .cells import ReportContext
-from ..sweep.points import schedule_from_name
-from ..sweep.records import RunRecord
-from .sections import Section, sections
-from .summary import Row, Summary, stat_dict
+from firescale.report import formatting as cells
+from firescale.report.formatting import ReportContext
+from firescale.sweep.points import schedule_from_name
+from firescale.sweep.records import RunRecord
+from firescale.report.sections import Section, sections
+from firescale.report.summary import Row, Summary, stat_dict
 
 REPORT_FORMAT = "firescale.report/1"
 PLOTS = {

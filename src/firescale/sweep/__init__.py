@@ -1,1 +1,1 @@
-"""The sweep stage: experiments, their points, one Plan, job scripts, and running and recording each point."""
+"""The sweep stage: experiments, their points, one SweepPlan, job scripts, and running and recording each point."""

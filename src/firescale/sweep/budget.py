@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import FirescaleError
-from ..train.lr_policies import schedule_for_batch
-from ..train.solver_config import SolverConfig
-from .points import SweepPoint, phase_images
+from firescale.errors import FirescaleError
+from firescale.caffe.lr_policies import schedule_for_batch
+from firescale.caffe.solver import SolverConfig
+from firescale.sweep.points import SweepPoint, phase_images
 
 # Training-set sizes of datasets that sit on a site's filesystem without a firescale manifest.
 KNOWN_TRAIN_IMAGES = {"ilsvrc12": 1_281_167}   # ILSVRC-2012, as FireCaffe and Caffe's ImageNet example train

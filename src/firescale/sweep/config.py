@@ -9,11 +9,11 @@ from typing import Any
 
 import yaml
 
-from ..errors import FirescaleError
-from ..schema_check import describe, schema_errors
-from ..site import apply_defaults
-from ..yamlfile import load_yaml
-from .paths import SCHEMA_FILE, repo_root
+from firescale.errors import FirescaleError
+from firescale.schema_check import describe, schema_errors
+from firescale.cluster.site import apply_defaults
+from firescale.yamlfile import load_yaml
+from firescale.sweep.paths import SCHEMA_FILE, repo_root
 
 
 @lru_cache(maxsize=None)

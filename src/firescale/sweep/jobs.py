@@ -4,15 +4,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..render import JobSpec
-from ..site import parse_walltime
-from .paths import in_repo
-from .plan import Plan
-from .points import SweepPoint
-from .records import PointRecord
+from firescale.jobs.spec import JobSpec
+from firescale.cluster.site import parse_walltime
+from firescale.sweep.paths import in_repo
+from firescale.sweep.plan import SweepPlan
+from firescale.sweep.points import SweepPoint
+from firescale.sweep.records import PointRecord
 
 
-def run_dir(plan: Plan, experiment: str, point: SweepPoint) -> Path:
+def run_dir(plan: SweepPlan, experiment: str, point: SweepPoint) -> Path:
     """Where the job of `point` trains and writes its result, snapshots, log and status file.
 
     The site is part of the path: two sites sharing one results filesystem never share a point's folder."""
@@ -25,7 +25,7 @@ def repeat_seed(random_seed: int, repeat: int) -> int:
     return (random_seed if random_seed >= 0 else 1) + repeat
 
 
-def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
+def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[str]:
     """argv of one rank: `firescale train` with the point's net, data, solver, batch, rate and fixed-epoch
     budget (max_iter and the schedule scaled to its batch).  Every run trains its whole budget: the
     report times each to the common target from its evaluations and compares final accuracies.
@@ -59,7 +59,7 @@ def train_command(plan: Plan, experiment: str, point: SweepPoint) -> list[str]:
     return argv
 
 
-def job_for_point(plan: Plan, experiment: str, point: SweepPoint) -> JobSpec:
+def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpec:
     out = run_dir(plan, experiment, point)
     return JobSpec(
         name=re.sub(r"[^A-Za-z0-9_.-]", "_", f"fs-{experiment[:6]}-{point.name}")[:40],  # a schedule's '+'
@@ -74,7 +74,7 @@ def job_for_point(plan: Plan, experiment: str, point: SweepPoint) -> JobSpec:
     )
 
 
-def point_record(plan: Plan, experiment: str, point: SweepPoint) -> PointRecord:
+def point_record(plan: SweepPlan, experiment: str, point: SweepPoint) -> PointRecord:
     """What `firescale sweep run` needs to know of a point besides its script."""
     return PointRecord(
         site=plan.site.name, experiment=experiment, point=point.name, gpus=point.gpus,

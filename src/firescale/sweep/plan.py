@@ -1,23 +1,23 @@
-"""One Plan of the sweep stage: the site, its experiments' points and walltimes; built once, handed on."""
+"""The SweepPlan: a site, its experiments' points and walltimes; built once, handed on."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import FirescaleError
-from ..site import SiteProfile, load_site
-from ..train.solver_config import SolverConfig, load_solver
-from ..yamlfile import load_yaml
-from .budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
-from .config import experiments_for, load_config, validate_config
-from .paths import config_file, in_repo
-from .points import (CLUSTER_REPEATS, LOCAL_REPEATS, SweepPoint, limit_errors, plan_sweep, solver_base_lr,
+from firescale.errors import FirescaleError
+from firescale.cluster.site import SiteProfile, load_site
+from firescale.caffe.solver import SolverConfig, load_solver
+from firescale.yamlfile import load_yaml
+from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
+from firescale.sweep.config import experiments_for, load_config, validate_config
+from firescale.sweep.paths import config_file, in_repo
+from firescale.sweep.points import (CLUSTER_REPEATS, LOCAL_REPEATS, SweepPoint, limit_errors, plan_sweep, solver_base_lr,
                      sweep_walltime)
 
 
 @dataclass(frozen=True)
-class Plan:
+class SweepPlan:
     """The site and, per experiment, its sweep points, walltime and any point over the site's limits.
 
     The Snakefile, `site render`, `site lint`, `report` and `predict experiment` all build this one
@@ -33,7 +33,7 @@ class Plan:
     @classmethod
     def build(cls, config: dict[str, Any], site: SiteProfile | None = None, *, experiments: list[str] | None = None,
               source: str | Path = "workflow/config.yaml", check_limits: bool = True,
-              files: Sequence[str] = ()) -> "Plan":
+              files: Sequence[str] = ()) -> "SweepPlan":
         """Plan `experiments` (default: every experiment that lists the site) on `site` (default: the
         config's `site`).  With `check_limits`, a point over the site's limits stops here.  `files`
         (Snakemake's config files) are read again, strictly, so that a key given twice there is refused
@@ -104,7 +104,7 @@ class Plan:
 
     def dataset_manifest(self, experiment: str) -> tuple[dict[str, Any] | None, Path]:
         """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""
-        from ..atomic import load_json
+        from firescale.atomic import load_json
 
         path = self.dataset_dir(experiment) / "manifest.json"
         return (load_json(path, "dataset manifest") if path.is_file() else None), path
@@ -133,7 +133,7 @@ class Plan:
         commands the rules call; rewritten only when it changed, so Snakemake sees no new mtime."""
         import yaml
 
-        from ..atomic import atomic_write_text
+        from firescale.atomic import atomic_write_text
 
         path = Path(path)
         text = "# written by the workflow: the experiments as this run sees them\n" + yaml.safe_dump(self.config, sort_keys=True)
@@ -187,10 +187,10 @@ class Plan:
 
 
 def load_plan(site: str | SiteProfile, config: str | Path | None = None, *, experiments: list[str] | None = None,
-              check_limits: bool = True) -> Plan:
-    """The Plan a command works from: the site (a name, a path or a profile already checked), the
+              check_limits: bool = True) -> SweepPlan:
+    """The SweepPlan a command works from: the site (a name, a path or a profile already checked), the
     experiments file given on the command line or the default one, and the experiments asked for."""
     profile = site if isinstance(site, SiteProfile) else load_site(site)
     path = config_file(config)
     loaded = load_config(path, {"site": profile.name})
-    return Plan.build(loaded, profile, experiments=experiments, source=path, check_limits=check_limits)
+    return SweepPlan.build(loaded, profile, experiments=experiments, source=path, check_limits=check_limits)

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import FirescaleError
-from ..site import SiteProfile, parse_walltime
-from .paths import in_repo
+from firescale.errors import FirescaleError
+from firescale.cluster.site import SiteProfile, parse_walltime
+from firescale.sweep.paths import in_repo
 
 
 LOCAL_REPEATS = 3      # runs per point on a site without a scheduler: enough for a mean ± sd and an interval
@@ -175,8 +175,8 @@ class _Experiment:
     def layer_plan(self, path: str, key: str, gpus: int) -> int:
         """The devices per replica of the layer plan in `path`, checked against the experiment's net
         (every arch's layers) and the point's GPUs (whole replicas)."""
-        from ..layer_plan import arch_devices, read_layer_plan
-        from ..netspec import get_net
+        from firescale.nets.device_plan import arch_devices, read_layer_plan
+        from firescale.nets.zoo import get_net
 
         try:
             plan = read_layer_plan(in_repo(path))
@@ -312,6 +312,6 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
 
 def solver_base_lr(config: dict[str, Any], experiment: str) -> float:
     """The base learning rate of the experiment's solver file (YAML or solver.prototxt)."""
-    from ..train.solver_config import load_solver  # the trainer's parser: one vocabulary
+    from firescale.caffe.solver import load_solver  # the trainer's parser: one vocabulary
 
     return float(load_solver(in_repo(config["experiments"][experiment]["solver"])).base_lr)

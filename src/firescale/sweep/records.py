@@ -6,10 +6,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_write_json, load_json
-from ..errors import FirescaleError
-from ..results import TrainResult, result_from_dict
-from .points import POINT_NAME, lr_label
+from firescale.atomic import atomic_write_json, load_json
+from firescale.errors import FirescaleError
+from firescale.results import TrainResult, result_from_dict
+from firescale.sweep.points import POINT_NAME, lr_label
 
 POINT_FORMAT = "firescale.sweep.point/1"
 RUN_FORMAT = "firescale.sweep.run/1"

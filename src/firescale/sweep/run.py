@@ -9,13 +9,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomic import atomic_write_json
-from ..errors import FirescaleError
-from ..job_outcome import ResubmitRules, Verdict, decide, first_lost_rank, without_progress
-from ..schedulers import Scheduler
-from ..schedulers.watch import Polling, cancel_job, gave_up, watch_job
-from ..train.checkpoint import newest_snapshot_iteration
-from .records import PointRecord, write_run_record
+from firescale.atomic import atomic_write_json
+from firescale.errors import FirescaleError
+from firescale.jobs.outcome import ResubmitRules, Verdict, decide, first_lost_rank, without_progress
+from firescale.jobs.schedulers import Scheduler
+from firescale.jobs.watch import Polling, cancel_job, gave_up, watch_job
+from firescale.train.checkpoint import newest_snapshot_iteration
+from firescale.sweep.records import PointRecord, write_run_record
 
 
 @dataclass

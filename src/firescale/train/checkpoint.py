@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_path
-from ..errors import FirescaleError
+from firescale.atomic import atomic_path
+from firescale.errors import FirescaleError
 
 SNAPSHOT_FORMAT = "firescale.train.snapshot/1"
 _ANY_SNAPSHOT = re.compile(r"[^/]+_iter_(\d+)\.npz")

@@ -11,9 +11,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..collectives import decode_allreduce
-from ..errors import FirescaleError
-from ..horovod_knobs import recorded_knobs
+from firescale.cluster.collectives import decode_allreduce
+from firescale.errors import FirescaleError
+from firescale.cluster.horovod import recorded_knobs
 
 
 @dataclass
@@ -147,7 +147,7 @@ def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
                        gradient_bytes: int | None = None) -> dict[str, Any]:
     """Which allreduce summed the gradients: what the job asked for (FIRESCALE_ALLREDUCE), the library that
     carried them (NCCL, Open MPI, MPICH or Gloo) and the algorithm its settings select, decoded by the
-    same vocabulary that set them (firescale.collectives), with the cost model of it."""
+    same vocabulary that set them (firescale.cluster.collectives), with the cost model of it."""
     env = dict(os.environ if env is None else env)
     hvd = rank.hvd
     controller = "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "none")
@@ -186,7 +186,7 @@ def versions(hvd: Any) -> dict[str, str]:
 
     import tensorflow as tf
 
-    from .. import __version__
+    from firescale import __version__
 
     out = {"firescale": __version__, "python": platform.python_version(), "tensorflow": tf.__version__,
            "numpy": np.__version__}

@@ -6,12 +6,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..netspec import NetSpec, infer_shapes
-from ..perf.memory_check import MeasuredLayer, MeasuredMemory
-from .nets import build_net
-from .solver_config import SolverConfig
-from .solvers import CaffeSolver
-from .steps import apply_update, loss_and_gradients
+from firescale.nets.spec import NetSpec, infer_shapes
+from firescale.bench.memory import MeasuredLayer, MeasuredMemory
+from firescale.train.nets import build_net
+from firescale.caffe.solver import SolverConfig
+from firescale.train.solvers import CaffeSolver
+from firescale.train.steps import apply_update, loss_and_gradients
 
 
 def _owner(path: str, names: list[str]) -> str | None:

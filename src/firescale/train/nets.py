@@ -1,4 +1,4 @@
-"""TensorFlow models built from firescale.netspec with Caffe's layer semantics and fillers."""
+"""TensorFlow models built from firescale.nets.spec with Caffe's layer semantics and fillers."""
 from __future__ import annotations
 
 import math
@@ -8,9 +8,9 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from ..netspec import (FC, LRN, Conv, Dropout, Inception, Init, Layer, NetSpec, Pool, ReLU, Softmax,
+from firescale.nets.spec import (FC, LRN, Conv, Dropout, Inception, Init, Layer, NetSpec, Pool, ReLU, Softmax,
                        pool_extra_padding, pool_output_size)
-from .placement import boundary_copy
+from firescale.train.placement import boundary_copy
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from ..errors import FirescaleError
-from ..layer_plan import LayerAssign, LayerPlan, arch_devices, check_devices
-from ..netspec import NetSpec, infer_shapes
+from firescale.errors import FirescaleError
+from firescale.nets.device_plan import LayerAssign, DevicePlan, arch_devices, check_devices
+from firescale.nets.spec import NetSpec, infer_shapes
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class LayerPlacement:
                 "copy_s": sum(b.copy_s for b in self.boundaries)}
 
 
-def choose_arch(plan: LayerPlan, local_rank: int, local_size: int) -> int:
+def choose_arch(plan: DevicePlan, local_rank: int, local_size: int) -> int:
     """Replica k of a node follows arch k; a single arch serves every replica."""
     if plan.replicas == 1:
         return 0
@@ -48,7 +48,7 @@ def choose_arch(plan: LayerPlan, local_rank: int, local_size: int) -> int:
     return local_rank
 
 
-def place(plan: LayerPlan, spec: NetSpec, arch_index: int, device_names: Sequence[str],
+def place(plan: DevicePlan, spec: NetSpec, arch_index: int, device_names: Sequence[str],
           arch: Sequence[LayerAssign] | None = None) -> LayerPlacement:
     """The placement of `spec`'s top-level layers for one arch on this replica's devices."""
     check_devices(plan, len(device_names), "this replica")

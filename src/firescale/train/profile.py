@@ -6,9 +6,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from ..netspec import Softmax
-from ..perf.traces import LayerTrace
-from .nets import CaffeNet
+from firescale.nets.spec import Softmax
+from firescale.model.traces import LayerTrace
+from firescale.train.nets import CaffeNet
 
 
 def _median_us(fn: Callable[[], Any], repeats: int, barrier: Callable[[], None] | None = None) -> float:

@@ -5,13 +5,13 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import FirescaleError
+from firescale.errors import FirescaleError
 
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 
 
 @dataclass(frozen=True)
-class BatchPlan:
+class BatchScaling:
     """How one run splits its batch and scales its learning rate (recorded in the result)."""
 
     ranks: int
@@ -40,7 +40,7 @@ class BatchPlan:
 def plan_batches(ranks: int, *, batch_per_rank: int | None = None, total_batch: int | None = None,
                  iter_size: int = 1, reference_batch: int | None = None, lr_scaling: str = "none",
                  warmup_iters: int = 0, base_lr: float | None = None,
-                 warmup_start_lr: float | None = None) -> BatchPlan:
+                 warmup_start_lr: float | None = None) -> BatchScaling:
     """Resolve `--batch-per-rank b` or `--total-batch B` for `ranks` ranks and the LR rule.
 
     The learning rate is scaled relative to `reference_batch` (default: the per-rank batch when the
@@ -66,7 +66,7 @@ def plan_batches(ranks: int, *, batch_per_rank: int | None = None, total_batch: 
     ratio = total * iter_size / reference_batch
     scale = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[lr_scaling]
     start = _warmup_start(scale, warmup_iters, base_lr, warmup_start_lr)
-    return BatchPlan(ranks=ranks, batch_per_rank=per_rank, total_batch=total, iter_size=iter_size,
+    return BatchScaling(ranks=ranks, batch_per_rank=per_rank, total_batch=total, iter_size=iter_size,
                      effective_batch=total * iter_size, reference_batch=reference_batch,
                      lr_scaling=lr_scaling, lr_scale=scale, warmup_iters=warmup_iters,
                      warmup_start_factor=start, warmup_start_lr=warmup_start_lr)
@@ -102,11 +102,11 @@ def _warmup_start(scale: float, warmup_iters: int, base_lr: float | None, warmup
 @dataclass(frozen=True)
 class BatchSchedule:
     """A run whose batch changes at given iterations (Oh and Lee's 16+ and 32+: train at 8, then go on at a
-    larger batch); each phase has its own BatchPlan, its learning rate scaled by the same rule and reference."""
+    larger batch); each phase has its own BatchScaling, its learning rate scaled by the same rule and reference."""
 
-    phases: tuple[tuple[int, BatchPlan], ...]   # (first iteration, plan), the first at iteration 0
+    phases: tuple[tuple[int, BatchScaling], ...]   # (first iteration, plan), the first at iteration 0
 
-    def plan_at(self, iteration: int) -> BatchPlan:
+    def plan_at(self, iteration: int) -> BatchScaling:
         return [plan for start, plan in self.phases if start <= iteration][-1]
 
     def starts_at(self, iteration: int) -> bool:
@@ -142,7 +142,7 @@ def parse_batch_schedule(text: str) -> list[tuple[int, int]]:
 
 def plan_schedule(ranks: int, changes: list[tuple[int, int]], *, batch_per_rank: int | None = None,
                   total_batch: int | None = None, reference_batch: int | None = None, **common: Any) -> BatchSchedule:
-    """The run's BatchPlan from iteration 0 and one more at each (iteration, batch) change, the batch in
+    """The run's BatchScaling from iteration 0 and one more at each (iteration, batch) change, the batch in
     the unit of the start (per rank, or total); the learning-rate reference stays the start's."""
     first = plan_batches(ranks, batch_per_rank=batch_per_rank, total_batch=total_batch,
                          reference_batch=reference_batch, **common)

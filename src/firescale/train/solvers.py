@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from .solver_config import HISTORY_BLOBS, SolverConfig
+from firescale.caffe.solver import HISTORY_BLOBS, SolverConfig
 
 
 def clip_gradients(grads: Sequence[tf.Tensor], threshold: float, iter_size: int = 1) -> list[tf.Tensor]:

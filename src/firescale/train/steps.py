@@ -6,9 +6,9 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from .evaluation import make_eval_step
-from .nets import CaffeNet
-from .solvers import CaffeSolver
+from firescale.train.evaluation import make_eval_step
+from firescale.train.nets import CaffeNet
+from firescale.train.solvers import CaffeSolver
 
 
 @dataclass(frozen=True)

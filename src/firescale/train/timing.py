@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..results import EvalPoint, IterationSplit
+from firescale.results import EvalPoint, IterationSplit
 
 
 SPLIT_EVERY = 50   # by default every 50th iteration (and a segment's first) is timed in parts

@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import FirescaleError
-from ..layer_plan import LayerPlan, read_layer_plan
-from ..results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
-from .checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
+from firescale.errors import FirescaleError
+from firescale.nets.device_plan import DevicePlan, read_layer_plan
+from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
+from firescale.train.checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
                          trajectory_settings, write_snapshot)
-from .host_reads import LossReads, StopRequest, read_due
-from .lr_policies import learning_rate
-from .scaling import plan_schedule
-from .solver_config import SolverConfig, ignored_note, load_solver
-from .timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
+from firescale.train.readback import LossReads, StopRequest, read_due
+from firescale.caffe.lr_policies import learning_rate
+from firescale.train.scaling import plan_schedule
+from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
+from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
 
@@ -110,7 +110,7 @@ def set_up_ranks(opts: TrainOptions, devices: int = 1) -> Any:
     default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus
     pays for no communication, whatever the site's `horovod:` knobs.
     """
-    from .distributed import init_rank
+    from firescale.train.distributed import init_rank
 
     rank = init_rank(opts.threads, devices)
     if rank.size == 1:
@@ -123,7 +123,7 @@ class Training:
     steps, then step, evaluate and snapshot until max_iter, the target or a stop signal, and finish."""
 
     def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
-                 rank: Any, clock: SegmentClock, layer_plan: LayerPlan | None = None) -> None:
+                 rank: Any, clock: SegmentClock, layer_plan: DevicePlan | None = None) -> None:
         self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
         self.layer_plan = layer_plan
         self.target, self.target_source = target
@@ -143,7 +143,7 @@ class Training:
         self.snap_dir = self.out / "snapshots"
         if rank.is_root:
             self.snap_dir.mkdir(parents=True, exist_ok=True)
-        from .mllog import RunLog
+        from firescale.train.mllog import RunLog
 
         self.log = RunLog(self.out / "mllog.txt", enabled=rank.is_root)
         self.log.start(self.log.constants.INIT_START)
@@ -158,11 +158,11 @@ class Training:
         """Open the datasets, build the net from its spec with Caffe's fillers, and its solver."""
         import tensorflow as tf
 
-        from ..data.readers import Transform, open_dataset
-        from ..data.transforms import BatchTransformer
-        from ..netspec import get_net
-        from .nets import build_net
-        from .solvers import CaffeSolver
+        from firescale.data.readers import Transform, open_dataset
+        from firescale.data.transforms import BatchTransformer
+        from firescale.nets.zoo import get_net
+        from firescale.train.nets import build_net
+        from firescale.train.solvers import CaffeSolver
 
         opts, cfg = self.opts, self.solver_cfg
         tf.random.set_seed(self.seed)
@@ -187,7 +187,7 @@ class Training:
         """This replica's layers on its devices, from the plan's arch for this rank (None: one device)."""
         if self.layer_plan is None:
             return None
-        from .placement import choose_arch, place, with_boundaries
+        from firescale.train.placement import choose_arch, place, with_boundaries
 
         plan, rank = self.layer_plan, self.rank
         arch = choose_arch(plan, rank.local_rank, rank.local_size)
@@ -230,8 +230,8 @@ class Training:
         """The training stream from the resumed sample, the traced steps warmed up, the run's constants logged."""
         import socket
 
-        from .distributed import describe_allreduce, versions
-        from .steps import make_train_steps, warm_up
+        from firescale.train.distributed import describe_allreduce, versions
+        from firescale.train.steps import make_train_steps, warm_up
 
         rank = self.rank
         self.open_stream(self.start_iter)
@@ -250,9 +250,9 @@ class Training:
 
     def open_stream(self, iteration: int) -> None:
         """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
-        from ..data.prefetch import PrefetchedBatches
-        from ..data.readers import batches_per_read, iter_train_arrays, prefetch_depth
-        from ..data.shard import rank_positions
+        from firescale.data.prefetch import PrefetchedBatches
+        from firescale.data.readers import batches_per_read, iter_train_arrays, prefetch_depth
+        from firescale.data.shard import rank_positions
 
         self.plan = self.schedule.plan_at(iteration)
         start, batch = self.schedule.samples_before(iteration), self.plan.batch_per_rank
@@ -401,8 +401,8 @@ class Training:
     # ------------------------------------------------------------ evaluate
     def evaluate(self) -> EvalPoint:
         """The whole test set, sharded over the ranks; logged, printed and written to result.json."""
-        from ..data.readers import test_batches
-        from .evaluation import evaluate
+        from firescale.data.readers import test_batches
+        from firescale.train.evaluation import evaluate
 
         c, it = self.log.constants, self.iteration
         num_train = self.train_ds.num_records
@@ -485,7 +485,7 @@ class Training:
         if self.opts.profile_layers and status != "interrupted":
             self._profile_layers(result)
         if self.placement is not None:
-            from .placement import measure_copies
+            from firescale.train.placement import measure_copies
 
             self.placement = measure_copies(self.placement)
             result.placement = self.placement.to_dict()
@@ -509,8 +509,8 @@ class Training:
         return 0
 
     def _profile_layers(self, result: TrainResult) -> None:
-        from ..perf.traces import write_trace
-        from .profile import profile_net
+        from firescale.model.traces import write_trace
+        from firescale.train.profile import profile_net
 
         images, labels = next(self.train_stream)
         trace = profile_net(self.net, images, labels, self.rank, data_wait_s=self.totals().mean().data_wait_s)

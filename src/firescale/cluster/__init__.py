@@ -1,0 +1,1 @@
+"""The cluster a job runs on: its site profile, launchers, allreduce algorithm and Horovod knobs."""

@@ -1,0 +1,69 @@
+"""Start ranks on this machine as a site's jobs would: its launcher, its options and its environment.
+
+Calibration measurements (a short training run, Horovod's allreduce) must see what the sweep's jobs
+see: the same binding of ranks to cores and the same MPI settings.  Only a site without a scheduler
+runs them here; on a cluster they belong in a job.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from firescale.cluster.collectives import site_allreduce
+from firescale.errors import FirescaleError
+from firescale.cluster.horovod import site_horovod_environment
+from firescale.cluster.launchers import Placement, wrap
+from firescale.nets.spec import NetSpec
+
+
+@dataclass(frozen=True)
+class SiteRanks:
+    """A launcher for n ranks on one node of a site, with the environment its job scripts export."""
+
+    site: str
+    launcher: str
+    options: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, ranks: int, command: Sequence[str]) -> list[str]:
+        return [str(a) for a in wrap(self.launcher, list(command), Placement(ranks, ranks, 1, 1), self.options)]
+
+    def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:
+        """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed."""
+        argv = self.argv(ranks, command)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            tail = "\n".join([line for line in lines if "firescale: error" in line] or lines[-5:])
+            raise FirescaleError(f"{what} ({ranks} ranks on site {self.site}) failed with exit code "
+                                 f"{proc.returncode}: {tail}")
+        return proc.stdout
+
+
+def site_ranks(site: Any) -> SiteRanks:
+    """How `site`'s jobs start ranks, for use on this machine (root may run Open MPI here)."""
+    options = list(site.config.get("launcher_options") or [])
+    if site.config["launcher"] == "mpirun" and os.geteuid() == 0:
+        options.append("--allow-run-as-root")
+    variables = (site.config.get("environment") or {}).get("variables") or {}
+    env = {**{k: str(v) for k, v in variables.items()},
+           **site_allreduce(site).environment(), **site_horovod_environment(site)}
+    return SiteRanks(site.name, site.config["launcher"], tuple(options), env)
+
+
+def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
+                    *, step_s: float = 0.0, reps: int = 50, timeout: float = 600.0) -> None:
+    """Time Horovod's allreduce of `spec`'s gradients over `ranks` ranks started as the site starts them,
+    summed as the trainer sums them (one group of tensors), each after a synthetic step of `step_s`,
+    into `out` (`firescale bench allreduce --json` format): the communication measurement a
+    calibration fits."""
+    if ranks < 2:
+        raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
+    command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
+               "--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
+               "--classes", str(spec.num_classes), "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
+               "--json", str(out)]
+    ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)

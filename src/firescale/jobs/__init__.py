@@ -1,0 +1,1 @@
+"""Job scripts and their life: the JobSpec, rendering, schedulers, watching, outcomes and run locks."""

@@ -1,0 +1,150 @@
+"""Job scripts from Jinja templates: strict (a missing value is an error) and shell-quoted throughout."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import jinja2
+
+from firescale.cluster.collectives import site_allreduce
+from firescale.cluster.horovod import site_horovod_environment
+from firescale.errors import FirescaleError
+from firescale.jobs.spec import JobSpec
+from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, wrap
+from firescale.jobs.schedulers import get_scheduler
+from firescale.cluster.site import SiteProfile
+
+_DIRECTIVE = re.compile(r"#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+")
+# ${NAME} or $NAME inside a profile value: the only thing the shell may expand in one.
+_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class Shell(str):
+    """Text built by firescale itself from quoted parts; the template writes it as it is."""
+
+
+def quote(value: Any) -> str:
+    """One shell word that stands for `value` literally."""
+    if value is None:
+        raise FirescaleError("a null value cannot be written into a job script")
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    return shlex.quote(str(value))
+
+
+def quote_expanding(value: Any) -> Shell:
+    """One shell word for `value` in which only a leading `~/` and `$NAME`/`${NAME}` expand at run time.
+
+    Everything else (spaces, `;`, backquotes, `$(...)`) stays literal.
+    """
+    text = str(value)
+    parts: list[str] = []
+    if text == "~" or text.startswith("~/"):
+        parts.append('"${HOME}"')
+        text = text[1:]
+    pos = 0
+    for match in _REF.finditer(text):
+        if match.start() > pos:
+            parts.append(shlex.quote(text[pos:match.start()]))
+        parts.append('"${%s}"' % (match.group(1) or match.group(2)))
+        pos = match.end()
+    if pos < len(text) or not parts:
+        parts.append(shlex.quote(text[pos:]))
+    return Shell("".join(parts))
+
+
+def shell_command(argv: Sequence[str]) -> Shell:
+    """A command line from argv: every word quoted; EnvRef words expand their variable."""
+    return Shell(" ".join(f'"${{{a}}}"' if isinstance(a, EnvRef) else quote(a) for a in argv))
+
+
+def _directive(line: str) -> Shell:
+    if not _DIRECTIVE.fullmatch(line):
+        raise FirescaleError(
+            f"scheduler directive {line!r} may contain only letters, digits, spaces and _.:/@%+=,-; "
+            "check the site's account, queue, partition, directives and the job's paths"
+        )
+    return Shell(line)
+
+
+def _finalize(value: Any) -> Any:
+    return value if isinstance(value, Shell) else quote(value)
+
+
+def templates_dir() -> Path:
+    """$FIRESCALE_TEMPLATES, or the repository's templates/."""
+    override = os.environ.get("FIRESCALE_TEMPLATES")
+    path = Path(override) if override else Path(__file__).resolve().parents[3] / "templates"
+    if not path.is_dir():
+        raise FirescaleError(f"templates folder {path} not found; set FIRESCALE_TEMPLATES to the repository's templates/")
+    return path
+
+
+@lru_cache(maxsize=4)
+def environment(folder: str) -> jinja2.Environment:
+    """The Jinja environment: StrictUndefined, every {{ value }} shell-quoted unless built as Shell."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        undefined=jinja2.StrictUndefined,
+        finalize=_finalize,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["expanding"] = quote_expanding
+    env.filters["directive"] = _directive
+    env.filters["command"] = shell_command
+    env.filters["trusted"] = Shell
+    return env
+
+
+def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
+    """Everything a template may use, computed here so the templates stay declarative."""
+    c = site.config
+    scheduler = get_scheduler(site.scheduler)
+    placement = site.placement(job.ranks, job.devices_per_rank)
+    command = list(job.command)
+    container = c["environment"]["container"]
+    if container:
+        command = [container["runtime"], "exec", *container["options"], container["image"], *command]
+    srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it
+    options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
+    launch = wrap(site.launcher, command, placement, options)
+    env_list = ENV_LIST_VARIABLE.get(site.launcher)
+    collectives = {**site_allreduce(site).environment(), **site_horovod_environment(site)}
+    threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
+    return {
+        "site": c,
+        "job": job,
+        "placement": placement,
+        "directives": [_directive(d) for d in scheduler.directives(site, job)],
+        "scheduler": scheduler.name,
+        "hosts_command": Shell(scheduler.hosts_command),
+        "job_id_variable": Shell(scheduler.job_id_variable or "FIRESCALE_NO_JOB_ID"),
+        "environment": c["environment"],
+        "exports": {**threads, **collectives, **{k: str(v) for k, v in job.env.items()}},
+        "launch": shell_command(launch),
+        "env_list": Shell(env_list) if env_list else None,
+        "srun_mpi": srun_mpi,
+        "walltime_timer": scheduler.walltime_timer(site, job),
+        "walltime_signal": Shell(site.walltime_signal[0]),
+    }
+
+
+def render_job_script(site: SiteProfile, job: JobSpec, *, templates: Path | None = None) -> str:
+    """The job script for `job` on `site`; a pure function of its arguments and the templates."""
+    folder = templates or templates_dir()
+    scheduler = get_scheduler(site.scheduler)
+    env = environment(str(folder))
+    try:
+        return env.get_template(scheduler.template).render(job_context(site, job))
+    except jinja2.UndefinedError as exc:
+        raise FirescaleError(f"template {folder / scheduler.template}: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        raise FirescaleError(f"template {exc.name} not found in {folder}") from None

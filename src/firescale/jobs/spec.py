@@ -1,0 +1,40 @@
+"""One job as the schedulers and the renderer see it: N ranks of one command, its log and status file."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from firescale.errors import FirescaleError
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job: N ranks of one command, with where its log and status file go."""
+
+    name: str
+    ranks: int
+    walltime_s: int
+    command: Sequence[str]
+    workdir: Path
+    log_file: Path
+    status_file: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    devices_per_rank: int = 1   # a replica split over D devices: one rank per D of a node's GPUs
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise FirescaleError(f"job name {self.name!r}: use letters, digits and _.- only")
+        if int(self.ranks) < 1:
+            raise FirescaleError(f"job {self.name}: ranks must be at least 1, got {self.ranks}")
+        if int(self.devices_per_rank) < 1:
+            raise FirescaleError(f"job {self.name}: devices per rank must be at least 1, got {self.devices_per_rank}")
+        if int(self.walltime_s) < 1:
+            raise FirescaleError(f"job {self.name}: walltime must be positive, got {self.walltime_s} s")
+        for key in self.env:
+            if not SHELL_NAME.fullmatch(key):
+                raise FirescaleError(f"job {self.name}: environment variable name {key!r} is not a shell name")

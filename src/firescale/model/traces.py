@@ -1,0 +1,173 @@
+"""Layer-wise traces in the DAG paper's format (Table VI): read, write, replay, and profile a model."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from firescale.atomic import atomic_write_text
+from firescale.errors import FirescaleError
+from firescale.model.comm import Link, allreduce_time
+from firescale.model.dag import Schedule, wait_free_schedule
+
+TRACE_COLUMNS = ("layer_id", "name", "forward_us", "backward_us", "comm_us", "gradient_bytes")
+
+
+@dataclass(frozen=True)
+class LayerTrace:
+    """One layer of one iteration: times in microseconds, gradient size in bytes (Table VI)."""
+
+    layer_id: int
+    name: str
+    forward_us: float
+    backward_us: float
+    comm_us: float
+    gradient_bytes: int
+
+
+def _record(raw: dict[str, Any], where: str) -> LayerTrace:
+    missing = [c for c in TRACE_COLUMNS if c not in raw or raw[c] in ("", None)]
+    if missing:
+        raise FirescaleError(f"{where}: missing {', '.join(missing)}; a trace record needs "
+                             f"{', '.join(TRACE_COLUMNS)}")
+    try:
+        rec = LayerTrace(int(raw["layer_id"]), str(raw["name"]), float(raw["forward_us"]),
+                         float(raw["backward_us"]), float(raw["comm_us"]), int(float(raw["gradient_bytes"])))
+    except (TypeError, ValueError) as exc:
+        raise FirescaleError(f"{where}: {exc}; times must be numbers (µs) and gradient_bytes an integer") from None
+    if min(rec.forward_us, rec.backward_us, rec.comm_us, rec.gradient_bytes) < 0:
+        raise FirescaleError(f"{where}: times and gradient_bytes must not be negative")
+    return rec
+
+
+def read_trace(path: str | Path) -> list[LayerTrace]:
+    """A trace from a .csv (header row of TRACE_COLUMNS) or .json (a list of records) file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FirescaleError(f"cannot read trace {path}: {exc.strerror}") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FirescaleError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        rows = data.get("layers") if isinstance(data, dict) else data
+        if not isinstance(rows, list):
+            raise FirescaleError(f"{path}: expected a list of layer records or {{\"layers\": [...]}}")
+        records = [_record(r if isinstance(r, dict) else {}, f"{path} record {i}") for i, r in enumerate(rows)]
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        records = [_record(r, f"{path} line {i + 2}") for i, r in enumerate(reader)]
+    if not records:
+        raise FirescaleError(f"{path}: the trace has no layer records")
+    return records
+
+
+def format_trace_csv(trace: Sequence[LayerTrace]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TRACE_COLUMNS)
+    for r in trace:
+        writer.writerow([r.layer_id, r.name, f"{r.forward_us:.6g}", f"{r.backward_us:.6g}",
+                         f"{r.comm_us:.6g}", r.gradient_bytes])
+    return out.getvalue()
+
+
+def write_trace(path: str | Path, trace: Sequence[LayerTrace]) -> Path:
+    """Write a trace atomically; .json gives {"layers": [...]}, anything else CSV."""
+    path = Path(path)
+    if path.suffix == ".json":
+        atomic_write_text(path, json.dumps({"columns": list(TRACE_COLUMNS),
+                                            "layers": [asdict(r) for r in trace]}, indent=1) + "\n")
+    else:
+        atomic_write_text(path, format_trace_csv(trace))
+    return path
+
+
+def retarget_comm(trace: Sequence[LayerTrace], algorithm: str, gpus: int, link: Link) -> list[LayerTrace]:
+    """The same trace with each layer's communication time modelled for `gpus` ranks on `link`."""
+    return [replace(r, comm_us=allreduce_time(algorithm, r.gradient_bytes, gpus, link) * 1e6
+                    if r.gradient_bytes else 0.0) for r in trace]
+
+
+def replay_trace(trace: Sequence[LayerTrace], *, overlap: bool = True, io_us: float = 0.0,
+                 update_us: float = 0.0) -> Schedule:
+    """Replay a trace through the DAG model; returns the schedule in microseconds.
+
+    A layer named `data` (the DAG paper's layer 0) holds I/O in its forward time: it is taken as the
+    I/O task (overlapped with computation) rather than as computation.
+    """
+    data_io = sum(r.forward_us for r in trace if r.name == "data")
+    layers = [r for r in trace if r.name != "data"]
+    return wait_free_schedule([r.forward_us for r in layers], [r.backward_us for r in layers],
+                              [r.comm_us for r in layers], update=update_us, io=io_us + data_io,
+                              overlap=overlap)
+
+
+def profile_layers(model: Any, batch_images: Any, batch_labels: Any, repeats: int = 5) -> list[LayerTrace]:
+    """Time each layer of a chain-structured Keras model, forward and backward, on this machine.
+
+    Each top-level layer is run on the previous layer's output; its backward time is the time to
+    compute the gradients with respect to its input and its weights (tf.GradientTape) given an
+    upstream gradient of ones; the last layer's backward includes the softmax cross-entropy loss.
+    The median of `repeats` runs (after one warm-up) is reported; comm_us is 0 (one rank).
+    """
+    import tensorflow as tf
+
+    if repeats < 1:
+        raise FirescaleError(f"repeats must be at least 1, not {repeats}")
+    layers = [l for l in model.layers if not isinstance(l, tf.keras.layers.InputLayer)]
+    labels = tf.convert_to_tensor(batch_labels)
+    x = tf.convert_to_tensor(batch_images)
+    trace: list[LayerTrace] = []
+
+    def median_us(fn: Any) -> float:
+        fn()  # warm-up (and tracing)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+        samples.sort()
+        return samples[len(samples) // 2] * 1e6
+
+    for i, layer in enumerate(layers):
+        last = i == len(layers) - 1
+        inp = x
+        fwd = tf.function(lambda t, layer=layer: layer(t, training=True))
+        out = fwd(inp)
+        if isinstance(out, (list, tuple)):
+            raise FirescaleError(f"profile_layers: layer {layer.name!r} returns several tensors; "
+                                 f"only chain-structured models can be profiled layer by layer")
+
+        def backward(layer: Any = layer, inp: Any = inp, last: bool = last) -> Any:
+            with tf.GradientTape() as tape:
+                tape.watch(inp)
+                y = layer(inp, training=True)
+                if last:
+                    y = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+                        labels, y, from_logits=not _ends_in_softmax(layer)))
+            return tape.gradient(y, [inp] + list(layer.trainable_variables))
+
+        bwd = tf.function(backward)
+        forward_us = median_us(lambda: fwd(inp).numpy())
+        backward_us = median_us(lambda: [g.numpy() for g in bwd() if g is not None])
+        grad_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in layer.trainable_variables))
+        trace.append(LayerTrace(i, layer.name, forward_us, backward_us, 0.0, grad_bytes))
+        x = out
+    return trace
+
+
+def _ends_in_softmax(layer: Any) -> bool:
+    activation = getattr(layer, "activation", None)
+    return getattr(activation, "__name__", "") == "softmax" or type(layer).__name__ == "Softmax"
+
+
+def trace_totals(trace: Sequence[LayerTrace]) -> dict[str, float]:
+    return {f.name: sum(getattr(r, f.name) for r in trace)
+            for f in fields(LayerTrace) if f.name in ("forward_us", "backward_us", "comm_us", "gradient_bytes")}

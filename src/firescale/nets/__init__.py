@@ -1,0 +1,1 @@
+"""Networks: the framework-neutral NetSpec, the built-in zoo and layer-to-device plans."""

@@ -1,0 +1,134 @@
+"""The built-in nets (LeNet, NiN, AlexNet, GoogLeNet, VGG-19) as NetSpecs, looked up by name."""
+from __future__ import annotations
+
+from firescale.errors import FirescaleError
+from firescale.nets.spec import (
+    Conv, Dropout, FC, Inception, LRN, Layer, NetSpec, Pool, ReLU, Shape, Softmax, XAVIER, ZERO, constant, gaussian, infer_shapes,
+)
+
+
+def _lenet(num_classes: int) -> tuple[Layer, ...]:
+    # Caffe's LeNet with "same" padding in the convolutions so that 8x8 digits fit as well as 28x28.
+    return (
+        Conv("conv1", 20, 5, pad=2), Pool("pool1", "max", 2, 2),
+        Conv("conv2", 50, 5, pad=2), Pool("pool2", "max", 2, 2),
+        FC("ip1", 500), ReLU("relu1"), FC("ip2", num_classes), Softmax(),
+    )
+
+
+def _nin(num_classes: int) -> tuple[Layer, ...]:
+    # NiN for ImageNet (Lin et al., Caffe model zoo); FireCaffe 7.1: std 0.01 for 1x1, 0.05 otherwise, bias 0.
+    def block(i: int, conv: Conv, cccp: tuple[int, int]) -> tuple[Layer, ...]:
+        a, b = cccp
+        return (conv, ReLU(f"relu{i}"),
+                Conv(f"cccp{2 * i - 1}", a, 1, weight_init=gaussian(0.01)), ReLU(f"relu{i}a"),
+                Conv(f"cccp{2 * i}", b, 1, weight_init=gaussian(0.01)), ReLU(f"relu{i}b"))
+    g = gaussian(0.05)
+    return (
+        *block(1, Conv("conv1", 96, 11, stride=4, weight_init=g), (96, 96)), Pool("pool1", "max", 3, 2),
+        *block(2, Conv("conv2", 256, 5, pad=2, weight_init=g), (256, 256)), Pool("pool2", "max", 3, 2),
+        *block(3, Conv("conv3", 384, 3, pad=1, weight_init=g), (384, 384)), Pool("pool3", "max", 3, 2),
+        Dropout("drop"),
+        *block(4, Conv("conv4-1024", 1024, 3, pad=1, weight_init=g), (1024, num_classes)),
+        Pool("pool4", "avg", global_pool=True), Softmax(),
+    )
+
+
+def _alexnet(num_classes: int) -> tuple[Layer, ...]:
+    # Caffe's bvlc_alexnet: gaussian 0.01 (fc6/fc7 0.005), biases 0 or 0.1, two groups in conv2/4/5.
+    g, b1 = gaussian(0.01), constant(0.1)
+    return (
+        Conv("conv1", 96, 11, stride=4, weight_init=g), ReLU("relu1"), LRN("norm1"), Pool("pool1", "max", 3, 2),
+        Conv("conv2", 256, 5, pad=2, groups=2, weight_init=g, bias_init=b1), ReLU("relu2"), LRN("norm2"),
+        Pool("pool2", "max", 3, 2),
+        Conv("conv3", 384, 3, pad=1, weight_init=g), ReLU("relu3"),
+        Conv("conv4", 384, 3, pad=1, groups=2, weight_init=g, bias_init=b1), ReLU("relu4"),
+        Conv("conv5", 256, 3, pad=1, groups=2, weight_init=g, bias_init=b1), ReLU("relu5"),
+        Pool("pool5", "max", 3, 2),
+        FC("fc6", 4096, gaussian(0.005), b1), ReLU("relu6"), Dropout("drop6"),
+        FC("fc7", 4096, gaussian(0.005), b1), ReLU("relu7"), Dropout("drop7"),
+        FC("fc8", num_classes, g), Softmax(),
+    )
+
+
+def _inception(name: str, c1: int, r3: int, c3: int, r5: int, c5: int, proj: int) -> Inception:
+    b = constant(0.2)
+
+    def conv(n: str, out: int, k: int) -> tuple[Layer, ...]:
+        return (Conv(n, out, k, pad=k // 2, bias_init=b), ReLU(f"relu_{n}"))
+    return Inception(name, (
+        conv("1x1", c1, 1),
+        conv("3x3_reduce", r3, 1) + conv("3x3", c3, 3),
+        conv("5x5_reduce", r5, 1) + conv("5x5", c5, 5),
+        (Pool("pool", "max", 3, 1, pad=1),) + conv("pool_proj", proj, 1),
+    ))
+
+
+def _googlenet(num_classes: int) -> tuple[Layer, ...]:
+    # Inception v1 as bvlc_googlenet, without the two auxiliary classifiers; FireCaffe 7.1: xavier, bias 0.2.
+    b = constant(0.2)
+    return (
+        Conv("conv1/7x7_s2", 64, 7, stride=2, pad=3, bias_init=b), ReLU("conv1/relu"),
+        Pool("pool1/3x3_s2", "max", 3, 2), LRN("pool1/norm1"),
+        Conv("conv2/3x3_reduce", 64, 1, bias_init=b), ReLU("conv2/relu_reduce"),
+        Conv("conv2/3x3", 192, 3, pad=1, bias_init=b), ReLU("conv2/relu"), LRN("conv2/norm2"),
+        Pool("pool2/3x3_s2", "max", 3, 2),
+        _inception("inception_3a", 64, 96, 128, 16, 32, 32),
+        _inception("inception_3b", 128, 128, 192, 32, 96, 64),
+        Pool("pool3/3x3_s2", "max", 3, 2),
+        _inception("inception_4a", 192, 96, 208, 16, 48, 64),
+        _inception("inception_4b", 160, 112, 224, 24, 64, 64),
+        _inception("inception_4c", 128, 128, 256, 24, 64, 64),
+        _inception("inception_4d", 112, 144, 288, 32, 64, 64),
+        _inception("inception_4e", 256, 160, 320, 32, 128, 128),
+        Pool("pool4/3x3_s2", "max", 3, 2),
+        _inception("inception_5a", 256, 160, 320, 32, 128, 128),
+        _inception("inception_5b", 384, 192, 384, 48, 128, 128),
+        Pool("pool5/7x7_s1", "avg", global_pool=True), Dropout("pool5/drop", 0.4),
+        FC("loss3/classifier", num_classes, XAVIER, ZERO), Softmax(),
+    )
+
+
+def _vgg19(num_classes: int) -> tuple[Layer, ...]:
+    # VGG-19 (configuration E); xavier weights and zero biases (Caffe's usual choice for training it).
+    layers: list[Layer] = []
+    for stage, (width, count) in enumerate(((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)), start=1):
+        for i in range(1, count + 1):
+            layers += [Conv(f"conv{stage}_{i}", width, 3, pad=1), ReLU(f"relu{stage}_{i}")]
+        layers.append(Pool(f"pool{stage}", "max", 2, 2))
+    layers += [FC("fc6", 4096), ReLU("relu6"), Dropout("drop6"),
+               FC("fc7", 4096), ReLU("relu7"), Dropout("drop7"), FC("fc8", num_classes), Softmax()]
+    return tuple(layers)
+
+
+_NETS = {
+    # name: (builder, default input (H, W, C), default classes, initialisation scheme)
+    "lenet": (_lenet, (28, 28, 1), 10, "xavier weights, zero biases (Caffe LeNet)"),
+    "nin": (_nin, (224, 224, 3), 1000, "gaussian std 0.01 for 1x1 and 0.05 for others, zero biases "
+                                       "(FireCaffe 7.1)"),
+    "alexnet": (_alexnet, (227, 227, 3), 1000, "gaussian std 0.01 (fc6/fc7 0.005), biases 0 or 0.1 "
+                                               "(bvlc_alexnet)"),
+    "googlenet": (_googlenet, (224, 224, 3), 1000, "xavier weights, biases 0.2 (FireCaffe 7.1)"),
+    "vgg19": (_vgg19, (224, 224, 3), 1000, "xavier weights, zero biases"),
+}
+
+NET_NAMES: tuple[str, ...] = tuple(_NETS)
+
+
+def get_net(name: str, num_classes: int | None = None, input_shape: Shape | None = None) -> NetSpec:
+    """The named network (lenet, nin, alexnet, googlenet, vgg19), optionally for other classes or inputs."""
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in _NETS:
+        raise FirescaleError(f"unknown net {name!r}; known nets: {', '.join(NET_NAMES)}")
+    builder, default_shape, default_classes, init = _NETS[key]
+    classes = default_classes if num_classes is None else int(num_classes)
+    if classes < 1:
+        raise FirescaleError(f"net {name!r}: num_classes must be at least 1, not {num_classes}")
+    shape = tuple(int(x) for x in (default_shape if input_shape is None else input_shape))
+    if len(shape) != 3:
+        raise FirescaleError(f"net {name!r}: input_shape must be (H, W, C), not {input_shape!r}")
+    spec = NetSpec(key, shape, classes, builder(classes), init)  # type: ignore[arg-type]
+    infer_shapes(spec)  # fail now, with the layer named, if the input is too small
+    return spec
+
+

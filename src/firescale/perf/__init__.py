@@ -1,1 +1,0 @@
-"""The performance model: layer accounting, allreduce costs, Paleo and DAG iteration models, traces."""

@@ -1,0 +1,215 @@
+"""Calibration as Paleo does it: fit compute and communication percent-of-peak (and an overhead) from measurements."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from firescale.atomic import atomic_write_json, load_json
+from firescale.errors import FirescaleError
+from firescale.nets.spec import NetSpec
+from firescale.nets.zoo import get_net
+from firescale.model.comm import LIBRARY_DEFAULTS, fit_comm_ppp
+from firescale.model.layers import net_cost
+from firescale.model.paleo import Device, Platform, compute_times
+
+CALIBRATION_FILE = "calibration.json"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted percent-of-peak factors, the fixed per-iteration overhead, and the measurements behind them.
+
+    `overhead_s` goes beyond Paleo (see paleo.Platform); it is 0 when only one batch size was measured.
+    `eval_s` is one evaluation of the test set on one device, as the baseline measured it (0: not measured).
+    `contention` is a rank's compute time with every rank of its node computing over its time alone,
+    measured with the net's own short run (predict.measurements.contention; 1: not measured).
+    """
+
+    site: str
+    ppp_compute: float
+    ppp_comm: float
+    compute_source: dict[str, Any]
+    comm_source: dict[str, Any]
+    overhead_s: float = 0.0
+    eval_s: float = 0.0
+    contention: float = 1.0
+
+    def apply(self, platform: Platform) -> Platform:
+        """The platform with these factors (and this overhead and contention) in place of its own."""
+        return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
+                       link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s,
+                       contention=self.contention)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ideal_compute_s(spec: NetSpec, batch: int, device: Device, elementwise: bool) -> float:
+    """One device's forward + backward + update time for `batch` at 100% of peak."""
+    return compute_times(net_cost(spec, batch), replace(device, ppp=1.0), elementwise=elementwise).compute
+
+
+def _check_ppp(ppp: float, device: Device, measured_s: float, ideal_s: float) -> float:
+    if ppp > 1.0:
+        raise FirescaleError(f"device {device.name!r}: a measured iteration of {measured_s:.4g} s is "
+                             f"faster than the peak allows ({ideal_s:.4g} s); raise the site's "
+                             f"device.peak_tflops or memory_bandwidth_gbs")
+    return ppp
+
+
+def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm: str) -> dict[str, Any]:
+    """An allreduce measurement (for `calibrate`) from a multi-rank training run: its mean allreduce time
+    for the net's gradients.  It includes what the framework adds per allreduce (Horovod's negotiation,
+    waiting for the slowest rank), which an MPI benchmark does not see."""
+    if ranks < 2 or allreduce_s <= 0:
+        raise FirescaleError(f"fitting communication from a training run needs 2 or more ranks and a positive "
+                             f"allreduce time, got {ranks} ranks and {allreduce_s} s")
+    return {"algorithm": algorithm, "bytes": net_cost(spec, 1).weight_bytes, "ranks": ranks, "seconds": allreduce_s}
+
+
+def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None) -> dict:
+    """The measurement to fit from: Horovod's own allreduce when the file has it (what training pays),
+    else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
+    ranks, at the size nearest `nbytes` (else the largest)."""
+    data = load_json(path, "allreduce measurements")
+    runs = [r for r in data.get("measurements", []) if r.get("ranks", 1) > 1]
+    fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
+    measured = "horovod" if any(r.get("algorithm") == "horovod" for r in runs) else fallback
+    runs = [r for r in runs if r.get("algorithm") == measured]
+    if not runs:
+        raise FirescaleError(f"{path}: no 'horovod' or '{fallback}' measurement over 2 or more ranks")
+    most = max(r["ranks"] for r in runs)
+    runs = [r for r in runs if r["ranks"] == most]
+    best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))
+    return {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
+            "seconds": best["median_s"], "after_step_s": best.get("compute_s", 0.0), "source": str(path)}
+
+
+def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
+                    *, elementwise: bool = True) -> float:
+    """The compute percent of peak that makes one device's predicted iteration equal the measured one."""
+    if measured_iteration_s <= 0:
+        raise FirescaleError(f"the measured iteration time must be positive, not {measured_iteration_s}")
+    spec = get_net(net) if isinstance(net, str) else net
+    ideal = _ideal_compute_s(spec, batch, device, elementwise)
+    return _check_ppp(ideal / measured_iteration_s, device, measured_iteration_s, ideal)
+
+
+def fit_compute_and_overhead(net: NetSpec | str, runs: Sequence[tuple[int, float]], device: Device,
+                             *, elementwise: bool = True) -> tuple[float, float, dict[str, Any]]:
+    """Fit t(b) = overhead + ideal_compute(b) / ppp to single-device runs [(batch, seconds per iteration)].
+
+    Least squares over the runs, within what is physical: ppp <= 1 (no device beats its peak) and
+    overhead >= 0; they must cover at least two batch sizes.  Returns (ppp, overhead_s, details).
+    When the unconstrained fit leaves those bounds (noise on a shared machine, a device that gets
+    more efficient as the batch grows, or one whose time is mostly overhead), the bound is kept and
+    the other term refitted, and the details say which and why.
+    """
+    spec = get_net(net) if isinstance(net, str) else net
+    if any(t <= 0 or b < 1 for b, t in runs):
+        raise FirescaleError(f"measured runs need batch >= 1 and a positive iteration time, got {list(runs)}")
+    if len({b for b, _ in runs}) < 2:
+        raise FirescaleError("fitting a per-iteration overhead needs single-device runs at two or more "
+                             f"different batch sizes, got batches {sorted({b for b, _ in runs})}")
+    xs = [_ideal_compute_s(spec, b, device, elementwise) for b, _ in runs]
+    ys = [t for _, t in runs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    overhead = my - slope * mx
+    details: dict[str, Any] = {"runs": [{"batch": b, "measured_iteration_s": t, "ideal_compute_s": x}
+                                        for (b, t), x in zip(runs, xs)]}
+    grown = "; ".join(f"batch {b}: {t * 1e3:.3f} ms" for b, t in runs)
+    if overhead < 0:
+        slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        details["overhead_clamped"] = f"the fit gave {overhead * 1e3:.4g} ms; set to 0"
+        overhead = 0.0
+    if slope < 1.0:
+        # Time grows more slowly than the peak allows: compute at the peak, the rest is overhead.
+        details["compute_clamped"] = (f"the measured time grew by {slope:.3g} s per second of ideal compute "
+                                      f"({grown}), less than the peak allows (1); compute set to the peak and "
+                                      "the rest taken as overhead")
+        slope, overhead = 1.0, my - mx
+        if overhead < 0:
+            raise FirescaleError(f"device {device.name!r}: the measured iterations ({grown}) are faster than "
+                                 "the peak allows; raise the site's device.peak_tflops or memory_bandwidth_gbs")
+    ppp = 1.0 / slope
+    residuals = [y - (overhead + x * slope) for x, y in zip(xs, ys)]
+    details["max_residual_percent"] = max(abs(r) / y for r, y in zip(residuals, ys)) * 100
+    return ppp, overhead, details
+
+
+def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_iteration_s: float,
+              allreduce: dict[str, Any] | None = None, *,
+              more_runs: Sequence[tuple[int, float]] = ()) -> Calibration:
+    """Fit the factors.  `allreduce` is {"algorithm", "bytes", "ranks", "seconds"} from a benchmark;
+    without it the communication factor stays at the platform's.  `more_runs` are further single-device
+    (batch, seconds per iteration) measurements: when their batches differ from `batch`, the fixed
+    per-iteration overhead is fitted beside the compute factor; otherwise the overhead is 0 (Paleo)."""
+    spec = get_net(net) if isinstance(net, str) else net
+    runs = [(batch, measured_iteration_s), *more_runs]
+    compute_source: dict[str, Any] = {"net": spec.name, "batch": batch, "measured_iteration_s": measured_iteration_s}
+    refused = None
+    if len({b for b, _ in runs}) >= 2:
+        try:
+            ppp_compute, overhead, details = fit_compute_and_overhead(spec, runs, platform.device,
+                                                                      elementwise=platform.elementwise)
+            compute_source.update(details, overhead_fitted=True)
+        except FirescaleError as exc:
+            # Runs faster than the peak allows: the single factor from the baseline says so below.
+            refused = str(exc)
+    if len({b for b, _ in runs}) < 2 or refused:
+        ppp_compute = fit_compute_ppp(spec, batch, measured_iteration_s, platform.device,
+                                      elementwise=platform.elementwise)
+        overhead = 0.0
+        compute_source["overhead_fitted"] = False
+        if refused:
+            compute_source["overhead_fit_refused"] = refused
+            compute_source["runs"] = [{"batch": b, "measured_iteration_s": s,
+                                       "ideal_compute_s": _ideal_compute_s(spec, b, platform.device, platform.elementwise)}
+                                      for b, s in runs]
+    ppp_comm, comm_source = platform.link.ppp, {"fitted": False}
+    if allreduce is not None:
+        try:
+            algo, nbytes, ranks, seconds = (allreduce["algorithm"], float(allreduce["bytes"]),
+                                            int(allreduce["ranks"]), float(allreduce["seconds"]))
+        except (KeyError, TypeError, ValueError):
+            raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
+        ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
+        comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
+                       **{k: allreduce[k] for k in ("measured", "after_step_s", "source") if k in allreduce}}
+    return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead)
+
+
+def save_calibration(path: str | Path, calibration: Calibration) -> Path:
+    return atomic_write_json(path, calibration.to_dict())
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise FirescaleError(f"cannot read calibration {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise FirescaleError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        cal = Calibration(str(data["site"]), float(data["ppp_compute"]), float(data["ppp_comm"]),
+                          dict(data.get("compute_source", {})), dict(data.get("comm_source", {})),
+                          float(data.get("overhead_s", 0.0)), float(data.get("eval_s", 0.0)),
+                          float(data.get("contention", 1.0)))
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{path}: a calibration needs site, ppp_compute and ppp_comm") from None
+    for key in ("ppp_compute", "ppp_comm"):
+        if not 0 < getattr(cal, key) <= 1:
+            raise FirescaleError(f"{path}: {key} must be in (0, 1], not {getattr(cal, key)}")
+    if not (cal.contention > 0 and math.isfinite(cal.contention)):
+        raise FirescaleError(f"{path}: contention must be a number > 0 (a ratio of times), not {cal.contention}")
+    for key in ("overhead_s", "eval_s"):
+        value = getattr(cal, key)
+        if not (value >= 0 and math.isfinite(value)):
+            raise FirescaleError(f"{path}: {key} must be a number >= 0 (seconds), not {value}")
+    return cal

@@ -1,0 +1,221 @@
+"""Predict every sweep point of one experiment on one site: iteration time, time-to-accuracy, speedup."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from firescale.errors import FirescaleError
+from firescale.nets.spec import NetSpec
+from firescale.nets.zoo import get_net
+from firescale.sweep.budget import KNOWN_TRAIN_IMAGES
+from firescale.predict.calibrate import Calibration
+from firescale.model.layers import net_cost
+from firescale.model.paleo import Platform, compute_times, platform_from_site
+from firescale.predict.phases import predict_phases
+
+PREDICTION_FORMAT = "firescale.predict.experiment/1"
+# ILSVRC-2012's training set, for a dataset called ilsvrc12 when neither its manifest nor --dataset-size
+# is at hand (e.g. an archival site).
+ILSVRC12_TRAIN_IMAGES = KNOWN_TRAIN_IMAGES["ilsvrc12"]
+
+
+@dataclass(frozen=True)
+class ExperimentModel:
+    """What the model assumed for an experiment: net, dataset size, epochs, and where each came from;
+    and the evaluations on the way (every `test_interval` iterations, over `test_size` images)."""
+
+    net: NetSpec
+    dataset_size: int
+    dataset_size_source: str
+    epochs: float
+    epochs_source: str
+    test_interval: int = 0
+    test_size: int = 0
+    test_initialization: bool = False   # Caffe's evaluation before the first iteration
+    solver_epochs: float = 0.0          # the epochs the solver's max_iter makes at the baseline batch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"net": self.net.name, "input_shape": list(self.net.input_shape), "classes": self.net.num_classes,
+                "dataset_size": self.dataset_size, "dataset_size_source": self.dataset_size_source,
+                "epochs": self.epochs, "epochs_source": self.epochs_source, "test_interval": self.test_interval,
+                "test_size": self.test_size, "test_initialization": self.test_initialization,
+                "solver_epochs": self.solver_epochs}
+
+
+def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
+    """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""
+    from firescale.atomic import load_json
+
+    path = plan.dataset_dir(experiment) / "manifest.json"
+    return (load_json(path, "dataset manifest") if path.is_file() else None), path
+
+
+def experiment_net(plan: Any, experiment: str) -> tuple[NetSpec, int | None]:
+    """The experiment's net as it trains (input shape from the dataset's manifest and the crop, the
+    manifest's classes) and the training records the manifest counts (None without a manifest)."""
+    exp = plan.config["experiments"][experiment]
+    manifest, path = _manifest(plan, experiment)
+    crop = (exp["dataset"].get("transform") or {}).get("crop")
+    if manifest is None:
+        spec = get_net(exp["net"])
+        return (get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2])) if crop else spec), None
+    try:
+        records = int(manifest["splits"]["train"]["records"])
+        stored = tuple(int(v) for v in manifest["shape"])
+        classes = int(manifest["num_classes"])
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
+    shape = (int(crop), int(crop), stored[2]) if crop else stored
+    return get_net(exp["net"], num_classes=classes, input_shape=shape), records
+
+
+def _net_and_size(plan: Any, experiment: str, dataset_size: int | None) -> tuple[NetSpec, int, str, int]:
+    """The net (input shape from the manifest and crop), the training-set size and its source, the test size."""
+    dataset = plan.experiment(experiment)["dataset"]
+    spec, records = experiment_net(plan, experiment)
+    manifest, path = _manifest(plan, experiment)
+    if records is not None:
+        if dataset_size is not None and dataset_size != records:
+            raise FirescaleError(f"--dataset-size {dataset_size} disagrees with {path}, whose train split has "
+                                 f"{records} records; drop the option or re-ingest")
+        test_size = int(manifest["splits"].get("test", {}).get("records", 0))
+        return spec, records, str(path), test_size
+    if dataset_size is not None:
+        return spec, dataset_size, "--dataset-size", 0
+    if dataset["name"] in KNOWN_TRAIN_IMAGES:
+        return spec, KNOWN_TRAIN_IMAGES[dataset["name"]], f"the {dataset['name']} training set (no manifest at {path})", 0
+    raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
+                         "ingest it first or give --dataset-size")
+
+
+def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None,
+                     epochs: tuple[float, str] | None = None) -> ExperimentModel:
+    """The net, the training-set size and the baseline's epochs to model (the given ones, the
+    experiment's, or the solver's max_iter at the baseline batch), with where each came from."""
+    exp = plan.experiment(experiment)
+    spec, size, size_source, test_size = _net_and_size(plan, experiment, dataset_size)
+    solver = plan.solver(experiment)
+    base_batch = exp["batch"]["baseline"]
+    evaluation = {"test_interval": solver.test_interval if test_size else 0, "test_size": test_size,
+                  "test_initialization": solver.test_initialization,
+                  "solver_epochs": solver.max_iter * base_batch / size}
+    if epochs is not None:
+        return ExperimentModel(spec, size, size_source, float(epochs[0]), epochs[1], **evaluation)
+    if exp.get("epochs") is not None:
+        return ExperimentModel(spec, size, size_source, float(exp["epochs"]), f"experiments.{experiment}.epochs",
+                               **evaluation)
+    source = f"max_iter {solver.max_iter} of {exp['solver']} at the baseline batch {base_batch}"
+    return ExperimentModel(spec, size, size_source, evaluation["solver_epochs"], source, **evaluation)
+
+
+def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iterations: int,
+                 calibration: Calibration | None = None, batch_ratio: float = 1.0) -> float:
+    """Seconds spent evaluating before `iterations` are done: one evaluation every test_interval
+    iterations (the one that sees the target included), and one before the first iteration when the
+    solver has Caffe's test_initialization, each sharded over the `gpus` devices.
+
+    One evaluation takes the baseline's measured time when the calibration has it, else the forward
+    pass over the test set at the platform's compute factor (Paleo's forward time; no overhead).
+    """
+    if not model.test_interval or not model.test_size:
+        return 0.0
+    interval = max(1, round(model.test_interval * batch_ratio))  # at batch B: test_interval x baseline batch / B
+    evaluations = math.ceil(iterations / interval) + int(model.test_initialization)
+    if calibration is not None and calibration.eval_s > 0:
+        return evaluations * calibration.eval_s / gpus
+    per_device = math.ceil(model.test_size / gpus)
+    return evaluations * compute_times(net_cost(model.net, per_device), platform.device,
+                                       elementwise=platform.elementwise).forward
+
+
+def experiment_platform(site: Any, calibration: Calibration | None = None) -> Platform:
+    """The site's platform, with a calibration of that same site applied."""
+    platform = platform_from_site(site)
+    if calibration is None:
+        return platform
+    if calibration.site != site.name:
+        raise FirescaleError(f"the calibration is for site {calibration.site!r}, not {site.name!r}; "
+                             "calibrate on this site or leave --calibration out")
+    return calibration.apply(platform)
+
+
+def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration | None = None,
+                       dataset_size: int | None = None, platform: Platform | None = None,
+                       epochs: tuple[float, str] | None = None) -> dict[str, Any]:
+    """Every sweep point of `experiment` predicted on the plan's site, keyed by point name.
+
+    Strong scaling of each point's total batch; the allreduce is the site's.  Time to accuracy is the
+    model's iterations for `epochs` over the training set, as Paleo assumes the same epochs at every
+    point (`epochs`, with where they come from, overrides the experiment's), plus the evaluations on
+    the way (`evaluation_s`); the speedup is the 1-GPU baseline's time to accuracy over the point's.
+    """
+    if experiment not in plan.points:
+        raise FirescaleError(f"experiment {experiment!r} does not run on site {plan.site.name!r}; "
+                             f"its experiments: {', '.join(sorted(plan.points)) or 'none'}")
+    model = experiment_model(plan, experiment, dataset_size, epochs)
+    platform = platform or experiment_platform(plan.site, calibration)
+    algorithm = plan.site.allreduce
+    platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
+
+    points = plan.points[experiment]
+    baseline = next(p for p in points if p.baseline)
+    budget = lambda p: p.epochs if p.epochs is not None else model.solver_epochs  # noqa: E731
+
+    def one(p: Any) -> tuple[Any, float, float]:
+        """The point's prediction, its time to accuracy and its evaluating: fixed-epoch budgets give every
+        point the baseline's epochs, times the ratio of the epochs the experiment states for each."""
+        pred = predict_phases(platform, model.net, p, model.epochs * budget(p) / budget(baseline),
+                              model.dataset_size, scaling="strong")   # a batch schedule: phase by phase
+        evaluating = evaluation_s(model, platform, p.ranks, pred.iterations, calibration,
+                                  batch_ratio=baseline.batch / p.batch)
+        return pred, pred.time_to_accuracy_s + evaluating, evaluating
+
+    base_total = one(baseline)[1]
+    out: dict[str, Any] = {}
+    for p in points:
+        pred, total, evaluating = one(p)
+        out[p.name] = {"gpus": p.gpus, "batch": p.batch, "lr": p.lr, "epochs": pred.epochs,
+                       "iteration_s": pred.iteration_s,
+                       "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
+                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
+                       "allreduce_model": pred.comm_algorithm}
+    from firescale.predict.memory_fit import experiment_fits
+
+    fits = experiment_fits(plan.config, experiment, plan.site, points)
+    for fit in fits:
+        out[fit.point]["memory"] = fit.to_dict()
+    return {
+        "format": PREDICTION_FORMAT,
+        "site": plan.site.name,
+        "experiment": experiment,
+        "memory_problems": [f.problem for f in fits if f.problem],
+        "allreduce": algorithm,
+        "calibration": calibration.to_dict() if calibration else None,
+        "model": {**model.to_dict(), "platform": _platform_dict(platform)},
+        "points": out,
+    }
+
+
+def _platform_dict(platform: Platform) -> dict[str, Any]:
+    d, link = platform.device, platform.link
+    return {"device": d.name, "peak_flops": d.peak_flops, "memory_bandwidth": d.memory_bandwidth,
+            "ppp_compute": d.ppp, "link_bandwidth": link.bandwidth, "link_latency": link.latency,
+            "ppp_comm": link.ppp, "algorithm": platform.algorithm, "overhead_s": platform.overhead_s}
+
+
+def baseline_epochs_to_target(record_path: str | Path, tolerance: float, accuracy: float | None = None) -> tuple[float, str]:
+    """The epochs the baseline run needed to reach the sweep's target (a fixed top-1, or its own final
+    top-1 minus `tolerance`): its first evaluation at or above it.  The sweep's points race to the same
+    accuracy, so after the baseline this replaces the solver's whole max_iter as the epochs to model."""
+    from firescale.atomic import load_json
+
+    record = load_json(record_path, "baseline run record")
+    train = record.get("train") if isinstance(record, dict) else None
+    evals = (train or {}).get("evals") or []
+    if not evals:
+        raise FirescaleError(f"{record_path}: the baseline has no evaluations (outcome {record.get('outcome')!r})")
+    target = accuracy if accuracy is not None else float(evals[-1]["top1"]) - tolerance
+    hit = next((e for e in evals if float(e["top1"]) >= target), evals[-1])
+    return float(hit["epoch"]), f"the baseline reached top-1 {target:.4f} after {float(hit['epoch']):.3g} epochs ({record_path})"

@@ -1,0 +1,182 @@
+"""Measured iteration times for calibration: read them from run records, or take a short single-rank run."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from firescale.atomic import load_json
+from firescale.errors import FirescaleError
+from firescale.results import RESULT_FORMAT, TrainResult, result_from_dict
+from firescale.sweep.records import RUN_FORMAT
+
+MIN_ITERATIONS = 5
+
+# Options of `firescale train` that a short calibration run replaces or drops, with their value count
+# (-1: one or more values, up to the next option).
+_DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--target": 1,
+            "--target-from": -1, "--tolerance": 1, "--profile-layers": 0, "--lr-scaling": 1,
+            "--reference-batch": 1}
+
+
+@dataclass(frozen=True)
+class MeasuredIteration:
+    """One run's mean iteration (data wait + compute + allreduce, evaluation excluded), per rank."""
+
+    source: str
+    net: str
+    dataset: str
+    ranks: int
+    batch_per_rank: int
+    iteration_s: float
+    data_wait_s: float
+    compute_s: float
+    allreduce_s: float
+    iterations: int
+    command: tuple[str, ...] = ()
+    evaluations: int = 0        # evaluations the run made, and the seconds they took in all
+    eval_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "ranks": self.ranks, "batch_per_rank": self.batch_per_rank,
+                "iteration_s": self.iteration_s, "data_wait_s": self.data_wait_s, "compute_s": self.compute_s,
+                "allreduce_s": self.allreduce_s, "iterations": self.iterations, "evaluations": self.evaluations,
+                "eval_s": self.eval_s}
+
+
+def measured_from_result(result: TrainResult, source: str) -> MeasuredIteration:
+    """The mean iteration of a trainer result, checked to be usable for calibration."""
+    split = result.per_iteration
+    if split.iterations < MIN_ITERATIONS:
+        raise FirescaleError(f"{source}: per_iteration.iterations is {split.iterations}; calibration needs a run "
+                             f"of at least {MIN_ITERATIONS} timed iterations")
+    batch = result.batch
+    if int(batch.get("iter_size", 1)) != 1:
+        raise FirescaleError(f"{source}: batch.iter_size is {batch['iter_size']}; the performance model has no "
+                             "gradient accumulation, so calibrate from a run with iter_size 1")
+    try:
+        per_rank = int(batch["batch_per_rank"])
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{source}: the train record's batch has no batch_per_rank") from None
+    total = split.data_wait_s + split.compute_s + split.allreduce_s
+    return MeasuredIteration(source, result.net, result.dataset, int(result.ranks), per_rank, total,
+                             split.data_wait_s, split.compute_s, split.allreduce_s, int(split.iterations),
+                             tuple(result.command), len(result.evals), sum(s.eval_s for s in result.segments))
+
+
+def read_measured_iteration(path: str | Path) -> MeasuredIteration:
+    """A run record (firescale.sweep.run/1, the trainer's result under "train") or a trainer result.json."""
+    path = Path(path)
+    data = load_json(path, "run record")
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt == RUN_FORMAT:
+        if data.get("outcome") != "succeeded" or not isinstance(data.get("train"), dict):
+            raise FirescaleError(f"{path}: the run's outcome is {data.get('outcome')!r} with no train record; "
+                                 "calibration needs a succeeded run")
+        train = data["train"]
+    elif fmt == RESULT_FORMAT:
+        train = data
+    else:
+        raise FirescaleError(f"{path}: format {fmt!r} is neither {RUN_FORMAT!r} nor {RESULT_FORMAT!r}")
+    return measured_from_result(result_from_dict(train, f"{path} train"), str(path))
+
+
+def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int, iterations: int,
+                      out: Path, reference_batch: int | None = None) -> list[str]:
+    """The recorded `firescale train` command as one short run at another per-rank batch, no eval or snapshot.
+
+    The learning rate is scaled linearly from `reference_batch` (the recorded run's batch) so that a
+    smaller batch does not diverge before the timed iterations end; only the timing is used.
+    """
+    args = list(command)
+    if args[:2] != ["firescale", "train"]:
+        raise FirescaleError("the run record has no `firescale train` command line to repeat; "
+                             "measure a second batch size with `firescale train` and pass its record")
+    kept: list[str] = []
+    i = 2
+    while i < len(args):
+        name = args[i].split("=", 1)[0]
+        if name in _DROPPED:
+            count = 0 if "=" in args[i] else _DROPPED[name]
+            i += 1
+            if count < 0:  # every value up to the next option
+                while i < len(args) and not args[i].startswith("--"):
+                    i += 1
+            i += max(count, 0)
+            continue
+        kept.append(args[i])
+        i += 1
+    scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
+    return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
+            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
+            "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
+
+
+def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, out: Path) -> list[str]:
+    if baseline.ranks != 1:
+        raise FirescaleError(f"{baseline.source}: a short calibration run repeats a single-rank baseline, "
+                             f"not one of {baseline.ranks} ranks")
+    return short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
+
+
+def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError:
+    lines = output.strip().splitlines()
+    tail = "\n".join([l for l in lines if l.startswith("firescale: error")] or lines[-5:])
+    return FirescaleError(f"the short calibration run ({' '.join(argv[3:])}) failed with exit code "
+                          f"{proc.returncode}: {tail}")
+
+
+def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,
+              *, timeout: float = 1800.0) -> MeasuredIteration:
+    """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
+    out = Path(workdir) / f"calibrate-b{batch_per_rank}"
+    argv = _short_run_argv(baseline, batch_per_rank, iterations, out)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    if proc.returncode != 0:
+        raise _short_run_failed(argv, proc, proc.stderr or proc.stdout)
+    return read_measured_iteration(out / "result.json")
+
+
+def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
+               workdir: str | Path, *, timeout: float = 1800.0) -> dict[str, Any]:
+    """How much slower a rank computes when `copies` ranks share this node, measured, not fitted.
+
+    `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
+    the same run is started `copies` times at once, each on its own core, with no communication
+    between them, and the ratio of their median compute to `alone`'s is the factor: what ranks take
+    from each other through shared caches and memory bandwidth.  Horovod's share of a rank's core
+    is not in it; the allreduce probe measures that.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < copies:       # this process kept to fewer cores (a test worker): the node's, as mpirun does
+        cores = list(range(os.cpu_count() or 1))
+    if copies < 2 or copies > len(cores):
+        raise FirescaleError(f"a contention run needs 2 to {len(cores)} copies (one per core here), not {copies}")
+    procs = []
+    for i in range(copies):
+        out = Path(workdir) / f"contention-b{alone.batch_per_rank}-{i}"
+        argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, out)
+        procs.append((argv, out, subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+            preexec_fn=lambda core=cores[i]: os.sched_setaffinity(0, {core}))))
+    runs = []
+    try:
+        for argv, out, proc in procs:
+            output, _ = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise _short_run_failed(argv, proc, output)
+            runs.append(read_measured_iteration(out / "result.json"))
+    finally:                                  # one copy failed or timed out: stop the others too
+        for _, _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    loaded = sorted(m.iteration_s - m.data_wait_s for m in runs)
+    alone_s = alone.iteration_s - alone.data_wait_s
+    return {"factor": statistics.median(loaded) / alone_s, "copies": copies, "batch": alone.batch_per_rank,
+            "alone_s": alone_s, "loaded_s": loaded}

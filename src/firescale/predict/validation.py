@@ -1,0 +1,131 @@
+"""Predicted against measured iteration time on this machine: calibrate on one set of runs, test on fresh ones."""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from firescale.errors import FirescaleError
+from firescale.nets.spec import NetSpec
+from firescale.predict.calibrate import Calibration, allreduce_from_run, calibrate
+from firescale.predict.measurements import MeasuredIteration, read_measured_iteration
+from firescale.model.paleo import Platform, predict_point
+from firescale.cluster.ranks import SiteRanks
+
+
+@dataclass(frozen=True)
+class TrainRuns:
+    """How to start `firescale train` for the check: dataset, net, solver, iterations and the site's ranks."""
+
+    dataset: Path
+    net: str
+    solver: Path
+    iterations: int
+    workdir: Path
+    ranks: SiteRanks
+    timeout: float = 900.0
+    reference_batch: int | None = None   # scale base_lr linearly from this batch (keeps small batches stable)
+
+    def run(self, ranks: int, total_batch: int, name: str) -> MeasuredIteration:
+        """One run of `iterations` timed iterations, no evaluation or snapshot; its mean iteration."""
+        out = self.workdir / name
+        cmd = [sys.executable, "-m", "firescale", "train", "--dataset", str(self.dataset), "--net", self.net,
+               "--solver", str(self.solver), "--total-batch", str(total_batch), "--out", str(out),
+               "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "test_initialization=false", "--set", "snapshot=0",
+               "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
+        if self.reference_batch:
+            cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]
+        self.ranks.run(ranks, cmd, f"training run {name}", timeout=self.timeout)
+        return read_measured_iteration(out / "result.json")
+
+
+@dataclass
+class CheckRow:
+    """One rank count: the model's iteration time beside the median of the measured ones."""
+
+    ranks: int
+    total_batch: int
+    batch_per_rank: int
+    predicted_s: float
+    comm_s: float
+    measured_s: list[float]
+    measured_allreduce_s: list[float]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.measured_s)
+
+    @property
+    def best_s(self) -> float:
+        """The fastest run: on a shared machine other load only ever adds time, so this is the least disturbed."""
+        return min(self.measured_s)
+
+    @property
+    def error_percent(self) -> float:
+        """Predicted against the fastest run, in percent of it."""
+        return (self.predicted_s - self.best_s) / self.best_s * 100
+
+    @property
+    def error_median_percent(self) -> float:
+        return (self.predicted_s - self.median_s) / self.median_s * 100
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "median_s": self.median_s, "best_s": self.best_s, "error_percent": self.error_percent,
+                "error_median_percent": self.error_median_percent}
+
+
+def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_batch: int, ranks: Sequence[int],
+                     repeats: int, *, allreduce: dict[str, Any] | None = None, fit_comm: bool = False,
+                     probe: Callable[[float], dict[str, Any]] | None = None,
+                     say: Callable[[str], None] = lambda s: None) -> tuple[Calibration, list[CheckRow]]:
+    """Calibrate from single-rank runs at the total batch and at the per-rank batch of the largest rank
+    count, then predict and measure `total_batch` split over each rank count, in fresh runs.
+
+    With `fit_comm`, a separate run on the largest rank count fits the communication factor from the
+    trainer's own allreduce time; with `probe` (as the workflow calibrates), the communication
+    measurement comes from probe(step seconds), given the fastest small-batch step less its allreduce.  Runs go round-robin, `repeats` rounds, so that a change in the
+    machine's load touches every case; each calibration point takes its fastest run.
+    """
+    if repeats < 1 or total_batch % max(ranks):
+        raise FirescaleError(f"need repeats >= 1 and a total batch {total_batch} divisible by {max(ranks)} ranks")
+    small = total_batch // max(ranks)
+    cal_batches = sorted({total_batch, small}, reverse=True)
+    calibration_runs: dict[int, list[float]] = {b: [] for b in cal_batches}
+    measured: dict[int, list[MeasuredIteration]] = {r: [] for r in ranks}
+    comm_runs: list[MeasuredIteration] = []
+    small_runs: list[MeasuredIteration] = []
+    for k in range(repeats):
+        for b in cal_batches:
+            m = runs.run(1, b, f"calibrate-b{b}-{k}")
+            calibration_runs[b].append(m.iteration_s)
+            if b == small:
+                small_runs.append(m)
+            say(f"round {k + 1}: calibration, 1 rank, batch {b}: {m.iteration_s * 1e3:.3f} ms")
+        if fit_comm:
+            m = runs.run(max(ranks), total_batch, f"calibrate-comm-r{max(ranks)}-{k}")
+            comm_runs.append(m)
+            say(f"round {k + 1}: calibration, {max(ranks)} ranks, total batch {total_batch}: allreduce "
+                f"{m.allreduce_s * 1e3:.3f} ms of {m.iteration_s * 1e3:.3f} ms")
+        for r in ranks:
+            m = runs.run(r, total_batch, f"check-r{r}-b{total_batch}-{k}")
+            measured[r].append(m)
+            say(f"round {k + 1}: check, {r} ranks, total batch {total_batch}: {m.iteration_s * 1e3:.3f} ms "
+                f"(allreduce {m.allreduce_s * 1e3:.3f} ms)")
+    fit = [(b, min(ts)) for b, ts in calibration_runs.items()]
+    if probe is not None:
+        allreduce = probe(min(m.iteration_s - m.allreduce_s for m in small_runs))
+        say(f"allreduce probe after a {allreduce.get('after_step_s', 0) * 1e3:.3f} ms step: "
+            f"{allreduce['seconds'] * 1e3:.3f} ms")
+    if fit_comm:
+        best = min(comm_runs, key=lambda m: m.iteration_s)
+        allreduce = allreduce_from_run(best.ranks, best.allreduce_s, spec, platform.algorithm)
+    cal = calibrate(platform, spec, fit[0][0], fit[0][1], allreduce, more_runs=fit[1:])
+    model = cal.apply(platform)
+    rows = []
+    for r in ranks:
+        pred = predict_point(model, spec, r, total_batch)
+        rows.append(CheckRow(r, total_batch, total_batch // r, pred.iteration_s, pred.comm_s,
+                             [m.iteration_s for m in measured[r]], [m.allreduce_s for m in measured[r]]))
+    return cal, rows

@@ -1,0 +1,222 @@
+"""The table's cells as plain Unicode text: one formatting for Markdown, LaTeX and HTML alike."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from firescale.sweep.points import batch_label
+from firescale.sweep.records import RunRecord
+from firescale.report.parity import Parity
+from firescale.report.stats import LEVEL, Interval
+from firescale.report.summary import Row, Stat, Summary
+
+NOT_REACHED = "†"
+CI = f"{LEVEL:.0%} CI"
+# Columns that hold numbers: right-aligned in every format.
+NUMERIC = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", f"Speedup {CI}", "Efficiency",
+           "Time to accuracy", "Top-1",
+           "Top-5", "Δ top-1", f"Δ top-1 {CI}", "Iter. measured", "Iter. predicted", "Iter. error",
+           "Time predicted", "Time error"}
+DASH = "—"
+MINUS = "−"
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What the report says about where it ran: site, device, experiment and its settings."""
+
+    experiment: str
+    site: str
+    device: str
+    net: str
+    site_digest: str = ""
+    site_source: str = ""
+    description: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    if seconds >= 2 * 86400:
+        return 86400.0, "days"
+    if seconds >= 2 * 3600:
+        return 3600.0, "h"
+    if seconds >= 120:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def _num(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}"
+
+
+def _pm(stat: Stat, scale: float, digits: int, suffix: str, signed: bool = False) -> str:
+    value = round(stat.mean * scale, digits) + 0.0  # + 0.0 turns -0.0 into 0.0
+    mean = _signed(value, digits) if signed else _num(value, digits)
+    if stat.std is None:
+        return f"{mean}{suffix}"
+    return f"{mean} ± {_num(stat.std * scale, digits)}{suffix}"
+
+
+def _signed(value: float, digits: int) -> str:
+    """'+1.0' or '−1.0' with a true minus sign (U+2212), as typeset tables print it."""
+    return f"{value:+.{digits}f}".replace("-", MINUS)
+
+
+def duration(stat: Stat) -> str:
+    """Seconds in a readable unit, the ± in the same unit: '50.0 ± 14.1 s', '11.0 h'."""
+    div, unit = _unit(stat.mean)
+    digits = 2 if stat.mean / div < 10 else 1
+    return _pm(stat, 1.0 / div, digits, f" {unit}")
+
+
+def duration_value(seconds: float) -> str:
+    return duration(Stat(seconds, None, 1))
+
+
+def percent(stat: Stat) -> str:
+    """An accuracy (a fraction) in percent with one decimal: '95.3 ± 0.4%'."""
+    return _pm(stat, 100.0, 1, "%")
+
+
+def speedup(stat: Stat | None) -> str:
+    return DASH if stat is None else _pm(stat, 1.0, 2, "×")
+
+
+def efficiency(stat: Stat | None) -> str:
+    return DASH if stat is None else _pm(stat, 100.0, 1, "%")
+
+
+def delta_pts(stat: Stat | None) -> str:
+    return DASH if stat is None else _pm(stat, 1.0, 1, " pts", signed=True)
+
+
+def speedup_interval(interval: Interval | None) -> str:
+    """'1.71–2.10×', or a dash without repeats on both sides."""
+    return DASH if interval is None else f"{_num(interval.low, 2)}–{_num(interval.high, 2)}×"
+
+
+def delta_interval(parity: Parity | None) -> str:
+    """The interval of Δ top-1 in points, '[−1.2, +0.8] pts', or a dash without one."""
+    if parity is None or parity.interval is None:
+        return DASH
+    low, high = (_signed(round(v * 100.0, 1) + 0.0, 1) for v in (parity.interval.low, parity.interval.high))
+    return f"[{low}, {high}] pts"
+
+
+def epochs(stat: Stat) -> str:
+    digits = 2 if stat.mean < 10 else 1 if stat.mean < 100 else 0
+    return _pm(stat, 1.0, digits, "")
+
+
+def error_pct(value: float | None) -> str:
+    return DASH if value is None else _signed(round(value, 1) + 0.0, 1) + "%"
+
+
+def hardware(ctx: ReportContext, gpus: int, nodes: int) -> str:
+    return f"{gpus} × {ctx.device} ({ctx.site}, {nodes} node{'s' if nodes != 1 else ''})"
+
+
+def columns(summary: Summary) -> list[str]:
+    """The table's headings; the prediction columns appear only with predictions."""
+    heads = ["Point", "Hardware", "Net", "Epochs", "Batch", "Initial LR", "Train time", "Speedup",
+             f"Speedup {CI}", "Efficiency", "Time to accuracy", "Top-1", "Top-5", "Δ top-1", f"Δ top-1 {CI}",
+             "Parity"]
+    if summary.predictions_source:
+        heads += ["Iter. measured", "Iter. predicted", "Iter. error", "Time predicted", "Time error"]
+    return heads
+
+
+def row_cells(row: Row, summary: Summary, ctx: ReportContext) -> list[str]:
+    tta = duration(row.tta_s) + (NOT_REACHED if row.not_reached else "")
+    name = row.group if len(row.points) == 1 else f"{row.group} ({len(row.points)} repeats)"
+    if row.baseline:
+        verdict = "baseline"
+    elif row.parity is None:
+        verdict = "cannot judge: no baseline"
+    else:
+        verdict = row.parity.verdict
+    cells = [name, hardware(ctx, row.gpus, row.nodes), row.net, epochs(row.epochs), batch_label(row.points[0], row.batch),
+             f"{row.lr:g}", duration(row.time_s), speedup(row.speedup),
+             DASH if row.baseline else speedup_interval(row.speedup_interval), efficiency(row.efficiency), tta,
+             percent(row.top1), percent(row.top5),
+             DASH if row.baseline else delta_pts(row.delta_top1_pts), delta_interval(row.parity), verdict]
+    if summary.predictions_source:
+        p = row.prediction
+        if p is None:
+            cells += [_ms(row.iteration_s.mean), DASH, DASH, DASH, DASH]
+        else:
+            cells += [_ms(row.iteration_s.mean), _ms(p.iteration_s), error_pct(p.iteration_error_pct),
+                      duration_value(p.time_to_accuracy_s), error_pct(p.time_error_pct)]
+    return cells
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def failure_word(record: RunRecord) -> str:
+    return "MISSING" if record.outcome == "missing" else "FAILED"
+
+
+def failure_text(record: RunRecord) -> str:
+    """'FAILED: why (scheduler: TIMEOUT → FAILED, exit 1)' on one line."""
+    states = " → ".join(record.scheduler_states)
+    extra = [f"scheduler: {states}"] if states else []
+    if record.exit_code is not None:
+        extra.append(f"exit {record.exit_code}")
+    reason = " ".join(record.reason.split()) or "no reason recorded"
+    return f"{failure_word(record)}: {reason}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def failure_cells(record: RunRecord, summary: Summary, ctx: ReportContext, *, brief: bool = False) -> list[str]:
+    """A failed or missing point's row; `brief` keeps only the word (LaTeX puts the reason in a note)."""
+    verdict = failure_word(record) if brief else failure_text(record)
+    cells = [record.point, hardware(ctx, record.gpus, record.nodes), ctx.net, DASH, batch_label(record.point, record.batch),
+             f"{record.lr:g}", failure_word(record), DASH, DASH, DASH, DASH, DASH, DASH, DASH, DASH, verdict]
+    if summary.predictions_source:
+        cells += [DASH] * 5
+    return cells
+
+
+def table(summary: Summary, ctx: ReportContext, *, brief: bool = False) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Headings, cell rows (aggregated points first, then failures) and which rows are failures."""
+    body = [row_cells(r, summary, ctx) for r in summary.rows]
+    body += [failure_cells(f, summary, ctx, brief=brief) for f in summary.failures]
+    return columns(summary), body, [False] * len(summary.rows) + [True] * len(summary.failures)
+
+
+def notes(summary: Summary, ctx: ReportContext) -> list[str]:
+    """The sentences under the table: tolerance, target, marks, and the baseline's state."""
+    tol = summary.tolerance * 100.0
+    out = []
+    if summary.baseline_note:
+        out.append(summary.baseline_note)
+    level = f"{LEVEL:.0%}"
+    out.append(f"Parity (FireCaffe 7.1: accuracy against a single-GPU baseline) is a non-inferiority test on "
+               f"the final top-1 after each run's fixed-epoch budget: with two or more runs of the point and of "
+               f"the baseline, the point MATCHES when the lower end of the {level} confidence interval of Δ top-1 "
+               f"(Welch's t) is at least −{tol:g} pts, is BELOW BASELINE when its upper end is under −{tol:g} pts, "
+               f"and UNDECIDED otherwise (more repeats narrow the interval); with one run on either side, when "
+               f"its mean top-1 is at least the baseline's minus {tol:g} pts.")
+    target = (f"the fixed target top-1 ≥ {summary.target_accuracy * 100:g}%" if summary.target_accuracy is not None
+              else f"the baseline's mean final top-1 minus {tol:g} pts")
+    out.append(f"Train time is each run's whole fixed-epoch budget (FireCaffe's train time; start-up excluded, "
+               f"evaluation included); time to accuracy is the time to {target}, read from each run's own "
+               f"evaluations, the baseline included (MLPerf's measure).")
+    if any(r.not_reached for r in summary.rows):
+        out.append(f"{NOT_REACHED} the target was not reached in at least one repeat: its whole train time is "
+                   f"counted as its time to accuracy.")
+    out.append("Speedup = baseline train time / this train time; efficiency = speedup / GPUs; repeats give mean ± "
+               "sample standard deviation, computed per repeat.  The speedup's interval is that of mean baseline "
+               f"time / mean time ({level}, the delta method on its logarithm with Welch's degrees of freedom).  "
+               "Epochs are those trained: each point's fixed-epoch budget.")
+    waits = [(r.group, r.data_wait_s.mean / r.iteration_s.mean) for r in summary.rows if r.iteration_s.mean > 0]
+    if waits:
+        each = ", ".join(f"{group} {share * 100:.1f}%" for group, share in waits)
+        out.append(f"Waiting for data, in percent of each point's mean iteration as its runs recorded it: {each}; "
+                   f"the rest is compute and the allreduce (figure time_split).")
+    if summary.predictions_source:
+        out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured.")
+        if summary.unmatched_predictions:
+            out.append("Predicted points without a measured row: " + ", ".join(summary.unmatched_predictions) + ".")
+    return out

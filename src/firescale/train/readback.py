@@ -1,0 +1,69 @@
+"""What the host reads back from the iterations, every few of them: the summed losses and stop flags."""
+from __future__ import annotations
+
+import collections
+import signal
+from typing import Any
+
+import numpy as np
+
+from firescale.errors import FirescaleError
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+READ_EVERY = 10    # iterations between the host's reads of the summed losses and stop flags (at most)
+
+
+class StopRequest:
+    """Remembers a SIGTERM/SIGUSR1; the ranks agree on it where the host next reads the summed stop flags."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        self.signum = signum
+
+
+def read_due(iteration: int, intervals: tuple[int, ...], last: int) -> bool:
+    """Whether the host reads after `iteration` (1-based count of updates done): every READ_EVERY, at every
+    multiple of the loop's other `intervals` (display, snapshot, test; 0 for none) and at the `last`."""
+    return iteration >= last or any(every and iteration % every == 0 for every in (READ_EVERY, *intervals))
+
+
+class LossReads:
+    """The iterations' summed (loss, stop flag) pairs, kept on the device until the host reads them all at
+    once; the training loss averaged over the last `average_loss` iterations read (Caffe's display)."""
+
+    def __init__(self, average_loss: int) -> None:
+        self.losses: collections.deque[float] = collections.deque(maxlen=average_loss)
+        self.unread: list[tuple[Any, int]] = []   # each iteration's summed pair, and the images it summed over
+
+    def add(self, loss_and_flag: Any, images: int) -> None:
+        self.unread.append((loss_and_flag, images))
+
+    def read(self, iteration: int) -> bool:
+        """Read the pairs up to `iteration` to the host; a loss that diverged is an error naming its
+        iteration.  True when a rank's stop flag was up (a rank's flag stays up once raised, so the
+        last pair shows every earlier one)."""
+        first = iteration - len(self.unread)
+        values = [(pair.numpy(), images) for pair, images in self.unread]
+        self.unread.clear()
+        for k, (pair, images) in enumerate(values):
+            self.losses.append(float(pair[0]) / images)
+            if not np.isfinite(self.losses[-1]):
+                raise FirescaleError(f"the training loss became {self.losses[-1]} at iteration {first + k + 1}; "
+                                     "lower base_lr (solver key 'base_lr')")
+        return bool(values and values[-1][0][1] > 0)
+
+    @property
+    def average(self) -> float:
+        return float(np.mean(self.losses))
