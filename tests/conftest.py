@@ -28,6 +28,9 @@ def pytest_configure(config):
     """An xdist worker keeps to one core of its own, as a rank does: two workers then share the machine
     without one rank's pinning landing on the other worker's core.  Several ranks in one worker share
     its core, so MPI must yield while it waits rather than spin."""
+    # Commands run from scratch folders find the project's sites as a user's shell would: through
+    # FIRESCALE_SITE_PATH (a site named in ./site comes first).
+    os.environ.setdefault("FIRESCALE_SITE_PATH", str(REPO / "site"))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw") or not hasattr(os, "sched_getaffinity"):
         return

@@ -24,6 +24,8 @@ def digits_config(repo, tmp_path_factory):
     """workflow/config.yaml with the tests' digits-lenet experiment (tests/workflow/digits-lenet.yaml) added."""
     config = yaml.safe_load((repo / "workflow" / "config.yaml").read_text())
     config["experiments"].update(yaml.safe_load((repo / "tests" / "workflow" / "digits-lenet.yaml").read_text())["experiments"])
+    for exp in config["experiments"].values():  # the copy lies outside the project: its solvers by full path
+        exp["solver"] = str(repo / exp["solver"])
     path = tmp_path_factory.mktemp("config") / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

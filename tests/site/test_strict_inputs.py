@@ -62,10 +62,10 @@ def test_a_walltime_not_longer_than_the_signal_lead_is_refused(tmp_path):
              "key 'limits.default_walltime': 00:03:00 is not longer than walltime_signal.seconds_before (300 s)")
     site = load_site("ib-cluster")
     config = load_config(EXPERIMENTS, {"site": "ib-cluster"})
-    errors = limit_errors(plan_sweep(config, "nin-imagenet", "ib-cluster", 0.01), site, "00:05:00")
+    errors = limit_errors(plan_sweep(config, "nin-imagenet", "ib-cluster", 0.01, base=REPO), site, "00:05:00")
     assert any("walltime 00:05:00 is not longer than site ib-cluster's walltime_signal.seconds_before (300 s)" in e
                for e in errors)
-    assert not limit_errors(plan_sweep(config, "nin-imagenet", "ib-cluster", 0.01), site, "00:05:01")
+    assert not limit_errors(plan_sweep(config, "nin-imagenet", "ib-cluster", 0.01, base=REPO), site, "00:05:01")
 
 
 def test_requeue_directives_are_refused_on_slurm(tmp_path):

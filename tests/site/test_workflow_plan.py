@@ -123,9 +123,9 @@ def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, 
 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)
-    local = SweepPlan.build({**config, "site": "local"})
+    local = SweepPlan.build({**config, "site": "local"}, base=REPO)
     assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"
-    titan = SweepPlan.build({**config, "site": "titan"})
+    titan = SweepPlan.build({**config, "site": "titan"}, base=REPO)
     assert titan.calibration_options("nin-imagenet") == ""
     measured = tmp_path / "results" / "titan" / "allreduce.json"
     measured.parent.mkdir(parents=True)

@@ -33,7 +33,7 @@ def example_config() -> dict:
 
 
 def plan(config: dict | None = None, site: SiteProfile | None = None) -> SweepPlan:
-    return SweepPlan.build(config or example_config(), site, experiments=[EXAMPLE])
+    return SweepPlan.build(config or example_config(), site, experiments=[EXAMPLE], base=REPO)
 
 
 def sets(argv: list[str]) -> dict[str, str]:

@@ -35,7 +35,7 @@ def config(site: str, points: list[dict], **sweep) -> dict:
 
 
 def plan(cfg: dict, site: SiteProfile | None = None) -> SweepPlan:
-    return SweepPlan.build(cfg, site, experiments=[EXP])
+    return SweepPlan.build(cfg, site, experiments=[EXP], base=REPO)
 
 
 def test_a_split_point_starts_one_rank_per_two_gpus_on_a_four_gpu_node():

@@ -2,10 +2,14 @@
 # A point larger than the site allows stops the workflow here, before anything is submitted.
 import os
 
+from firescale.cluster.site import add_site_folder
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_WILDCARD
 
-PLAN = SweepPlan.build(config, files=workflow.configfiles)
+# Sites are looked up in this project's site/ (then $FIRESCALE_SITE_PATH), here and in every command
+# the rules call; relative paths of the experiments (solver, layer_plan) are read from this folder.
+add_site_folder(os.path.join(workflow.basedir, "site"))
+PLAN = SweepPlan.build(config, files=workflow.configfiles, base=workflow.basedir)
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
 LR_SEARCH = [e for e in EXPERIMENTS if PLAN.lr_search(e)]

@@ -8,12 +8,12 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
 from firescale.errors import FirescaleError
 from firescale.cluster.launchers import Placement
+from firescale.resources import SITE_SCHEMA, schema_text
 from firescale.schema_check import describe, resolve_ref, schema_errors
 from firescale.yamlfile import load_yaml
 
@@ -24,7 +24,7 @@ _WALLTIME = re.compile(r"(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)")
 @lru_cache(maxsize=None)
 def site_schema() -> dict[str, Any]:
     """The JSON Schema of site.yaml (package data)."""
-    text = resources.files("firescale").joinpath("schemas/site.schema.json").read_text()
+    text = schema_text(SITE_SCHEMA)
     return json.loads(text)
 
 
@@ -224,13 +224,17 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
 
 
 def site_search_path() -> list[Path]:
-    """Folders searched for site/<name>: ./site, $FIRESCALE_SITE_PATH (colon-separated), the repository's site/."""
+    """Folders searched for site/<name>: ./site (the project's), then $FIRESCALE_SITE_PATH (colon-separated)."""
     paths = [Path.cwd() / "site"]
-    paths += [Path(p) for p in os.environ.get("FIRESCALE_SITE_PATH", "").split(":") if p]
-    repo_sites = Path(__file__).resolve().parents[3] / "site"
-    if repo_sites.is_dir():
-        paths.append(repo_sites)
+    paths += [Path(p) for p in os.environ.get("FIRESCALE_SITE_PATH", "").split(os.pathsep) if p]
     return paths
+
+
+def add_site_folder(folder: str | os.PathLike[str]) -> None:
+    """Search `folder` (a project's site/) first, here and in every process started from here: the
+    workflow calls this with its own site/, so that the commands its rules run find the same sites."""
+    rest = os.environ.get("FIRESCALE_SITE_PATH", "")
+    os.environ["FIRESCALE_SITE_PATH"] = os.pathsep.join(p for p in (os.fspath(folder), rest) if p)
 
 
 def find_site_file(name_or_path: str | os.PathLike[str]) -> Path:

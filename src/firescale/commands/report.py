@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from firescale.report.collect import RUN_FILE, collect_runs, missing_record
     from firescale.report.provenance import collect_provenance
     from firescale.report.summary import load_predictions, summarize
-    from firescale.sweep.paths import config_file, repo_root
+    from firescale.report.memory_plots import write_memory_and_batch_figures
+    from firescale.sweep.paths import config_file
     from firescale.sweep.plan import load_plan
 
     config_path = config_file(args.config)
@@ -60,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
                         predictions=predictions, predictions_source=args.predictions or "")
     provenance = collect_provenance(
         records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
-        repo=repo_root(), command=_command_line(args, config_path))
+        repo=plan.base, command=_command_line(args, config_path))
     ctx = ReportContext(experiment=args.experiment, site=site.name, device=site.config["device"]["name"],
                         net=exp["net"], site_digest=site.digest, site_source=str(site.source),
                         description=exp.get("description", ""), provenance=provenance)
-    written = _memory_and_batch_figures(plan.config, args.experiment, site, records, args.out)
+    written = write_memory_and_batch_figures(plan, args.experiment, records, args.out)
     written += write_report(summary, ctx, args.out)
     for row in summary.rows:
         verdict = "baseline" if row.baseline else (row.parity.verdict if row.parity else "no baseline")
@@ -77,32 +78,3 @@ def run(args: argparse.Namespace) -> int:
         print(summary.baseline_note)
     print(f"wrote {len(written)} files to {args.out}")
     return 0
-
-
-def _memory_and_batch_figures(config: dict, experiment: str, site, records: list, out: str) -> list:
-    """memory.png (the net's memory per layer at the baseline's batch, on the site's device) and
-    accuracy_by_batch.png (top-1 against iterations, a line per batch phase), before report.md."""
-    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
-    from firescale.predict.memory_fit import experiment_solver
-    from firescale.model.memory import net_memory
-    from firescale.report.memory_plots import write_accuracy_by_batch, write_memory_plot
-    from firescale.sweep.points import plan_sweep, solver_base_lr
-
-    points = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment)) \
-        if site.name in config["experiments"][experiment]["sites"] else []
-    baseline = next((p for p in points if p.baseline), None)
-    written = []
-    if baseline is not None:
-        spec, solver_path = experiment_solver(config, experiment, site)
-        from firescale.caffe.solver import load_solver
-
-        solver = load_solver(solver_path)
-        memory = net_memory(spec, baseline.batch_per_gpu, solver.type, weight_decay=solver.weight_decay > 0,
-                            device_kind=site.device_kind)
-        plan = read_layer_plan(solver_path)
-        devices = record_devices(spec, arch_devices(plan.train[0], spec, str(solver_path))) if plan else None
-        written += write_memory_plot(memory, out, f"{spec.name}, {baseline.batch_per_gpu} per device, {solver.type}, "
-                                                  f"{site.config['device']['name']}", devices=devices,
-                                     limit=site.device_memory)
-    runs = [(r.point, r.train) for r in records if r.train is not None]
-    return written + write_accuracy_by_batch(runs, out, f"{experiment} on {site.name}")

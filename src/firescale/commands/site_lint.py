@@ -34,7 +34,7 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     from firescale.jobs.spec import JobSpec
     from firescale.sweep.jobs import job_for_point
     from firescale.sweep.config import experiments_for, load_config
-    from firescale.sweep.paths import config_file
+    from firescale.sweep.paths import CONFIG_FILE
     from firescale.sweep.plan import SweepPlan
 
     path, config, problems = check_site(site_arg)
@@ -46,7 +46,7 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
                     workdir=Path("/tmp/firescale-lint"), log_file=Path("/tmp/firescale-lint/job.log"),
                     status_file=Path("/tmp/firescale-lint/status.json"))
             for n in sorted({1, site.gpus_per_node})]
-    cfg_file = config_file(config_path)
+    cfg_file = Path(config_path) if config_path else CONFIG_FILE  # the site alone when there is none here
     if cfg_file.exists():
         cfg = load_config(cfg_file, {"site": site.name})
         plan = SweepPlan.build(cfg, site, experiments=experiments_for(cfg, site.name), source=cfg_file, check_limits=False)
@@ -56,7 +56,7 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
             if not limits:
                 jobs += [job_for_point(plan, experiment, p) for p in points]
             problems += [f"{cfg_file}: experiment {experiment}: {f.problem}"
-                         for f in experiment_fits(cfg, experiment, site, points) if f.problem]
+                         for f in experiment_fits(plan, experiment, points) if f.problem]
     elif config_path:
         raise FirescaleError(f"{cfg_file}: no such experiments file")
     for job in jobs:

@@ -76,20 +76,25 @@ def _finalize(value: Any) -> Any:
     return value if isinstance(value, Shell) else quote(value)
 
 
-def templates_dir() -> Path:
-    """$FIRESCALE_TEMPLATES, or the repository's templates/."""
+def templates_dir() -> Path | None:
+    """$FIRESCALE_TEMPLATES when set (a site's own templates), else None: the package's templates."""
     override = os.environ.get("FIRESCALE_TEMPLATES")
-    path = Path(override) if override else Path(__file__).resolve().parents[3] / "templates"
-    if not path.is_dir():
-        raise FirescaleError(f"templates folder {path} not found; set FIRESCALE_TEMPLATES to the repository's templates/")
-    return path
+    if override and not Path(override).is_dir():
+        raise FirescaleError(f"FIRESCALE_TEMPLATES is {override!r}, which is not a folder; point it at a folder "
+                             f"of job-script templates or unset it to use the package's")
+    return Path(override) if override else None
+
+
+def _loader(folder: str) -> jinja2.BaseLoader:
+    """A folder of templates, or the package's own ("" )."""
+    return jinja2.FileSystemLoader(folder) if folder else jinja2.PackageLoader("firescale", "templates")
 
 
 @lru_cache(maxsize=4)
 def environment(folder: str) -> jinja2.Environment:
     """The Jinja environment: StrictUndefined, every {{ value }} shell-quoted unless built as Shell."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(folder),
+        loader=_loader(folder),
         undefined=jinja2.StrictUndefined,
         finalize=_finalize,
         autoescape=False,
@@ -141,10 +146,11 @@ def render_job_script(site: SiteProfile, job: JobSpec, *, templates: Path | None
     """The job script for `job` on `site`; a pure function of its arguments and the templates."""
     folder = templates or templates_dir()
     scheduler = get_scheduler(site.scheduler)
-    env = environment(str(folder))
+    env = environment(str(folder) if folder else "")
+    where = folder or "the package's templates"
     try:
         return env.get_template(scheduler.template).render(job_context(site, job))
     except jinja2.UndefinedError as exc:
-        raise FirescaleError(f"template {folder / scheduler.template}: {exc.message}") from None
+        raise FirescaleError(f"template {scheduler.template} in {where}: {exc.message}") from None
     except jinja2.TemplateNotFound as exc:
-        raise FirescaleError(f"template {exc.name} not found in {folder}") from None
+        raise FirescaleError(f"template {exc.name} not found in {where}") from None

@@ -183,7 +183,7 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
                        "allreduce_model": pred.comm_algorithm}
     from firescale.predict.memory_fit import experiment_fits
 
-    fits = experiment_fits(plan.config, experiment, plan.site, points)
+    fits = experiment_fits(plan, experiment, points)
     for fit in fits:
         out[fit.point]["memory"] = fit.to_dict()
     return {

@@ -9,6 +9,7 @@ from firescale.errors import FirescaleError
 from firescale.nets.device_plan import DevicePlan, arch_devices, check_devices, read_layer_plan
 from firescale.nets.spec import NetSpec
 from firescale.model.memory import NetMemory, net_memory
+from firescale.sweep.paths import resolve
 from firescale.model.split import LayerSplit, check_plan_memory, largest_batch_that_fits, plan_peaks, propose_split
 
 
@@ -79,18 +80,19 @@ def _planned(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, rank
     return MemoryFit(point, batch, limit, tuple(p.bytes for p in peaks), tuple(p.at for p in peaks))
 
 
-def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], site: Any) -> list[MemoryFit]:
+def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], site: Any,
+               base: Path) -> list[MemoryFit]:
     """The memory of every sweep point on `site`, at its largest batch per replica (a batch schedule's
     largest phase); a layer plan (the point's own `layer_plan` file, else Oh and Lee's `dist` blocks in
-    the solver file) is checked against the net, the node's devices and their memory."""
-    from firescale.sweep.paths import in_repo
+    the solver file, relative paths read from `base`) is checked against the net, the node's devices and
+    their memory."""
     from firescale.caffe.solver import load_solver
 
     solver = load_solver(solver_path)
     solver_plan = read_layer_plan(solver_path)
     out = []
     for p in points:
-        plan = read_layer_plan(in_repo(p.layer_plan)) if p.layer_plan else solver_plan
+        plan = read_layer_plan(resolve(p.layer_plan, base)) if p.layer_plan else solver_plan
         if plan is None:
             out.append(_over(spec, p.name, p.peak_batch_per_gpu, solver, site, p.ranks))
             continue
@@ -101,21 +103,15 @@ def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], si
     return out
 
 
-def experiment_fits(config: dict[str, Any], experiment: str, site: Any, points: Sequence[Any]) -> list[MemoryFit]:
-    """fit_points for an experiment of the config: its net as it trains on `site`'s copy of the dataset."""
-    spec, solver = experiment_solver(config, experiment, site)
-    return fit_points(spec, solver, points, site)
+def experiment_fits(plan: Any, experiment: str, points: Sequence[Any]) -> list[MemoryFit]:
+    """fit_points for an experiment of the plan: its net as it trains on the site's copy of the dataset."""
+    spec, solver = experiment_solver(plan, experiment)
+    return fit_points(spec, solver, points, plan.site, plan.base)
 
 
-def experiment_solver(config: dict[str, Any], experiment: str, site: Any) -> tuple[NetSpec, Path]:
-    """The experiment's net as it trains on `site`'s copy of the dataset, and its solver file."""
-    from types import SimpleNamespace
-
-    from firescale.sweep.paths import repo_root
+def experiment_solver(plan: Any, experiment: str) -> tuple[NetSpec, Path]:
+    """The experiment's net as it trains on the plan's site's copy of the dataset, and its solver file."""
     from firescale.predict.experiment import experiment_net
 
-    exp = config["experiments"][experiment]
-    where = SimpleNamespace(config=config, dataset_dir=lambda e: (site.paths.datasets / exp["dataset"]["name"]).resolve())
-    spec, _ = experiment_net(where, experiment)
-    solver = Path(exp["solver"])
-    return spec, solver if solver.is_absolute() else repo_root() / solver
+    spec, _ = experiment_net(plan, experiment)
+    return spec, plan.resolve(plan.experiment(experiment)["solver"])

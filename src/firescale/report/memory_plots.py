@@ -83,3 +83,29 @@ def accuracy_by_batch_figure(runs: Sequence[tuple[str, Any]], title: str) -> Any
 def write_accuracy_by_batch(runs: Sequence[tuple[str, Any]], out_dir: str | Path, title: str) -> list[Path]:
     """accuracy_by_batch.png and .pdf in `out_dir`, atomically."""
     return save_figure(accuracy_by_batch_figure(runs, title), Path(out_dir), "accuracy_by_batch")
+
+
+def write_memory_and_batch_figures(plan: Any, experiment: str, records: list[Any], out: str) -> list[str]:
+    """memory.png (the net's memory per layer at the baseline's batch, on the site's device) and
+    accuracy_by_batch.png (top-1 against iterations, a line per batch phase), before report.md."""
+    from firescale.caffe.solver import load_solver
+    from firescale.model.memory import net_memory
+    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
+    from firescale.predict.memory_fit import experiment_solver
+
+    site = plan.site
+    baseline = next((p for p in plan.points.get(experiment, []) if p.baseline), None)
+    written: list[str] = []
+    if baseline is not None and site.name in plan.experiment(experiment)["sites"]:
+        spec, solver_path = experiment_solver(plan, experiment)
+        solver = load_solver(solver_path)
+        memory = net_memory(spec, baseline.batch_per_gpu, solver.type, weight_decay=solver.weight_decay > 0,
+                            device_kind=site.device_kind)
+        layer_plan = read_layer_plan(solver_path)
+        devices = record_devices(spec, arch_devices(layer_plan.train[0], spec, str(solver_path))) if layer_plan else None
+        written += write_memory_plot(memory, out, f"{spec.name}, {baseline.batch_per_gpu} per device, {solver.type}, "
+                                                  f"{site.config['device']['name']}", devices=devices,
+                                     limit=site.device_memory)
+    runs = [(r.point, r.train) for r in records if r.train is not None]
+    return written + write_accuracy_by_batch(runs, out, f"{experiment} on {site.name}")
+

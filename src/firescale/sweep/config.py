@@ -13,12 +13,12 @@ from firescale.errors import FirescaleError
 from firescale.schema_check import describe, schema_errors
 from firescale.cluster.site import apply_defaults
 from firescale.yamlfile import load_yaml
-from firescale.sweep.paths import SCHEMA_FILE, repo_root
+from firescale.resources import CONFIG_SCHEMA, schema_text
 
 
 @lru_cache(maxsize=None)
 def _schema_text() -> str:
-    return (repo_root() / SCHEMA_FILE).read_text()
+    return schema_text(CONFIG_SCHEMA)
 
 
 def config_schema() -> dict[str, Any]:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from firescale.jobs.spec import JobSpec
 from firescale.cluster.site import parse_walltime
-from firescale.sweep.paths import in_repo
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import SweepPoint
 from firescale.sweep.records import PointRecord
@@ -43,7 +42,7 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
     argv = [*plan.site.config["environment"]["firescale"].split(), "train",
             "--dataset", str(plan.dataset_dir(experiment)),
             "--net", exp["net"],
-            "--solver", str(in_repo(exp["solver"])),
+            "--solver", str(plan.resolve(exp["solver"])),
             "--out", str(run_dir(plan, experiment, point)),
             "--total-batch", str(point.batch),
             *scaling,
@@ -52,7 +51,7 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
             "--seed", str(repeat_seed(solver.random_seed, point.repeat)),
             "--warmup-iters", str(exp["warmup_iters"])]
     if point.layer_plan:  # each rank one replica, its layers over `devices` GPUs
-        argv += ["--layer-plan", str(in_repo(point.layer_plan))]
+        argv += ["--layer-plan", str(plan.resolve(point.layer_plan))]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
     argv.append("--resume")

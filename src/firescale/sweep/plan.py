@@ -11,7 +11,7 @@ from firescale.caffe.solver import SolverConfig, load_solver
 from firescale.yamlfile import load_yaml
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
-from firescale.sweep.paths import config_file, in_repo
+from firescale.sweep.paths import config_file, project_dir, resolve
 from firescale.sweep.points import (CLUSTER_REPEATS, LOCAL_REPEATS, SweepPoint, limit_errors, plan_sweep, solver_base_lr,
                      sweep_walltime)
 
@@ -29,18 +29,21 @@ class SweepPlan:
     walltimes: dict[str, str]
     limit_problems: dict[str, list[str]]
     source: str = "workflow/config.yaml"
+    base: Path = Path(".")   # the project folder: relative solver and layer_plan paths are read from it
 
     @classmethod
     def build(cls, config: dict[str, Any], site: SiteProfile | None = None, *, experiments: list[str] | None = None,
               source: str | Path = "workflow/config.yaml", check_limits: bool = True,
-              files: Sequence[str] = ()) -> "SweepPlan":
+              files: Sequence[str] = (), base: str | Path | None = None) -> "SweepPlan":
         """Plan `experiments` (default: every experiment that lists the site) on `site` (default: the
         config's `site`).  With `check_limits`, a point over the site's limits stops here.  `files`
         (Snakemake's config files) are read again, strictly, so that a key given twice there is refused
-        (Snakemake's loader keeps the last one silently)."""
+        (Snakemake's loader keeps the last one silently).  Relative paths in the config are read from
+        `base` (default: the project folder of `source`; the workflow passes its own folder)."""
         for path in files:
             load_yaml(path, "experiments file")
         config = validate_config(config, source)
+        base = Path(base).resolve() if base else project_dir(source)
         site = site or load_site(config["site"])
         if experiments is None:
             experiments = experiments_for(config, site.name)
@@ -55,13 +58,14 @@ class SweepPlan:
         problems: dict[str, list[str]] = {}
         for experiment in experiments:
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
-            points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment), repeats)
+            points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment, base), repeats,
+                                            base=base)
             walltimes[experiment] = sweep_walltime(config, experiment, site)
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
             if check_limits and problems[experiment]:
                 raise FirescaleError("; ".join(problems[experiment]))
         plan = cls(site=site, points=points, config=config, walltimes=walltimes, limit_problems=problems,
-                   source=str(source))
+                   source=str(source), base=base)
         plan.check_schedules()
         return plan
 
@@ -72,6 +76,10 @@ class SweepPlan:
             for point in points:
                 if point.schedule and (point.epochs is None or self.train_images(experiment)[0] is not None):
                     self.budget(experiment, point)
+
+    def resolve(self, path: str | Path) -> Path:
+        """A path of the experiments file (solver, layer_plan): as given when absolute, else in the project."""
+        return resolve(path, self.base)
 
     def experiment(self, name: str) -> dict[str, Any]:
         """The experiment's settings, defaults filled in."""
@@ -100,7 +108,7 @@ class SweepPlan:
 
     def solver(self, experiment: str) -> SolverConfig:
         """The experiment's solver file, read as the trainer reads it."""
-        return load_solver(in_repo(self.experiment(experiment)["solver"]))
+        return load_solver(self.resolve(self.experiment(experiment)["solver"]))
 
     def dataset_manifest(self, experiment: str) -> tuple[dict[str, Any] | None, Path]:
         """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""

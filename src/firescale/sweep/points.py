@@ -4,11 +4,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from firescale.errors import FirescaleError
 from firescale.cluster.site import SiteProfile, parse_walltime
-from firescale.sweep.paths import in_repo
+from firescale.sweep.paths import resolve
 
 
 LOCAL_REPEATS = 3      # runs per point on a site without a scheduler: enough for a mean ± sd and an interval
@@ -131,8 +132,8 @@ class _Candidate:
 class _Experiment:
     """One experiment's settings on one site, each read with the key it came from."""
 
-    def __init__(self, config: dict[str, Any], name: str, site: str) -> None:
-        self.name, self.exp = name, config["experiments"][name]
+    def __init__(self, config: dict[str, Any], name: str, site: str, base: Path) -> None:
+        self.name, self.exp, self.base = name, config["experiments"][name], base
         self.site_keys = self.exp["sites"].get(site) or {}
         self.sweep = {**self.exp["sweep"], **self.site_keys}
         self.site = site
@@ -179,7 +180,7 @@ class _Experiment:
         from firescale.nets.zoo import get_net
 
         try:
-            plan = read_layer_plan(in_repo(path))
+            plan = read_layer_plan(resolve(path, self.base))
         except FirescaleError as exc:
             raise self.error(key, f"is {path!r}, which cannot be read ({exc})") from None
         if plan is None:
@@ -242,13 +243,14 @@ def _explicit(e: _Experiment, key: str, p: dict[str, Any], total: Any, epochs: f
 
 
 def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: float,
-               default_repeats: int = CLUSTER_REPEATS) -> list[SweepPoint]:
+               default_repeats: int = CLUSTER_REPEATS, *, base: Path) -> list[SweepPoint]:
     """The baseline and every sweep point of `experiment` on `site`, each repeated, in a stable order.
 
     The same point listed twice (in the grid and as an explicit point) is one point; the grid's
-    1-GPU point at the baseline batch and rate is the baseline itself.
+    1-GPU point at the baseline batch and rate is the baseline itself.  Layer plans are read from `base`
+    (the project folder) when relative.
     """
-    e = _Experiment(config, experiment, site)
+    e = _Experiment(config, experiment, site, base)
     baseline_batch, rule = e.exp["batch"]["baseline"], e.exp["lr_scaling"]
     repeats = e.sweep.get("repeats") or e.exp.get("repeats") or default_repeats
     baseline_epochs = e.epochs(e.exp.get("epochs"), "epochs")
@@ -310,8 +312,9 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
     return errors
 
 
-def solver_base_lr(config: dict[str, Any], experiment: str) -> float:
-    """The base learning rate of the experiment's solver file (YAML or solver.prototxt)."""
+def solver_base_lr(config: dict[str, Any], experiment: str, base: Path) -> float:
+    """The base learning rate of the experiment's solver file (YAML or solver.prototxt), read from `base`
+    (the project folder) when relative."""
     from firescale.caffe.solver import load_solver  # the trainer's parser: one vocabulary
 
-    return float(load_solver(in_repo(config["experiments"][experiment]["solver"])).base_lr)
+    return float(load_solver(resolve(config["experiments"][experiment]["solver"], base)).base_lr)
