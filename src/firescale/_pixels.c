@@ -40,7 +40,7 @@
  * interleave cannot).  150 KB records at batch 256 (38 MB): 14.4 -> 9.6 ms a batch here.  Smaller
  * batches are written normally, so that one that fits in cache stays there for its consumer. */
 #define STREAM_BYTES (16 * 1024 * 1024)
-/* Raised whenever a function's arguments or results change, so that firescale.data.pixels can tell a
+/* Raised whenever a function's arguments or results change, so that firescale.caffe.pixels can tell a
  * stale build (a .so left from older sources) from the one it was written for. */
 #define KERNEL_VERSION 3
 

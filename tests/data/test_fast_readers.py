@@ -182,7 +182,7 @@ def test_small_hdf5_records_gather_exactly_and_a_file_cut_before_the_first_read_
 @pytest.mark.parametrize("shape", [(5, 3, 1), (48, 40, 3)])
 def test_hdf5_c_gather_equals_numpy_copies_with_duplicates_and_a_reused_batch(tmp_path, monkeypatch, shape):
     from firescale.data import hdf5_io
-    from firescale.data.pixels import PIXELS_KERNEL
+    from firescale.caffe.pixels import PIXELS_KERNEL
 
     if PIXELS_KERNEL != "c":
         pytest.skip("the gather is the compiled kernel's")
@@ -206,7 +206,7 @@ def test_hdf5_c_gather_equals_numpy_copies_with_duplicates_and_a_reused_batch(tm
 
 
 def test_c_gather_refuses_rows_outside_the_source():
-    from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel
+    from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel
 
     if PIXELS_KERNEL != "c":
         pytest.skip("the gather is the compiled kernel's")

@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from firescale.data import pixels
+from firescale.caffe import pixels
 from firescale.caffe.datum import PIXELS_KERNEL, RawDatumCodec, encode_datum, image_to_datum
-from firescale.data.pixels import (numpy_planar_to_hwc, numpy_planes_to_hwc, planar_to_hwc, planes_to_hwc,
+from firescale.caffe.pixels import (numpy_planar_to_hwc, numpy_planes_to_hwc, planar_to_hwc, planes_to_hwc,
                                    record_to_hwc)
 
 

@@ -10,7 +10,7 @@ from firescale.caffe.solver import SOLVER_TYPES, SolverConfig
 
 
 def _measure(spec, batch, **solver):
-    from firescale.train.memory_probe import measure_training_memory
+    from firescale.bench.memory_probe import measure_training_memory
 
     return measure_training_memory(spec, batch, SolverConfig(base_lr=0.01, max_iter=1, **solver))
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from firescale.errors import FirescaleError
 from firescale.data.manifest import load_manifest, split_files
-from firescale.data.pixels import PIXELS_KERNEL
+from firescale.caffe.pixels import PIXELS_KERNEL
 from firescale.data.prefetch import PrefetchedBatches
 from firescale.data.readers import Transform, iter_train_arrays, open_dataset, prefetch_depth
 from firescale.data.shard import EpochOrders

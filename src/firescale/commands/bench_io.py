@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch < 1 or args.seconds <= 0:
         raise FirescaleError("--batch must be >= 1 and --seconds > 0")
     formats = [f.strip() for f in args.formats.split(",")] if args.formats else None
-    from firescale.data.pixels import PIXELS_KERNEL
+    from firescale.caffe.pixels import PIXELS_KERNEL
 
     kernel = "compiled kernel (c)" if PIXELS_KERNEL == "c" else "numpy fallback"
     print(f"firescale bench io: pixel interleave by the {kernel}", file=sys.stderr)

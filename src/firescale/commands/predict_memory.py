@@ -119,7 +119,7 @@ def _planned(args: argparse.Namespace, memory, spec, site, limit):
 
 def _measure(spec, batch, solver, solver_type, memory) -> None:
     from firescale.bench.memory import comparison_markdown
-    from firescale.train.memory_probe import measure_training_memory
+    from firescale.bench.memory_probe import measure_training_memory
     from firescale.caffe.solver import SolverConfig
 
     config = solver or SolverConfig(base_lr=0.01, max_iter=1, type=solver_type, weight_decay=0.0005,

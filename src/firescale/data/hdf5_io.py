@@ -27,7 +27,7 @@ import numpy as np
 from firescale.errors import FirescaleError
 from firescale.data.batch import batch_array
 from firescale.data.mapped_file import MappedFile
-from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
+from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1

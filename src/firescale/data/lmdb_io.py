@@ -28,7 +28,7 @@ from firescale.errors import FirescaleError
 from firescale.data.batch import batch_array
 from firescale.caffe.datum import DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
 from firescale.data.mapped_file import MappedFile
-from firescale.data.pixels import PIXELS_KERNEL, compiled_kernel
+from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel
 
 DATA_FILE = "data.mdb"
 
