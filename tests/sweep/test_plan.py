@@ -117,3 +117,21 @@ def test_negative_experiment_epochs_and_a_site_override_name_their_keys():
     config["experiments"]["nin-imagenet"]["sites"]["ib-cluster"]["batch"] = [256, 1000]
     with pytest.raises(FirescaleError, match="key 'sites.ib-cluster.batch' asks for a total batch of 1000 on 16 GPUs"):
         plan("ib-cluster", config)
+
+
+def test_relative_paths_are_read_from_the_project_folder_and_stay_so_in_the_workflows_copy(tmp_path, monkeypatch):
+    # The experiments file names its solver relative to the project (the folder holding workflow/); the copy
+    # the workflow writes for its commands lies in results/<site>/ and must still name the same file.
+    from firescale.sweep.plan import load_plan
+
+    monkeypatch.chdir(tmp_path)   # neither the project nor a ./workflow/config.yaml here
+    original = load_plan("local", REPO / "workflow" / "config.yaml", experiments=["fashion-lenet"])
+    solver = REPO / CONFIG["experiments"]["fashion-lenet"]["solver"]
+    assert original.base == REPO and original.resolve(CONFIG["experiments"]["fashion-lenet"]["solver"]) == solver
+    copy_file = original.write_config(tmp_path / "results" / "local" / "experiments.yaml")
+    again = load_plan("local", copy_file, experiments=["fashion-lenet"])
+    assert again.experiment("fashion-lenet")["solver"] == str(solver)
+    assert train_command(again, "fashion-lenet", again.point("fashion-lenet", "baseline")) == \
+        train_command(original, "fashion-lenet", original.point("fashion-lenet", "baseline"))
+    with pytest.raises(FirescaleError, match="no experiments file: workflow/config.yaml is not in"):
+        load_plan("local")

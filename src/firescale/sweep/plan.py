@@ -1,6 +1,7 @@
 """The SweepPlan: a site, its experiments' points and walltimes; built once, handed on."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -136,6 +137,18 @@ class SweepPlan:
         where = f" of dataset {self.dataset(experiment)['name']!r} ({source})"
         return point_budget(self.solver(experiment), self.experiment(experiment)["batch"]["baseline"], point, size, where)
 
+    def anchored_config(self) -> dict[str, Any]:
+        """The config with its relative paths (solver, layer_plan) made absolute from the project folder:
+        a copy written elsewhere (results/<site>/experiments.yaml) still names the same files."""
+        config = copy.deepcopy(self.config)
+        for exp in config["experiments"].values():
+            exp["solver"] = str(self.resolve(exp["solver"]))
+            sweeps = [exp["sweep"], *(keys for keys in exp["sites"].values() if keys)]
+            for point in (p for sweep in sweeps for p in sweep.get("points", [])):
+                if point.get("layer_plan"):
+                    point["layer_plan"] = str(self.resolve(point["layer_plan"]))
+        return config
+
     def write_config(self, path: str | Path) -> str:
         """Write the merged, validated config (profile and --configfile overrides included) for the
         commands the rules call; rewritten only when it changed, so Snakemake sees no new mtime."""
@@ -144,7 +157,8 @@ class SweepPlan:
         from firescale.atomic import atomic_write_text
 
         path = Path(path)
-        text = "# written by the workflow: the experiments as this run sees them\n" + yaml.safe_dump(self.config, sort_keys=True)
+        text = ("# written by the workflow: the experiments as this run sees them, paths from the project\n"
+                + yaml.safe_dump(self.anchored_config(), sort_keys=True))
         if not path.exists() or path.read_text() != text:
             atomic_write_text(path, text)
         return str(path)
