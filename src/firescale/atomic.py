@@ -1,8 +1,9 @@
 """Atomic writing (a file is absent, the old version, or complete; never half-written), and careful JSON reading.
 
 Files and folders land with the mode the umask allows (0666 or 0777 minus the umask), as `open` would
-give them, so results on a shared filesystem are group-readable wherever the umask says so; the
-temporary names from `mkstemp`/`mkdtemp` would otherwise keep them private (0600/0700).
+give them, so results on a shared filesystem are group-readable wherever the umask says so, and a
+report's files readable by a web server or a colleague; the temporary names from `mkstemp`/`mkdtemp`
+would otherwise keep them private (0600/0700).
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from firescale.errors import FirescaleError
 

@@ -6,38 +6,10 @@ import shutil
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-CONF = """ClusterName=firescale-test
-SlurmctldHost={host}(127.0.0.1)
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
-StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
-SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
-SlurmctldLogFile={dir}/log/slurmctld.log
-SlurmdLogFile={dir}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-MinJobAge=600
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=4000 State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-"""
+from firescale.testing.slurm_conf import SlurmNode, slurm_conf
 
 
 def _free_port() -> int:
@@ -58,7 +30,9 @@ def slurm(tmp_path_factory):
         (root / sub).mkdir()
     host = socket.gethostname().split(".")[0]
     conf = root / "slurm.conf"
-    conf.write_text(CONF.format(host=host, dir=root, ctld_port=_free_port(), d_port=_free_port(), cpus=os.cpu_count() or 2))
+    conf.write_text(slurm_conf(cluster="firescale-test", controller=host, controller_address="127.0.0.1",
+                               nodes=[SlurmNode(host, "127.0.0.1", os.cpu_count() or 2, 4000)], folder=root,
+                               ctld_port=_free_port(), slurmd_port=_free_port()))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     subprocess.run(["slurmctld", "-i"], env=env, check=True)
     subprocess.run(["slurmd"], env=env, check=True)

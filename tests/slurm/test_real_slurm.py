@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from slurm_site import slurm_here
 
 from firescale.jobs.render import render_job_script
-
-from firescale.jobs.spec import JobSpec
 from firescale.jobs.schedulers import get_scheduler
+from firescale.jobs.spec import JobSpec
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect
 

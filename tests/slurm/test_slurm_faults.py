@@ -20,8 +20,8 @@ from slurm_site import REPO, slurm_here
 
 from firescale.jobs.outcome import ResubmitRules
 from firescale.jobs.render import render_job_script
-from firescale.jobs.spec import JobSpec
 from firescale.jobs.schedulers import get_scheduler
+from firescale.jobs.spec import JobSpec
 from firescale.sweep.run import PointRun, Polling
 
 pytestmark = pytest.mark.slurm
@@ -198,8 +198,9 @@ def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupte
 
     reference = _train_here(tmp_path, "reference", max_iter)
     assert reference["iterations"] == result["iterations"] == max_iter and len(reference["segments"]) == 1
-    ours = _weights(tmp_path / "run" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")  # named after the solver file, as Caffe does
-    theirs = _weights(tmp_path / "reference" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")  # named after the solver file, as Caffe does
+    # snapshots are named after the solver file, as Caffe does
+    ours = _weights(tmp_path / "run" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")
+    theirs = _weights(tmp_path / "reference" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert np.array_equal(ours[name], theirs[name]), name

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from firescale.testing.vcluster import VirtualCluster, processes_in, remove_abandoned_clusters
+from firescale.testing.namespaces import processes_in
+from firescale.testing.vcluster import VirtualCluster, remove_abandoned_clusters
 
 pytestmark = pytest.mark.vcluster
 
@@ -21,10 +22,10 @@ def test_up_is_idempotent_and_down_removes_everything(tmp_path):
     cluster = VirtualCluster(root=tmp_path / "vc", nodes=1, name=f"fsvl-{os.getpid()}")
     try:
         cluster.up()
-        pids = cluster._daemon_pids()
+        pids = cluster.daemon_pids()
         assert cluster.is_up() and cluster.node_states() == {"n1": "idle"}
         cluster.up()  # already up: the same daemons, nothing restarted
-        assert cluster._daemon_pids() == pids
+        assert cluster.daemon_pids() == pids
         # the cluster's addresses exist only inside its namespaces
         assert "10.77." not in _root_addresses()
         inside = subprocess.run([str(cluster.enter), "n1", "ip", "-o", "-4", "addr", "show", "eth0"],
@@ -44,10 +45,10 @@ def test_half_started_cluster_is_restarted_cleanly(tmp_path):
     cluster = VirtualCluster(root=tmp_path / "vc", nodes=1, name=f"fsvl-{os.getpid()}")
     try:
         cluster.up()
-        pid = cluster._daemon_pids()["n1"]
+        pid = cluster.daemon_pids()["n1"]
         os.kill(pid, 9)  # a node's slurmd dies
         deadline = time.monotonic() + 5
-        while cluster._daemon_pids()["n1"] == pid and time.monotonic() < deadline:
+        while cluster.daemon_pids()["n1"] == pid and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not cluster.is_up()
         cluster.up()

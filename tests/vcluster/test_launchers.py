@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from firescale.jobs.render import render_job_script
-
-from firescale.jobs.spec import JobSpec
-from firescale.jobs.schedulers import get_scheduler, prefixed
 from firescale.cluster.site import load_site
-from firescale.sweep.run import Polling, PointRun
+from firescale.jobs.render import render_job_script
+from firescale.jobs.schedulers import get_scheduler, prefixed
+from firescale.jobs.spec import JobSpec
+from firescale.sweep.run import PointRun, Polling
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent

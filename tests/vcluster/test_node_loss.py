@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from firescale.jobs.render import render_job_script
-
-from firescale.jobs.spec import JobSpec
-from firescale.jobs.schedulers import get_scheduler, prefixed
 from firescale.cluster.site import load_site
+from firescale.jobs.render import render_job_script
+from firescale.jobs.schedulers import get_scheduler, prefixed
+from firescale.jobs.spec import JobSpec
 from firescale.sweep.records import PointRecord
-from firescale.sweep.run import Polling, PointRun, collect
-from firescale.testing.vcluster import processes_in
+from firescale.sweep.run import PointRun, Polling, collect
+from firescale.testing.namespaces import processes_in
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.vcluster

@@ -12,7 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("up", "down", "status"),
                         help="up: start (a no-op when already up); down: stop and remove; status: print as JSON")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
-                        help=f"folder for its configuration, logs and state (default: {DEFAULT_DIR}, as site/vcluster expects)")
+                        help=f"folder for its configuration, logs and state (default: {DEFAULT_DIR}, "
+                             "as site/vcluster expects)")
     parser.add_argument("--nodes", type=int, default=2, help="compute nodes n1..nN (default 2)")
     parser.add_argument("--name", default="fsvc", help="prefix of its network namespaces (default fsvc)")
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from firescale.atomic import atomic_write_json, atomic_write_text
 from firescale.report.formatting import ReportContext
-from firescale.report.files import publish_json, publish_text
 from firescale.report.html import to_html
 from firescale.report.plots import write_plots
 from firescale.report.provenance import provenance_lines
@@ -24,9 +24,9 @@ def write_report(summary: Summary, ctx: ReportContext, out_dir: str | Path) -> l
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = provenance_lines(ctx.provenance) if ctx.provenance else []
     written = write_plots(summary, out_dir, f"{ctx.experiment} on {ctx.site}")
-    written.append(publish_text(out_dir / "report.tex", to_latex(summary, ctx, lines)))
-    written.append(publish_text(out_dir / "report.html", to_html(summary, ctx, lines)))
-    written.append(publish_text(out_dir / "report.csv", to_csv(summary, ctx)))
-    written.append(publish_json(out_dir / "report.json", to_json(summary, ctx)))
-    written.append(publish_text(out_dir / "report.md", to_markdown(summary, ctx, lines)))
+    written.append(atomic_write_text(out_dir / "report.tex", to_latex(summary, ctx, lines)))
+    written.append(atomic_write_text(out_dir / "report.html", to_html(summary, ctx, lines)))
+    written.append(atomic_write_text(out_dir / "report.csv", to_csv(summary, ctx)))
+    written.append(atomic_write_json(out_dir / "report.json", to_json(summary, ctx)))
+    written.append(atomic_write_text(out_dir / "report.md", to_markdown(summary, ctx, lines)))
     return written

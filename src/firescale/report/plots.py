@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from firescale.report.files import publish
+from firescale.atomic import atomic_path
 from firescale.report.summary import Summary
 
 _UNITS = ((2 * 86400, 86400.0, "days"), (2 * 3600, 3600.0, "h"), (120, 60.0, "min"), (0, 1.0, "s"))
@@ -20,8 +20,10 @@ def save_figure(fig: Any, out_dir: Path, stem: str) -> list[Path]:
     """Write `fig` as STEM.png and STEM.pdf, each atomically; without dates, so reruns are comparable."""
     written = []
     for ext, meta in (("png", {"Software": "firescale report (matplotlib)"}), ("pdf", {"CreationDate": None})):
-        written.append(publish(out_dir / f"{stem}.{ext}",
-                               lambda tmp: fig.savefig(tmp, format=ext, dpi=150, metadata=meta)))
+        path = out_dir / f"{stem}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=150, metadata=meta)
+        written.append(path)
     return written
 
 
