@@ -13,7 +13,7 @@ from firescale.commands.args import format_duration
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("site", help="site name (site/<name>/site.yaml) or path to a site.yaml")
     parser.add_argument("--experiment", required=True, help="experiment name in the config")
-    parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml, else the repository's)")
+    parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml)")
     parser.add_argument("--calibration", help="calibration.json of this site from `firescale predict calibrate`")
     parser.add_argument("--dataset-size", type=int,
                         help="training images per epoch when the dataset has no manifest yet")

@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiment", required=True, help="experiment name in the config")
     parser.add_argument("--results", required=True, help="folder with one <point>/result.json per sweep point")
     parser.add_argument("--out", required=True, help="folder to write report.md/.tex/.html/.csv/.json and plots")
-    parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml, else the repository's)")
+    parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml)")
     parser.add_argument("--predictions", help="JSON from `firescale predict sweep --json`, shown beside measurements")
     parser.add_argument("--tolerance", type=float,
                         help="parity tolerance as a fraction (default: the experiment's target.tolerance)")

@@ -12,8 +12,10 @@ from firescale.cluster.site import SiteProfile, check_site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("site", help="a site name (site/<name>/site.yaml) or a path to a site folder or site.yaml")
-    parser.add_argument("--config", default=None, help="experiments file whose sweep is checked (default: ./workflow/config.yaml, else the repository's)")
+    parser.add_argument("site", help="a site name (./site/<name>/site.yaml, else on $FIRESCALE_SITE_PATH) "
+                        "or a path to a site folder or site.yaml")
+    parser.add_argument("--config", default=None, help="experiments file whose sweep is checked "
+                        "(default: ./workflow/config.yaml when there is one; else the site alone)")
 
 
 def bash_syntax_error(script: str) -> str | None:

@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("site", help="site name or path")
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--point", help="a point's name (baseline, g2-b64-r0, ...); default: every point")
-    parser.add_argument("--config", default=None, help="experiments file (default: ./workflow/config.yaml, else the repository's)")
+    parser.add_argument("--config", default=None, help="experiments file (default: ./workflow/config.yaml)")
     parser.add_argument("--out", help="file (with --point) or folder to write to; default: standard output. "
                         "Beside each script, NAME.json describes the point for `firescale sweep run`.")
 

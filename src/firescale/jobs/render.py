@@ -15,6 +15,7 @@ from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_horovod_environment
 from firescale.errors import FirescaleError
 from firescale.jobs.spec import JobSpec
+from firescale.resources import TEMPLATES
 from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, wrap
 from firescale.jobs.schedulers import get_scheduler
 from firescale.cluster.site import SiteProfile
@@ -87,7 +88,7 @@ def templates_dir() -> Path | None:
 
 def _loader(folder: str) -> jinja2.BaseLoader:
     """A folder of templates, or the package's own ("" )."""
-    return jinja2.FileSystemLoader(folder) if folder else jinja2.PackageLoader("firescale", "templates")
+    return jinja2.FileSystemLoader(folder) if folder else jinja2.PackageLoader("firescale", TEMPLATES)
 
 
 @lru_cache(maxsize=4)
