@@ -1,29 +1,44 @@
-"""profile_layers: a real Keras model timed layer by layer on this CPU, written as a Table VI trace."""
+"""profile_net: a real LeNet timed layer by layer on this CPU (one rank), written and replayed as a Table VI trace."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from firescale.model.traces import profile_layers, read_trace, replay_trace, write_trace
+from firescale.model.traces import read_trace, replay_trace, write_trace
+from firescale.nets.zoo import get_net
+from firescale.train.distributed import Rank
+from firescale.train.nets import build_net
+from firescale.train.profile import profile_net
+from firescale.train.timing import median_seconds
 
 
 def test_profile_a_small_lenet(tmp_path):
-    tf = pytest.importorskip("tensorflow")
-    model = tf.keras.Sequential([
-        tf.keras.Input((8, 8, 1)),
-        tf.keras.layers.Conv2D(20, 5, padding="same", name="conv1"),
-        tf.keras.layers.MaxPooling2D(2, name="pool1"),
-        tf.keras.layers.Flatten(name="flatten"),
-        tf.keras.layers.Dense(10, name="ip2"),
-    ])
-    images = np.random.default_rng(0).random((16, 8, 8, 1), dtype=np.float32)
-    labels = np.arange(16) % 10
-    trace = profile_layers(model, images, labels, repeats=3)
-    assert [r.name for r in trace] == ["conv1", "pool1", "flatten", "ip2"]
-    assert all(r.forward_us > 0 and r.backward_us > 0 for r in trace)
-    assert trace[0].gradient_bytes == (5 * 5 * 1 * 20 + 20) * 4
-    assert trace[3].gradient_bytes == (4 * 4 * 20 * 10 + 10) * 4
-    assert trace[1].gradient_bytes == 0 and all(r.comm_us == 0 for r in trace)
+    spec = get_net("lenet", input_shape=(8, 8, 1))
+    net = build_net(spec, seed=1)
+    images = tf.constant(np.random.default_rng(0).random((16, 8, 8, 1), dtype=np.float32))
+    labels = tf.constant(np.arange(16) % 10, tf.int32)
+    one_rank = Rank(rank=0, size=1, local_rank=0, local_size=1, device="/cpu:0", pinned_cpus=[], hvd=None)
+    trace = profile_net(net, images, labels, one_rank, data_wait_s=0.002, repeats=3)
+    assert [r.name for r in trace] == ["data", *(layer.name for layer in spec.layers)]
+    assert trace[0].forward_us == pytest.approx(2000.0) and trace[0].backward_us == 0
+    assert all(r.forward_us > 0 and r.backward_us > 0 for r in trace[1:])
+    conv1 = spec.layers[0]
+    assert trace[1].gradient_bytes == (conv1.kernel * conv1.kernel * 1 * conv1.out + conv1.out) * 4
+    pools = [r for r, layer in zip(trace[1:], spec.layers) if type(layer).__name__ == "Pool"]
+    assert pools and all(r.gradient_bytes == 0 for r in pools) and all(r.comm_us == 0 for r in trace)
     again = read_trace(write_trace(tmp_path / "lenet.csv", trace))
-    assert replay_trace(again).iteration == pytest.approx(sum(r.forward_us + r.backward_us for r in trace),
-                                                          rel=1e-4)
+    compute = sum(r.forward_us + r.backward_us for r in trace if r.name != "data")
+    assert replay_trace(again).iteration == pytest.approx(max(compute, 2000.0), rel=1e-4)
+
+
+def test_median_seconds_takes_the_middle_call_after_a_warm_up():
+    calls = iter([0.05, 0.03, 0.001, 0.02])   # the warm-up call, the slowest, is not counted
+    import time
+
+    def fn():
+        time.sleep(next(calls))
+
+    assert 0.015 < median_seconds(fn, 3) < 0.03
+    with pytest.raises(Exception, match="repeats must be at least 1"):
+        median_seconds(fn, 0)

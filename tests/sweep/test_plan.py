@@ -135,3 +135,21 @@ def test_relative_paths_are_read_from_the_project_folder_and_stay_so_in_the_work
         train_command(original, "fashion-lenet", original.point("fashion-lenet", "baseline"))
     with pytest.raises(FirescaleError, match="no experiments file: workflow/config.yaml is not in"):
         load_plan("local")
+
+
+def test_a_manifest_of_another_format_is_refused_by_the_plan_and_the_prediction(tmp_path, monkeypatch):
+    # One reader for every manifest: the plan (sizes, budgets) and the prediction (the net's input) refuse a
+    # manifest.json that is not firescale's, naming the file, instead of reading whatever keys it has.
+    from firescale.predict.experiment import predict_experiment
+
+    monkeypatch.chdir(tmp_path)   # the local site's datasets folder is relative: an empty one here
+    p = SweepPlan.build({**CONFIG, "site": "local"}, experiments=["fashion-lenet"], base=REPO)
+    folder = p.dataset_dir("fashion-lenet")
+    folder.mkdir(parents=True)
+    manifest = folder / "manifest.json"
+    manifest.write_text('{"format": "someone-elses", "version": 1, "splits": {"train": {"records": 5}}}')
+    expected = f"{manifest} is not a firescale-dataset manifest of version 1"
+    with pytest.raises(FirescaleError, match=expected):
+        p.train_images("fashion-lenet")
+    with pytest.raises(FirescaleError, match=expected):
+        predict_experiment(p, "fashion-lenet")

@@ -57,6 +57,12 @@ def load_manifest(directory: str | Path) -> dict:
     return manifest
 
 
+def manifest_if_ingested(directory: str | Path) -> dict | None:
+    """The manifest of a dataset folder, or None when it has none yet (before ingest, or an archival
+    dataset known only by its size); a manifest that is there is read and checked as load_manifest does."""
+    return load_manifest(directory) if (Path(directory) / MANIFEST).is_file() else None
+
+
 @dataclass
 class VerifyResult:
     """What verify checked."""

@@ -1,13 +1,13 @@
-"""Layer-wise traces in the DAG paper's format (Table VI): read, write, replay, and profile a model."""
+"""Layer-wise traces in the DAG paper's format (Table VI): read, write and replay (train/profile.py measures them)."""
 from __future__ import annotations
 
 import csv
 import io
 import json
-import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from firescale.atomic import atomic_write_text
 from firescale.errors import FirescaleError
@@ -107,65 +107,6 @@ def replay_trace(trace: Sequence[LayerTrace], *, overlap: bool = True, io_us: fl
     return wait_free_schedule([r.forward_us for r in layers], [r.backward_us for r in layers],
                               [r.comm_us for r in layers], update=update_us, io=io_us + data_io,
                               overlap=overlap)
-
-
-def profile_layers(model: Any, batch_images: Any, batch_labels: Any, repeats: int = 5) -> list[LayerTrace]:
-    """Time each layer of a chain-structured Keras model, forward and backward, on this machine.
-
-    Each top-level layer is run on the previous layer's output; its backward time is the time to
-    compute the gradients with respect to its input and its weights (tf.GradientTape) given an
-    upstream gradient of ones; the last layer's backward includes the softmax cross-entropy loss.
-    The median of `repeats` runs (after one warm-up) is reported; comm_us is 0 (one rank).
-    """
-    import tensorflow as tf
-
-    if repeats < 1:
-        raise FirescaleError(f"repeats must be at least 1, not {repeats}")
-    layers = [l for l in model.layers if not isinstance(l, tf.keras.layers.InputLayer)]
-    labels = tf.convert_to_tensor(batch_labels)
-    x = tf.convert_to_tensor(batch_images)
-    trace: list[LayerTrace] = []
-
-    def median_us(fn: Any) -> float:
-        fn()  # warm-up (and tracing)
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - start)
-        samples.sort()
-        return samples[len(samples) // 2] * 1e6
-
-    for i, layer in enumerate(layers):
-        last = i == len(layers) - 1
-        inp = x
-        fwd = tf.function(lambda t, layer=layer: layer(t, training=True))
-        out = fwd(inp)
-        if isinstance(out, (list, tuple)):
-            raise FirescaleError(f"profile_layers: layer {layer.name!r} returns several tensors; "
-                                 f"only chain-structured models can be profiled layer by layer")
-
-        def backward(layer: Any = layer, inp: Any = inp, last: bool = last) -> Any:
-            with tf.GradientTape() as tape:
-                tape.watch(inp)
-                y = layer(inp, training=True)
-                if last:
-                    y = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-                        labels, y, from_logits=not _ends_in_softmax(layer)))
-            return tape.gradient(y, [inp] + list(layer.trainable_variables))
-
-        bwd = tf.function(backward)
-        forward_us = median_us(lambda: fwd(inp).numpy())
-        backward_us = median_us(lambda: [g.numpy() for g in bwd() if g is not None])
-        grad_bytes = int(sum(v.shape.num_elements() * v.dtype.size for v in layer.trainable_variables))
-        trace.append(LayerTrace(i, layer.name, forward_us, backward_us, 0.0, grad_bytes))
-        x = out
-    return trace
-
-
-def _ends_in_softmax(layer: Any) -> bool:
-    activation = getattr(layer, "activation", None)
-    return getattr(activation, "__name__", "") == "softmax" or type(layer).__name__ == "Softmax"
 
 
 def trace_totals(trace: Sequence[LayerTrace]) -> dict[str, float]:

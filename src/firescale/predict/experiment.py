@@ -7,13 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from firescale.errors import FirescaleError
-from firescale.nets.spec import NetSpec
-from firescale.nets.zoo import get_net
-from firescale.sweep.budget import KNOWN_TRAIN_IMAGES
-from firescale.predict.calibrate import Calibration
 from firescale.model.layers import net_cost
 from firescale.model.paleo import Platform, compute_times, platform_from_site
+from firescale.nets.spec import NetSpec
+from firescale.predict.calibrate import Calibration
+from firescale.predict.memory_fit import experiment_fits
 from firescale.predict.phases import predict_phases
+from firescale.predict.trained_net import trained_net
+from firescale.sweep.budget import KNOWN_TRAIN_IMAGES
+from firescale.sweep.plan import SweepPlan
 
 PREDICTION_FORMAT = "firescale.predict.experiment/1"
 # ILSVRC-2012's training set, for a dataset called ilsvrc12 when neither its manifest nor --dataset-size
@@ -44,53 +46,26 @@ class ExperimentModel:
                 "solver_epochs": self.solver_epochs}
 
 
-def _manifest(plan: Any, experiment: str) -> tuple[dict[str, Any] | None, Path]:
-    """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""
-    from firescale.atomic import load_json
-
-    path = plan.dataset_dir(experiment) / "manifest.json"
-    return (load_json(path, "dataset manifest") if path.is_file() else None), path
-
-
-def experiment_net(plan: Any, experiment: str) -> tuple[NetSpec, int | None]:
-    """The experiment's net as it trains (input shape from the dataset's manifest and the crop, the
-    manifest's classes) and the training records the manifest counts (None without a manifest)."""
-    exp = plan.config["experiments"][experiment]
-    manifest, path = _manifest(plan, experiment)
-    crop = (exp["dataset"].get("transform") or {}).get("crop")
-    if manifest is None:
-        spec = get_net(exp["net"])
-        return (get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2])) if crop else spec), None
-    try:
-        records = int(manifest["splits"]["train"]["records"])
-        stored = tuple(int(v) for v in manifest["shape"])
-        classes = int(manifest["num_classes"])
-    except (KeyError, TypeError, ValueError):
-        raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
-    shape = (int(crop), int(crop), stored[2]) if crop else stored
-    return get_net(exp["net"], num_classes=classes, input_shape=shape), records
-
-
-def _net_and_size(plan: Any, experiment: str, dataset_size: int | None) -> tuple[NetSpec, int, str, int]:
+def _net_and_size(plan: SweepPlan, experiment: str, dataset_size: int | None) -> tuple[NetSpec, int, str, int]:
     """The net (input shape from the manifest and crop), the training-set size and its source, the test size."""
     dataset = plan.experiment(experiment)["dataset"]
-    spec, records = experiment_net(plan, experiment)
-    manifest, path = _manifest(plan, experiment)
-    if records is not None:
-        if dataset_size is not None and dataset_size != records:
+    net = trained_net(plan, experiment)
+    path = net.manifest
+    if net.train_records is not None:
+        if dataset_size is not None and dataset_size != net.train_records:
             raise FirescaleError(f"--dataset-size {dataset_size} disagrees with {path}, whose train split has "
-                                 f"{records} records; drop the option or re-ingest")
-        test_size = int(manifest["splits"].get("test", {}).get("records", 0))
-        return spec, records, str(path), test_size
+                                 f"{net.train_records} records; drop the option or re-ingest")
+        return net.spec, net.train_records, str(path), net.test_records
     if dataset_size is not None:
-        return spec, dataset_size, "--dataset-size", 0
+        return net.spec, dataset_size, "--dataset-size", 0
     if dataset["name"] in KNOWN_TRAIN_IMAGES:
-        return spec, KNOWN_TRAIN_IMAGES[dataset["name"]], f"the {dataset['name']} training set (no manifest at {path})", 0
+        source = f"the {dataset['name']} training set (no manifest at {path})"
+        return net.spec, KNOWN_TRAIN_IMAGES[dataset["name"]], source, 0
     raise FirescaleError(f"experiment {experiment}: dataset {dataset['name']!r} has no manifest at {path}; "
                          "ingest it first or give --dataset-size")
 
 
-def experiment_model(plan: Any, experiment: str, dataset_size: int | None = None,
+def experiment_model(plan: SweepPlan, experiment: str, dataset_size: int | None = None,
                      epochs: tuple[float, str] | None = None) -> ExperimentModel:
     """The net, the training-set size and the baseline's epochs to model (the given ones, the
     experiment's, or the solver's max_iter at the baseline batch), with where each came from."""
@@ -141,7 +116,7 @@ def experiment_platform(site: Any, calibration: Calibration | None = None) -> Pl
     return calibration.apply(platform)
 
 
-def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration | None = None,
+def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibration | None = None,
                        dataset_size: int | None = None, platform: Platform | None = None,
                        epochs: tuple[float, str] | None = None) -> dict[str, Any]:
     """Every sweep point of `experiment` predicted on the plan's site, keyed by point name.
@@ -181,8 +156,6 @@ def predict_experiment(plan: Any, experiment: str, *, calibration: Calibration |
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
                        "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
                        "allreduce_model": pred.comm_algorithm}
-    from firescale.predict.memory_fit import experiment_fits
-
     fits = experiment_fits(plan, experiment, points)
     for fit in fits:
         out[fit.point]["memory"] = fit.to_dict()

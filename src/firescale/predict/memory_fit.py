@@ -1,16 +1,20 @@
 """Does each sweep point fit its devices' memory?  How far over, and which layer split (or batch) would fit."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from firescale.caffe.solver import load_solver
 from firescale.errors import FirescaleError
+from firescale.model.memory import NetMemory, net_memory
+from firescale.model.split import LayerSplit, check_plan_memory, largest_batch_that_fits, plan_peaks, propose_split
 from firescale.nets.device_plan import DevicePlan, arch_devices, check_devices, read_layer_plan
 from firescale.nets.spec import NetSpec
-from firescale.model.memory import NetMemory, net_memory
+from firescale.predict.trained_net import trained_net
 from firescale.sweep.paths import resolve
-from firescale.model.split import LayerSplit, check_plan_memory, largest_batch_that_fits, plan_peaks, propose_split
+from firescale.sweep.plan import SweepPlan
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,6 @@ def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], si
     largest phase); a layer plan (the point's own `layer_plan` file, else Oh and Lee's `dist` blocks in
     the solver file, relative paths read from `base`) is checked against the net, the node's devices and
     their memory."""
-    from firescale.caffe.solver import load_solver
-
     solver = load_solver(solver_path)
     solver_plan = read_layer_plan(solver_path)
     out = []
@@ -103,15 +105,12 @@ def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], si
     return out
 
 
-def experiment_fits(plan: Any, experiment: str, points: Sequence[Any]) -> list[MemoryFit]:
+def experiment_fits(plan: SweepPlan, experiment: str, points: Sequence[Any]) -> list[MemoryFit]:
     """fit_points for an experiment of the plan: its net as it trains on the site's copy of the dataset."""
     spec, solver = experiment_solver(plan, experiment)
     return fit_points(spec, solver, points, plan.site, plan.base)
 
 
-def experiment_solver(plan: Any, experiment: str) -> tuple[NetSpec, Path]:
+def experiment_solver(plan: SweepPlan, experiment: str) -> tuple[NetSpec, Path]:
     """The experiment's net as it trains on the plan's site's copy of the dataset, and its solver file."""
-    from firescale.predict.experiment import experiment_net
-
-    spec, _ = experiment_net(plan, experiment)
-    return spec, plan.resolve(plan.experiment(experiment)["solver"])
+    return trained_net(plan, experiment).spec, plan.resolve(plan.experiment(experiment)["solver"])

@@ -2,19 +2,28 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from firescale.errors import FirescaleError
-from firescale.cluster.site import SiteProfile, load_site
 from firescale.caffe.solver import SolverConfig, load_solver
-from firescale.yamlfile import load_yaml
+from firescale.cluster.site import SiteProfile, load_site
+from firescale.data.manifest import MANIFEST, manifest_if_ingested
+from firescale.errors import FirescaleError
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
 from firescale.sweep.paths import config_file, project_dir, resolve
-from firescale.sweep.points import (CLUSTER_REPEATS, LOCAL_REPEATS, SweepPoint, limit_errors, plan_sweep, solver_base_lr,
-                     sweep_walltime)
+from firescale.sweep.points import (
+    CLUSTER_REPEATS,
+    LOCAL_REPEATS,
+    SweepPoint,
+    limit_errors,
+    plan_sweep,
+    solver_base_lr,
+    sweep_walltime,
+)
+from firescale.yamlfile import load_yaml
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,7 @@ class SweepPlan:
     @classmethod
     def build(cls, config: dict[str, Any], site: SiteProfile | None = None, *, experiments: list[str] | None = None,
               source: str | Path = "workflow/config.yaml", check_limits: bool = True,
-              files: Sequence[str] = (), base: str | Path | None = None) -> "SweepPlan":
+              files: Sequence[str] = (), base: str | Path | None = None) -> SweepPlan:
         """Plan `experiments` (default: every experiment that lists the site) on `site` (default: the
         config's `site`).  With `check_limits`, a point over the site's limits stops here.  `files`
         (Snakemake's config files) are read again, strictly, so that a key given twice there is refused
@@ -113,10 +122,8 @@ class SweepPlan:
 
     def dataset_manifest(self, experiment: str) -> tuple[dict[str, Any] | None, Path]:
         """The ingested dataset's manifest (None before ingest, or for a dataset without one) and its path."""
-        from firescale.atomic import load_json
-
-        path = self.dataset_dir(experiment) / "manifest.json"
-        return (load_json(path, "dataset manifest") if path.is_file() else None), path
+        folder = self.dataset_dir(experiment)
+        return manifest_if_ingested(folder), folder / MANIFEST
 
     def train_images(self, experiment: str) -> tuple[int | None, str]:
         """The training-set size and where it comes from (the manifest, or a known dataset's size)."""

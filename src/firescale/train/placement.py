@@ -1,15 +1,16 @@
 """One replica's layers on several devices: the devices, the copy layer at each boundary, its measured cost."""
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from firescale.errors import FirescaleError
-from firescale.nets.device_plan import LayerAssign, DevicePlan, arch_devices, check_devices
+from firescale.nets.device_plan import DevicePlan, LayerAssign, arch_devices, check_devices
 from firescale.nets.spec import NetSpec, infer_shapes
+from firescale.train.timing import median_seconds
 
 
 @dataclass(frozen=True)
@@ -97,13 +98,7 @@ def _median_round_trip(x: tf.Tensor, move: Any, repeats: int) -> float:
             y = move(t)
         return tape.gradient(y, t, output_gradients=y)
 
-    round_trip(x).numpy()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        round_trip(x).numpy()
-        samples.append(time.perf_counter() - start)
-    return sorted(samples)[len(samples) // 2]
+    return median_seconds(lambda: round_trip(x).numpy(), repeats)
 
 
 def measure_copies(placement: LayerPlacement, repeats: int = 31) -> LayerPlacement:

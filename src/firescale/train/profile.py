@@ -1,27 +1,19 @@
 """Layer-wise timing of a CaffeNet on the running ranks, as the DAG paper's trace (Table VI)."""
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
-from firescale.nets.spec import Softmax
 from firescale.model.traces import LayerTrace
+from firescale.nets.spec import Softmax
 from firescale.train.nets import CaffeNet
+from firescale.train.timing import median_seconds
 
 
 def _median_us(fn: Callable[[], Any], repeats: int, barrier: Callable[[], None] | None = None) -> float:
-    fn()  # warm-up and tracing
-    samples = []
-    for _ in range(repeats):
-        if barrier is not None:
-            barrier()
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    samples.sort()
-    return samples[len(samples) // 2] * 1e6
+    return median_seconds(fn, repeats, barrier) * 1e6
 
 
 def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Any, *, data_wait_s: float,
@@ -56,12 +48,12 @@ def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Any, 
 
         fwd, bwd = tf.function(forward), tf.function(backward)
         inp = x
-        forward_us = _median_us(lambda: fwd(inp).numpy(), repeats)
-        backward_us = _median_us(lambda: [g.numpy() for g in bwd(inp)], repeats)
+        forward_us = _median_us(lambda fwd=fwd, inp=inp: fwd(inp).numpy(), repeats)
+        backward_us = _median_us(lambda bwd=bwd, inp=inp: [g.numpy() for g in bwd(inp)], repeats)
         grads = [tf.zeros_like(p) for p in params]
         comm_us = 0.0
         if params and rank.size > 1:
-            comm_us = _median_us(lambda: [g.numpy() for g in rank.sum(grads)], repeats, rank.barrier)
+            comm_us = _median_us(lambda grads=grads: [g.numpy() for g in rank.sum(grads)], repeats, rank.barrier)
         grad_bytes = sum(int(p.shape.num_elements()) * 4 for p in params)
         trace.append(LayerTrace(index, layer.name, forward_us, backward_us, comm_us, grad_bytes))
         if not is_loss:

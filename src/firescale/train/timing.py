@@ -2,9 +2,28 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from firescale.errors import FirescaleError
 from firescale.results import EvalPoint, IterationSplit
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, barrier: Callable[[], None] | None = None) -> float:
+    """The median wall time of `repeats` calls of `fn`, after one call that warms up (and traces) it; with
+    `barrier`, every rank starts each call together."""
+    if repeats < 1:
+        raise FirescaleError(f"repeats must be at least 1, not {repeats}")
+    fn()
+    samples = []
+    for _ in range(repeats):
+        if barrier is not None:
+            barrier()
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    samples.sort()
+    return samples[len(samples) // 2]
 
 
 SPLIT_EVERY = 50   # by default every 50th iteration (and a segment's first) is timed in parts
