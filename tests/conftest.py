@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from mpitools import mpirun_argv
 
 REPO = Path(__file__).resolve().parents[1]

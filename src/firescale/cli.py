@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from firescale import __version__
 from firescale.errors import FirescaleError

@@ -1,7 +1,6 @@
 """Training result records (result.json): dataclasses, atomic writing, reading with clear errors."""
 from __future__ import annotations
 
-import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any

@@ -7,8 +7,9 @@ would let `"proj\\n"` through to a job script.  Here every pattern must match th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 from jsonschema import Draft202012Validator

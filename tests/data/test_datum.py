@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from firescale.caffe.datum import (Datum, DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum,
-                                  encode_datum, image_to_datum, parse_blobproto_mean)
+from firescale.caffe.datum import (
+    Datum,
+    DatumError,
+    RawDatumCodec,
+    datum_key,
+    datum_to_image,
+    decode_datum,
+    encode_datum,
+    image_to_datum,
+    parse_blobproto_mean,
+)
 
 
 def test_raw_grey_datum_matches_hand_built_bytes():

@@ -181,8 +181,8 @@ def test_small_hdf5_records_gather_exactly_and_a_file_cut_before_the_first_read_
 
 @pytest.mark.parametrize("shape", [(5, 3, 1), (48, 40, 3)])
 def test_hdf5_c_gather_equals_numpy_copies_with_duplicates_and_a_reused_batch(tmp_path, monkeypatch, shape):
-    from firescale.data import hdf5_io
     from firescale.caffe.pixels import PIXELS_KERNEL
+    from firescale.data import hdf5_io
 
     if PIXELS_KERNEL != "c":
         pytest.skip("the gather is the compiled kernel's")

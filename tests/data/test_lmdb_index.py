@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from firescale.caffe.datum import encode_datum, image_to_datum
-from firescale.data.lmdb_io import LmdbReader, LmdbWriter
 from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel
+from firescale.data.lmdb_io import LmdbReader, LmdbWriter
 from firescale.errors import FirescaleError
 
 needs_c = pytest.mark.skipif(PIXELS_KERNEL != "c", reason="the value index reads through the compiled kernel")

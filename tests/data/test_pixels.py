@@ -13,8 +13,7 @@ import pytest
 
 from firescale.caffe import pixels
 from firescale.caffe.datum import PIXELS_KERNEL, RawDatumCodec, encode_datum, image_to_datum
-from firescale.caffe.pixels import (numpy_planar_to_hwc, numpy_planes_to_hwc, planar_to_hwc, planes_to_hwc,
-                                   record_to_hwc)
+from firescale.caffe.pixels import numpy_planar_to_hwc, numpy_planes_to_hwc, planar_to_hwc, planes_to_hwc, record_to_hwc
 
 
 def test_the_extension_is_built_and_in_use():
@@ -173,7 +172,7 @@ def test_the_gil_is_free_while_a_large_interleave_runs():
             window: list[float] = []
             ticks: list[float] = []
 
-            def work() -> None:
+            def work(window: list[float] = window) -> None:
                 t0 = time.perf_counter()
                 for _ in range(5):
                     _pixels.interleave(planar, out, 7, 1_500_000, 1)

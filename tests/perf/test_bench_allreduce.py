@@ -67,8 +67,8 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
 def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_buffer(run_ranks, tmp_path, repo):
     """--gradients-of reduces the net's |W| as the trainer does: Horovod's grouped allreduce of one tensor per
     weight and bias blob (and the loss pair), every sum checked; MPI the same bytes as one buffer."""
-    from firescale.nets.zoo import get_net
     from firescale.model.layers import net_cost
+    from firescale.nets.zoo import get_net
 
     out = tmp_path / "grads.json"
     proc = run_ranks(2, ["bench", "allreduce", "--gradients-of", "lenet", "--input", "28,28,1", "--classes", "10",
@@ -86,8 +86,8 @@ def test_a_nets_gradient_tensors_are_the_trainers_parameters():
     """The element counts the probe groups are those of the parameters the trainer sums, blob for blob."""
     import numpy as np
 
-    from firescale.nets.zoo import get_net
     from firescale.model.layers import net_cost
+    from firescale.nets.zoo import get_net
     from firescale.train.nets import build_net
 
     for spec in (get_net("lenet", num_classes=10, input_shape=(28, 28, 1)), get_net("nin")):

@@ -5,11 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from firescale.nets.spec import Conv
-
-from firescale.nets.zoo import get_net
-from firescale.model.layers import net_cost
 from firescale.model.firecaffe_table1 import compare_table1
+from firescale.model.layers import net_cost
+from firescale.nets.spec import Conv
+from firescale.nets.zoo import get_net
 
 
 def _table1(net):

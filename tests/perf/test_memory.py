@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from firescale.nets.zoo import get_net
-from firescale.model.memory import HISTORY_BLOBS, UPDATE_BUFFERS, device_peaks, net_memory
 from firescale.bench.memory import compare, comparison_markdown, measured_from_dict
 from firescale.caffe.solver import SOLVER_TYPES, SolverConfig
+from firescale.model.memory import HISTORY_BLOBS, UPDATE_BUFFERS, device_peaks, net_memory
+from firescale.nets.zoo import get_net
 
 
 def _measure(spec, batch, **solver):

@@ -10,12 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from firescale.caffe.solver import load_solver
 from firescale.errors import FirescaleError
-from firescale.nets.device_plan import arch_devices, check_devices, plan_from_mapping, plan_from_prototxt, read_layer_plan
-from firescale.nets.zoo import get_net
 from firescale.model.memory import net_memory
 from firescale.model.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
-from firescale.caffe.solver import load_solver
+from firescale.nets.device_plan import (
+    arch_devices,
+    check_devices,
+    plan_from_mapping,
+    plan_from_prototxt,
+    read_layer_plan,
+)
+from firescale.nets.zoo import get_net
 
 REPO = Path(__file__).resolve().parents[2]
 NIN_SOLVER = (REPO / "workflow" / "solvers" / "nin-imagenet.prototxt").read_text()
@@ -60,7 +66,8 @@ def test_vgg19_at_batch_64_on_a_k20x_is_flagged_with_a_split_that_fits(tmp_path)
     proc = _firescale("site", "lint", "titan", "--config", str(config))
     assert proc.returncode == 1, proc.stdout
     line = next(l for l in proc.stdout.splitlines() if "needs" in l and "GB over" in l)
-    assert "point baseline needs 8.81 GB on one NVIDIA Tesla K20X (64 images per GPU, SGD), 2.81 GB over its 6 GB" in line
+    assert ("point baseline needs 8.81 GB on one NVIDIA Tesla K20X (64 images per GPU, SGD), "
+            "2.81 GB over its 6 GB") in line
     assert "a split over 2 devices fits: conv1_1..pool2 on device 0" in line
     assert 'layer_assign { name: "conv3_1" device: 1 }' in line
     assert "site titan has 1 GPU(s) per node" in line and "38 images per GPU would fit one device" in line
@@ -84,7 +91,8 @@ def test_a_dist_plan_in_the_solver_file_is_used_and_checked(tmp_path):
     assert load_solver(tmp_path / "vgg19.prototxt").base_lr == 0.01  # the solver's reader passes dist over
     proc = _firescale("site", "lint", "ib-cluster", "--config", str(config))
     assert proc.returncode == 0, proc.stdout  # 160 per GPU is over 16 GB on one V100, under it split in two
-    unsplit = _firescale("site", "lint", "ib-cluster", "--config", str(_config(tmp_path, NIN_SOLVER, "ib-cluster", [1], [160])))
+    config = _config(tmp_path, NIN_SOLVER, "ib-cluster", [1], [160])
+    unsplit = _firescale("site", "lint", "ib-cluster", "--config", str(config))
     assert unsplit.returncode == 1 and "GB over its 16 GB" in unsplit.stdout, unsplit.stdout
 
     titan = _config(tmp_path, NIN_SOLVER + VGG_DIST, "titan", [1], [64])

@@ -19,11 +19,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
 from site_helpers import site_copy  # noqa: E402
 
+from firescale.model.layers import net_cost
+from firescale.model.paleo import platform_from_site, predict_point
 from firescale.nets.zoo import get_net
 from firescale.predict.calibrate import allreduce_measurement, calibrate
 from firescale.predict.experiment import experiment_platform, predict_experiment
-from firescale.model.layers import net_cost
-from firescale.model.paleo import platform_from_site, predict_point
 from firescale.sweep.plan import load_plan
 
 FASHION_TRAIN = 60_000

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from firescale.errors import FirescaleError
+from firescale.model.comm import Link
+from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_point
 from firescale.nets.zoo import get_net
 from firescale.predict.calibrate import calibrate, fit_compute_and_overhead, load_calibration
-from firescale.model.comm import Link
 from firescale.predict.measurements import read_measured_iteration, short_run_command
-from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_point
 from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult
 
 DIGITS_LENET = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
@@ -128,12 +128,15 @@ def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
 @pytest.mark.slow
 def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8."""
-    env_run = lambda *a: subprocess.run([sys.executable, "-m", "firescale", *map(str, a)], capture_output=True,
-                                        text=True, cwd=repo, timeout=600)
+    def env_run(*a):
+        return subprocess.run([sys.executable, "-m", "firescale", *map(str, a)], capture_output=True, text=True,
+                              cwd=repo, timeout=600)
+
     proc = env_run("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
     proc = env_run("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet", "--solver",
-                   repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64", "--out", tmp_path / "base",
+                   repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
+                   "--out", tmp_path / "base",
                    "--set", "max_iter=100", "--set", "test_interval=0", "--set", "snapshot=0")
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "calibration.json"
@@ -193,7 +196,8 @@ def test_an_unphysical_fit_keeps_the_device_at_its_peak_and_the_rest_as_overhead
 def test_the_allreduce_probe_is_refused_where_it_would_run_on_a_login_node(repo, tmp_path):
     base = [sys.executable, "-m", "firescale", "predict", "calibrate", "--net", "lenet", "--batch", "64",
             "--iteration-s", "0.5", "--out", str(tmp_path / "c.json")]
-    proc = subprocess.run(base + ["--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True, cwd=repo)
+    proc = subprocess.run([*base, "--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True,
+                          cwd=repo)
     assert proc.returncode == 1 and "scheduler 'torque'" in proc.stderr and "--allreduce-json" in proc.stderr
     proc = subprocess.run(base + ["--site", "local", "--allreduce-probe", "2", "--allreduce-json", "x.json"],
                           capture_output=True, text=True, cwd=repo)

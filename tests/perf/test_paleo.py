@@ -4,16 +4,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.nets.zoo import get_net
-from firescale.predict.calibrate import calibrate, load_calibration, save_calibration
 from firescale.model.comm import Link
-from firescale.model.paleo import (PALEO_TABLE2_NIN_STEP_S, PALEO_TABLE3, Device, Platform, firecaffe_case, firecaffe_platform,
-                                  predict_point, predict_sweep)
+from firescale.model.paleo import (
+    PALEO_TABLE2_NIN_STEP_S,
+    PALEO_TABLE3,
+    Device,
+    Platform,
+    firecaffe_case,
+    firecaffe_platform,
+    predict_point,
+    predict_sweep,
+)
+from firescale.predict.calibrate import calibrate, load_calibration, save_calibration
 
 
 def test_paleo_table3_within_3_percent():

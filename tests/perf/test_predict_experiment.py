@@ -23,7 +23,8 @@ def _firescale(repo, *args):
 def digits_config(repo, tmp_path_factory):
     """workflow/config.yaml with the tests' digits-lenet experiment (tests/workflow/digits-lenet.yaml) added."""
     config = yaml.safe_load((repo / "workflow" / "config.yaml").read_text())
-    config["experiments"].update(yaml.safe_load((repo / "tests" / "workflow" / "digits-lenet.yaml").read_text())["experiments"])
+    extra = yaml.safe_load((repo / "tests" / "workflow" / "digits-lenet.yaml").read_text())
+    config["experiments"].update(extra["experiments"])
     for exp in config["experiments"].values():  # the copy lies outside the project: its solvers by full path
         exp["solver"] = str(repo / exp["solver"])
     path = tmp_path_factory.mktemp("config") / "config.yaml"
@@ -50,7 +51,8 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet"}, {"fitted": False}, overhead_s=0.002,
                                       eval_s=0.05))
     out, md = tmp_path / "predict.json", tmp_path / "predict.md"
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet", "--config", digits_config,
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+                      "--config", digits_config,
                       "--calibration", cal, "--json", out, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
@@ -86,14 +88,16 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
 def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site, digits_config):
     cal = tmp_path / "calibration.json"
     save_calibration(cal, Calibration("titan", 0.21, 0.56, {}, {}))
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet", "--config", digits_config,
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+                      "--config", digits_config,
                       "--calibration", cal, "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "calibration is for site 'titan'" in proc.stderr
     assert not (tmp_path / "p.json").exists()
     proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "nin-imagenet",
                       "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "does not run on site 'local'" in proc.stderr
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet", "--config", digits_config,
+    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+                      "--config", digits_config,
                       "--dataset-size", "1000", "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "disagrees" in proc.stderr
 
@@ -134,11 +138,11 @@ def test_epochs_to_target_come_from_the_baselines_own_evaluations(tmp_path):
 
 
 def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_modelled(repo, tmp_path, local_site):
-    from firescale.nets.zoo import get_net
-    from firescale.predict.experiment import ExperimentModel, evaluation_s
+    from firescale.cluster.site import load_site
     from firescale.model.layers import net_cost
     from firescale.model.paleo import compute_times, platform_from_site
-    from firescale.cluster.site import load_site
+    from firescale.nets.zoo import get_net
+    from firescale.predict.experiment import ExperimentModel, evaluation_s
 
     platform = platform_from_site(load_site(local_site))
     model = ExperimentModel(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1438, "test", 4.0, "test",
@@ -169,10 +173,10 @@ def test_a_site_left_to_its_library_predicts_what_the_library_picks(tmp_path, lo
     """allreduce: default on an Open MPI site: each point is modelled with the algorithm Open MPI's fixed
     rules pick for that point's gradient and rank count, and the prediction records which."""
     from firescale.cluster.collectives import openmpi_default_allreduce
-    from firescale.nets.zoo import get_net
+    from firescale.cluster.site import load_site
     from firescale.model.layers import net_cost
     from firescale.model.paleo import platform_from_site, predict_point
-    from firescale.cluster.site import load_site
+    from firescale.nets.zoo import get_net
 
     site = yaml.safe_load(local_site.read_text())
     site["allreduce"] = {"algorithm": "default"}

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from report_records import RUNS, raw_record
 
-from firescale.report.formatting import ReportContext
 from firescale.report.collect import collect_runs
+from firescale.report.formatting import ReportContext
 from firescale.sweep.records import RunRecord, run_record_from_dict
 
 

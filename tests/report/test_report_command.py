@@ -10,9 +10,9 @@ from PIL import Image
 from report_records import DATA, RUNS, raw_record
 
 from firescale.cli import main
+from firescale.cluster.site import load_site
 from firescale.report.build import OUTPUTS
 from firescale.report.provenance import git_state
-from firescale.cluster.site import load_site
 
 
 def _report(out, results=RUNS, *extra):
@@ -71,7 +71,8 @@ def test_failed_baseline_still_renders(tmp_path):
     out = tmp_path / "out"
     assert _report(out, results) == 0
     md = (out / "report.md").read_text()
-    assert "**The baseline failed: job FAILED with exit code 137. Speedup, scaling efficiency and parity cannot be computed.**" in md
+    assert ("**The baseline failed: job FAILED with exit code 137. Speedup, scaling efficiency and parity "
+            "cannot be computed.**") in md
     assert "| baseline | 1 × " in md and "cannot judge: no baseline" in md
     assert json.loads((out / "report.json").read_text())["speedup_computed"] is False
     with Image.open(out / "speedup.png") as image:

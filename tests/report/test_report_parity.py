@@ -5,7 +5,6 @@ import copy
 import math
 
 import pytest
-
 from report_records import raw_record
 
 from firescale.report.parity import check_parity

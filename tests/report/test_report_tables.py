@@ -13,8 +13,8 @@ Row g2-b256: 100/70 = 1.4286x, efficiency 0.7143, Δ -5.0 pts: BELOW BASELINE by
 from __future__ import annotations
 
 import csv
-import json
 import io
+import json
 import math
 import re
 
@@ -24,11 +24,10 @@ from report_records import DATA, RUNS, raw_record
 from firescale.errors import FirescaleError
 from firescale.report import formatting as cells
 from firescale.report.collect import collect_runs
-from firescale.sweep.records import run_record_from_dict
 from firescale.report.html import to_html
 from firescale.report.summary import load_predictions, run_metrics, summarize
 from firescale.report.tables import tex_escape, to_csv, to_json, to_latex, to_markdown
-
+from firescale.sweep.records import run_record_from_dict
 
 TOL = 0.02
 

@@ -7,12 +7,19 @@ import subprocess
 import sys
 
 import pytest
-from mpitools import mpirun_argv
-
-from firescale.cluster.collectives import (SITE_ALGORITHMS, OMPI_ENUMS, TREE_SHAPES, AllreduceChoice, decode_allreduce,
-                                   openmpi_default_allreduce, site_allreduce)
-from firescale.cluster.site import load_site
 from site_helpers import site_copy
+
+from firescale.cluster.collectives import (
+    OMPI_ENUMS,
+    SITE_ALGORITHMS,
+    TREE_SHAPES,
+    AllreduceChoice,
+    decode_allreduce,
+    openmpi_default_allreduce,
+    site_allreduce,
+)
+from firescale.cluster.site import load_site
+from mpitools import mpirun_argv
 
 # What each site choice means, per collective, in ompi_info's words (written out here, not taken from the module).
 INTENDED = {

@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from site_helpers import site_copy
 
-from firescale.errors import FirescaleError
 from firescale.cluster.launchers import LAUNCHERS
-from firescale.jobs.render import environment, quote_expanding, render_job_script
-from firescale.jobs.spec import JobSpec
-from firescale.jobs.schedulers import SCHEDULERS
 from firescale.cluster.site import load_site
-from site_helpers import REPO, site_copy
+from firescale.errors import FirescaleError
+from firescale.jobs.render import environment, quote_expanding, render_job_script
+from firescale.jobs.schedulers import SCHEDULERS
+from firescale.jobs.spec import JobSpec
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("FIRESCALE_UPDATE_GOLDEN") == "1"
@@ -66,7 +66,7 @@ def test_rendering_is_deterministic_and_bash_parses_every_combination(tmp_path):
         for launcher in LAUNCHERS:
             if launcher == "srun" and scheduler != "slurm":
                 continue
-            path = site_copy(tmp_path, "ib-cluster", lambda d: d.update(
+            path = site_copy(tmp_path, "ib-cluster", lambda d, scheduler=scheduler, launcher=launcher: d.update(
                 name=f"{scheduler}-{launcher}", scheduler=scheduler, launcher=launcher,
                 partition=None if scheduler != "slurm" else "gpu", qos=None,
                 limits={**d["limits"], "max_nodes": 1 if scheduler == "local" else 32}), folder=f"{scheduler}-{launcher}")

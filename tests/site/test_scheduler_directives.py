@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from firescale.jobs.render import render_job_script
-
-from firescale.jobs.spec import JobSpec
-from firescale.cluster.site import load_site
 from site_helpers import site_copy
+
+from firescale.cluster.site import load_site
+from firescale.jobs.render import render_job_script
+from firescale.jobs.spec import JobSpec
 
 
 def job(ranks: int, walltime_s: int = 5400, command=("firescale", "train"), run=Path("/shared/r/g")) -> JobSpec:

@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from site_helpers import REPO, site_copy
 
 from firescale.cluster.collectives import SITE_ALGORITHMS
-from firescale.errors import FirescaleError
 from firescale.cluster.site import load_site, parse_walltime
-from site_helpers import REPO, site_copy
+from firescale.errors import FirescaleError
 
 
 @pytest.mark.parametrize("name", ["titan", "ib-cluster", "local", "vcluster"])

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 import yaml
+from site_helpers import REPO, site_copy
 
+from firescale.cluster.site import load_site
 from firescale.errors import FirescaleError
 from firescale.jobs.spec import JobSpec
-from firescale.cluster.site import load_site
 from firescale.sweep.config import load_config
 from firescale.sweep.points import limit_errors, plan_sweep, sweep_walltime
-from site_helpers import REPO, site_copy
 
 EXPERIMENTS = REPO / "workflow" / "config.yaml"
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from site_helpers import REPO
 
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(os.sys.executable).parent)) or "snakemake"

@@ -19,7 +19,7 @@ PBS_DOWN = "Connection refused\nqstat: cannot connect to server pbs-server (errn
 
 @dataclass
 class FakeJob:
-    states: list[str]                   # scheduler's words, one per answered poll, e.g. ["PENDING", "RUNNING", "COMPLETED"]
+    states: list[str]                   # scheduler's words, one per answered poll (PENDING, RUNNING, COMPLETED)
     status: dict | None = None          # what the job writes to status.json when it ends (None: nothing)
     result: dict | None = None          # what training writes to result.json (None: nothing)
     accounting: bool = True             # does sacct / qstat -x know it once it left the queue?
@@ -101,7 +101,9 @@ class FakeScheduler:
     # Slurm
     def _sbatch(self, argv):
         job_id = self._new_job()
-        return self._done(f"{job_id};cluster\n") if job_id else self._done(code=1, err="sbatch: error: Batch job submission failed: Invalid account")
+        if job_id:
+            return self._done(f"{job_id};cluster\n")
+        return self._done(code=1, err="sbatch: error: Batch job submission failed: Invalid account")
 
     def _squeue(self, argv):
         job = self.jobs[argv[argv.index("--jobs") + 1]]
@@ -136,7 +138,8 @@ class FakeScheduler:
         if "-x" in argv:
             if not job.accounting:
                 return self._done(code=153, err=f"qstat: Unknown Job Id {argv[-1]}")
-            return self._done(f"Job Id: {argv[-1]}\n    job_state = {job.states[-1]}\n    Exit_status = {self._exit_status(job)}\n")
+            return self._done(f"Job Id: {argv[-1]}\n    job_state = {job.states[-1]}\n"
+                              f"    Exit_status = {self._exit_status(job)}\n")
         if self._query_fails(job):
             return self._done(code=1, err=PBS_DOWN)
         state = self._advance(job)

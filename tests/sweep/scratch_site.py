@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from firescale.cluster.site import SiteProfile, load_site
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from scratch_site import scratch_local_site
 
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.jobs.render import render_job_script
-from firescale.cluster.site import SiteProfile
 from firescale.sweep.jobs import job_for_point, point_record, train_command
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_NAME, POINT_WILDCARD, batch_label, schedule_from_name
@@ -105,7 +105,8 @@ KEY = f"experiment {EXAMPLE}: key 'sweep.batch_schedules"
 
 @pytest.mark.parametrize("config, message", [
     (_with([phases((0, 8))]), f"{KEY}[0]' lists 1 phase(s); a batch schedule needs its first phase"),
-    (_with([phases((5, 8), (200, 16))]), f"{KEY}[0][0].iteration' is 5; a batch schedule's first phase starts at iteration 0"),
+    (_with([phases((5, 8), (200, 16))]),
+     f"{KEY}[0][0].iteration' is 5; a batch schedule's first phase starts at iteration 0"),
     (_with([phases((0, 8), (200, 16)), phases((0, 8), (300, 16), (300, 32))]),
      f"{KEY}[1][2].iteration' is 300, not after the phase before (300)"),
     (_with([phases((0, 8), (200, 8))]), f"{KEY}[0][1].batch' is 8, the batch of the phase before"),
@@ -146,10 +147,10 @@ def test_an_explicit_scheduled_point_in_per_gpu_batches_and_its_prediction_by_ph
 
 @pytest.mark.slow
 def test_a_scheduled_point_trains_through_the_sweeps_command_and_reports_its_phases(tmp_path, run_ranks):
+    from firescale.report.formatting import ReportContext
     from firescale.report.memory_plots import write_accuracy_by_batch
     from firescale.report.summary import summarize
     from firescale.report.tables import to_markdown
-    from firescale.report.formatting import ReportContext
 
     site, solver = scratch_local_site(tmp_path, run_ranks, max_iter=40)
     experiments = _with([phases((0, 8), (20, 16))])

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fake_scheduler import FakeJob, FakeScheduler
 
 from firescale.jobs.outcome import ResubmitRules
@@ -177,7 +176,8 @@ def test_node_fail_fails_the_point_unless_the_site_resubmits_it(tmp_path):
     assert verdict.outcome == "failed" and "a node of the job failed" in verdict.reason
     assert "NODE_FAIL" in verdict.reason and "resubmit_on_node_fail" in verdict.reason and submissions(fake) == 1
     resubmitting = ResubmitRules(walltime_s=3600, signal="USR1", lead_s=300, node_fail=True)
-    verdict, subs, fake, *_ = run(tmp_path / "b", [lost(), FakeJob(["RUNNING", "COMPLETED"], OK, DONE)], rules=resubmitting)
+    verdict, _subs, fake, *_ = run(tmp_path / "b", [lost(), FakeJob(["RUNNING", "COMPLETED"], OK, DONE)],
+                                   rules=resubmitting)
     assert verdict.outcome == "succeeded" and submissions(fake) == 2
 
 
@@ -192,7 +192,8 @@ def test_a_lost_rank_fails_the_point_with_the_reason(tmp_path):
 def test_the_jobs_own_reason_is_kept(tmp_path):
     job = FakeJob(["RUNNING", "FAILED"], {**OK, "exit_code": 78, "reason": "srun has no MPI plugin pmix"})
     verdict, *_ = run(tmp_path, [job])
-    assert verdict.outcome == "failed" and verdict.reason.endswith("scheduler state FAILED: srun has no MPI plugin pmix")
+    assert verdict.outcome == "failed"
+    assert verdict.reason.endswith("scheduler state FAILED: srun has no MPI plugin pmix")
 
 
 def test_a_node_lost_with_the_batch_host_leaves_no_status_and_still_fails_with_the_reason(tmp_path):

@@ -33,7 +33,8 @@ def umask():
     os.umask(old)
 
 
-@pytest.mark.parametrize("mask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750), (0o077, 0o600, 0o700)])
+@pytest.mark.parametrize("mask,file_mode,dir_mode",
+                         [(0o022, 0o644, 0o755), (0o027, 0o640, 0o750), (0o077, 0o600, 0o700)])
 def test_atomic_files_and_folders_get_the_mode_the_umask_allows(tmp_path, umask, mask, file_mode, dir_mode):
     umask(mask)
     atomic_write_json(tmp_path / "result.json", {"a": 1})
@@ -61,7 +62,8 @@ def test_run_folders_include_the_site_and_resubmissions_are_bounded_by_both_limi
     point = SweepPoint("nin-imagenet", 4, 256, 0.01, 0)
     assert run_dir(plan, "nin-imagenet", point) == Path("/shared/firescale/results/ib-cluster/nin-imagenet/g4-b256-r0")
     assert point_record(plan, "nin-imagenet", point).max_resubmits == 5
-    local = load_plan("local", experiments=["fashion-lenet"])  # limits.max_resubmits 2; fashion-lenet keeps the default 3
+    # local: limits.max_resubmits 2; fashion-lenet keeps the default 3
+    local = load_plan("local", experiments=["fashion-lenet"])
     baseline = SweepPoint("fashion-lenet", 1, 64, 0.01, 0, True)
     assert point_record(local, "fashion-lenet", baseline).max_resubmits == 2
 
@@ -71,7 +73,8 @@ def test_a_lock_names_its_holder_and_keeps_a_second_taker_out(tmp_path):
         holder = json.loads((tmp_path / LOCK_FILE).read_text())
         assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
         assert holder["command"] == "firescale sweep run local e/p1" and holder["user"]
-        with pytest.raises(FirescaleError, match=r"this point is being run by .* \(pid \d+, since .*: firescale sweep run"):
+        refusal = r"this point is being run by .* \(pid \d+, since .*: firescale sweep run"
+        with pytest.raises(FirescaleError, match=refusal):
             take_lock(tmp_path, "another sweep")
         assert held.holder.pid == os.getpid()
     assert not (tmp_path / LOCK_FILE).exists()  # cleared when its holder is done

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from scratch_site import scratch_local_site
 
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.jobs.render import render_job_script
-from firescale.cluster.site import SiteProfile
 from firescale.sweep.jobs import job_for_point, point_record, train_command
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_NAME, POINT_WILDCARD
@@ -75,7 +75,7 @@ def test_a_split_point_is_predicted_per_replica_and_its_memory_per_device(tmp_pa
      f"experiment {EXP}: key 'sites.ib-cluster.points[0].layer_plan' splits each replica over 2 devices, which "
      "does not divide the point's 3 GPUs"),
     ([{"gpus": 2, "batch": 16, "layer_plan": "workflow/solvers/lenet-digits.yaml"}],
-     f"key 'sites.ib-cluster.points[0].layer_plan' is 'workflow/solvers/lenet-digits.yaml', which has no dist plan"),
+     "key 'sites.ib-cluster.points[0].layer_plan' is 'workflow/solvers/lenet-digits.yaml', which has no dist plan"),
     ([{"gpus": 2, "batch": 16, "layer_plan": "workflow/plans/no-such.prototxt"}],
      "key 'sites.ib-cluster.points[0].layer_plan' is 'workflow/plans/no-such.prototxt', which cannot be read"),
     ([{"gpus": 4, "batch": 17, "layer_plan": PLAN_FILE}],
@@ -89,11 +89,12 @@ def test_bad_split_points_are_one_sentence_naming_the_key(points, message):
 
 def test_a_plan_naming_a_layer_the_net_lacks_is_refused_when_planning(tmp_path):
     bad = tmp_path / "bad.prototxt"
-    bad.write_text('dist { arch { layer_assign { name: "conv1" device: 0 } layer_assign { name: "conv9" device: 1 } } }')
+    bad.write_text('dist { arch { layer_assign { name: "conv1" device: 0 } '
+                   'layer_assign { name: "conv9" device: 1 } } }')
     with pytest.raises(FirescaleError) as info:
         plan(config("ib-cluster", [{"gpus": 2, "batch": 16, "layer_plan": str(bad)}]))
     assert "layer_assign names layer 'conv9', which net 'lenet' does not have" in str(info.value)
-    assert f"key 'sites.ib-cluster.points[0].layer_plan'" in str(info.value)
+    assert "key 'sites.ib-cluster.points[0].layer_plan'" in str(info.value)
 
 
 def test_a_replica_wider_than_a_node_is_over_the_sites_limits():

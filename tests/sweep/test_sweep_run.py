@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fake_scheduler import FakeJob, FakeScheduler
 
 from firescale.errors import FirescaleError
@@ -14,7 +13,8 @@ from firescale.jobs.schedulers.pbs import parse_qstat_f
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect
 
-OK_STATUS = {"exit_code": 0, "signal": "", "start": "2026-01-01T00:01:00Z", "end": "2026-01-01T00:05:00Z", "hosts": ["n1"]}
+OK_STATUS = {"exit_code": 0, "signal": "", "start": "2026-01-01T00:01:00Z", "end": "2026-01-01T00:05:00Z",
+             "hosts": ["n1"]}
 RESULT = {"status": "target_reached", "time_to_accuracy_s": 100.0}
 
 

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from firescale.errors import FirescaleError
-from firescale.results import (EvalPoint, IterationSplit, Segment, TrainResult, baseline_top1, read_result,
-                               write_result)
+from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult, baseline_top1, read_result, write_result
 from firescale.train.checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
 from firescale.train.scaling import plan_batches
 from firescale.train.timing import time_to_accuracy

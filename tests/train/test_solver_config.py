@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from firescale.errors import FirescaleError
 from firescale.caffe.prototxt import parse_prototxt
 from firescale.caffe.solver import ignored_note, load_solver, solver_from_mapping
+from firescale.errors import FirescaleError
 
 CAFFE = Path(__file__).parent / "data" / "caffe"   # Caffe's own files, verbatim (see its README)
 OLD_CAFFE = CAFFE / "at-c1f7fe1cffa4388886b735f49cd915fad905fca4"

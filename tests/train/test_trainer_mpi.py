@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +73,8 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     assert result["status"] == "finished" and result["allreduce"]["controller"] in ("mpi", "gloo")
     allreduce = result["allreduce"]
     if allreduce["cpu_operations"] == "mpi":    # no setting: Open MPI's fixed rules, resolved for the gradient
-        from firescale.nets.zoo import get_net
         from firescale.model.layers import net_cost
+        from firescale.nets.zoo import get_net
 
         gradient = net_cost(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
         assert allreduce["library"] == "openmpi" and allreduce["message_bytes"] == gradient > 262144

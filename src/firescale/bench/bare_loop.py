@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from firescale.atomic import atomic_write_json
 
@@ -73,11 +74,11 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     the trainer's update is; images/s from the slowest rank, and the last iteration's loss."""
     import tensorflow as tf
 
+    from firescale.caffe.lr_policies import learning_rate
+    from firescale.caffe.solver import load_solver
     from firescale.nets.zoo import get_net
     from firescale.train.distributed import init_rank
-    from firescale.caffe.lr_policies import learning_rate
     from firescale.train.nets import build_net
-    from firescale.caffe.solver import load_solver
 
     rank = init_rank(1)
     cfg = load_solver(solver_path, [])

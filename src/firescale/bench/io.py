@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from firescale.errors import FirescaleError
-from firescale.data.manifest import load_manifest, split_files
 from firescale.caffe.pixels import PIXELS_KERNEL
+from firescale.data.manifest import load_manifest, split_files
 from firescale.data.prefetch import PrefetchedBatches
 from firescale.data.readers import Transform, iter_train_arrays, open_dataset, prefetch_depth
 from firescale.data.shard import EpochOrders
+from firescale.errors import FirescaleError
 
 READER_TARGET = 0.8
 WAIT_TARGET = 0.02
@@ -124,8 +124,7 @@ def _feed_s_per_batch(ds, batch: int, batches: int = 5) -> tuple[float, tuple[np
     arrays = iter_train_arrays(ds, Transform(), seed=0, rank=0, size=1, batch_per_rank=batch)
     item = next(arrays)
     start = time.perf_counter()
-    for item in itertools.islice(arrays, batches):
-        pass
+    *_, item = itertools.islice(arrays, batches)
     return (time.perf_counter() - start) / batches, item
 
 

@@ -6,10 +6,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from firescale.nets.spec import NetSpec, infer_shapes
 from firescale.bench.memory import MeasuredLayer, MeasuredMemory
-from firescale.train.nets import build_net
 from firescale.caffe.solver import SolverConfig
+from firescale.nets.spec import NetSpec, infer_shapes
+from firescale.train.nets import build_net
 from firescale.train.solvers import CaffeSolver
 from firescale.train.steps import apply_update, loss_and_gradients
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import re
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from firescale.atomic import load_json
-from firescale.errors import FirescaleError
 from firescale.cluster.ranks import SiteRanks
+from firescale.errors import FirescaleError
 
 TRAINER_FORMAT = "firescale.bench.trainer/1"
 _DISPLAY_LOSS = re.compile(r"^iter (\d+)/\d+ loss (\S+)", re.M)

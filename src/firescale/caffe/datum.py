@@ -19,10 +19,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # PIXELS_KERNEL ("c" or "numpy"), planar_to_hwc and planes_to_hwc are re-exported here for the readers.
-from firescale.caffe.pixels import (PIXELS_KERNEL, compiled_kernel, numpy_planar_to_hwc, numpy_planes_to_hwc, planar_to_hwc,
-                     planes_to_hwc, record_to_hwc)
-from firescale.caffe.wire import (FIXED32, LENGTH_DELIMITED, VARINT, WireError, as_int32, decode_varint, encode_varint,
-                   iter_fields, tag)
+from firescale.caffe.pixels import (
+    PIXELS_KERNEL,
+    compiled_kernel,
+    numpy_planar_to_hwc,
+    numpy_planes_to_hwc,
+    planes_to_hwc,
+    record_to_hwc,
+)
+from firescale.caffe.wire import (
+    FIXED32,
+    LENGTH_DELIMITED,
+    VARINT,
+    WireError,
+    as_int32,
+    decode_varint,
+    encode_varint,
+    iter_fields,
+    tag,
+)
 
 KEY_FORMAT = "%08d"
 

@@ -1,4 +1,4 @@
-"""Caffe's learning-rate policies (fixed, step, exp, inv, multistep, poly, sigmoid) and their schedule at another batch."""
+"""Caffe's learning-rate policies (fixed, step, exp, inv, multistep, poly, sigmoid), also at another batch."""
 from __future__ import annotations
 
 import math

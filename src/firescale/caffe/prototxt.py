@@ -6,7 +6,10 @@ from typing import Any
 
 from firescale.errors import FirescaleError
 
-_TOKEN = re.compile(r'\s*(?:(#[^\n]*)|("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\')|([{}<>:;,\[\]])|([^\s{}<>:;,\[\]#"\']+))')
+_TOKEN = re.compile(r'\s*(?:(#[^\n]*)'                                 # a comment
+                    r'|("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\')'         # a quoted string
+                    r'|([{}<>:;,\[\]])'                                # punctuation
+                    r'|([^\s{}<>:;,\[\]#"\']+))')                      # a bare word
 _CLOSE = {"{": "}", "<": ">"}
 # SolverParameter's repeated scalar fields; every other scalar field may be given once.
 # `dist` (a layer-to-device plan, firescale.nets.device_plan) is given once for training and once for testing.

@@ -1,8 +1,9 @@
 """Horovod's tuning knobs: a site's `horovod:` settings, the variables a job exports for them, what a run records."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from firescale.errors import FirescaleError
 

@@ -1,8 +1,8 @@
 """Launchers place N ranks inside an allocation: srun, aprun, mpirun, horovodrun wrap a command."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from firescale.errors import FirescaleError
 
@@ -72,5 +72,6 @@ def wrap(launcher: str, cmd: Sequence[str], placement: Placement, options: Seque
     try:
         fn = LAUNCHERS[launcher]
     except KeyError:
-        raise FirescaleError(f"unknown launcher {launcher!r}; known launchers: {', '.join(sorted(LAUNCHERS))}") from None
+        known = ", ".join(sorted(LAUNCHERS))
+        raise FirescaleError(f"unknown launcher {launcher!r}; known launchers: {known}") from None
     return fn(cmd, placement, options)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from firescale.cluster.collectives import site_allreduce
-from firescale.errors import FirescaleError
 from firescale.cluster.horovod import site_horovod_environment
 from firescale.cluster.launchers import Placement, wrap
+from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
 

@@ -6,13 +6,14 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from firescale.errors import FirescaleError
 from firescale.cluster.launchers import Placement
+from firescale.errors import FirescaleError
 from firescale.resources import SITE_SCHEMA, schema_text
 from firescale.schema_check import describe, resolve_ref, schema_errors
 from firescale.yamlfile import load_yaml
@@ -21,7 +22,7 @@ SITE_FILE = "site.yaml"
 _WALLTIME = re.compile(r"(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def site_schema() -> dict[str, Any]:
     """The JSON Schema of site.yaml (package data)."""
     text = schema_text(SITE_SCHEMA)
@@ -205,7 +206,8 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
         yield "key 'limits.max_nodes': a site without a scheduler runs on one node; set it to 1"
     if config["launcher"] == "srun" and scheduler != "slurm":
         yield f"key 'launcher': srun needs the slurm scheduler, this site uses {scheduler!r}"
-    if config["launcher"] == "mpirun" and any(o in ("-x", "--x") or o.startswith("-x=") for o in config["launcher_options"]):
+    exports = [o for o in config["launcher_options"] if o in ("-x", "--x") or o.startswith("-x=")]
+    if config["launcher"] == "mpirun" and exports:
         yield ("key 'launcher_options': mpirun's -x cannot be used here; firescale passes every variable the job "
                "sets to all ranks itself (Open MPI's mca_base_env_list); put it under environment.variables")
     limits = config["limits"]
@@ -253,7 +255,8 @@ def find_site_file(name_or_path: str | os.PathLike[str]) -> Path:
             return folder / name / SITE_FILE
     known = sorted({p.parent.name for f in searched if f.is_dir() for p in f.glob(f"*/{SITE_FILE}")})
     raise FirescaleError(
-        f"no site named {name!r} (looked in {', '.join(str(f) for f in searched)}); known sites: {', '.join(known) or 'none'}"
+        f"no site named {name!r} (looked in {', '.join(str(f) for f in searched)}); "
+        f"known sites: {', '.join(known) or 'none'}"
     )
 
 

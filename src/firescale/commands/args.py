@@ -36,7 +36,8 @@ def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) 
     timed iterations and rounds."""
     from pathlib import Path
 
-    parser.add_argument("--dataset", required=True, type=Path, help="dataset folder with manifest.json, e.g. DATA/digits")
+    parser.add_argument("--dataset", required=True, type=Path,
+                        help="dataset folder with manifest.json, e.g. DATA/digits")
     parser.add_argument("--net", default="lenet", help="network (default lenet)")
     parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
                         help="solver (default workflow/solvers/lenet-digits.yaml)")

@@ -5,8 +5,14 @@ import argparse
 import os
 
 from firescale.atomic import atomic_write_json
-from firescale.bench.allreduce import (BENCH_ALGORITHMS, SWEEP_BYTES, AllreduceMeasurement, horovod_last,
-                                    horovod_vs_mpi, measure_allreduce)
+from firescale.bench.allreduce import (
+    BENCH_ALGORITHMS,
+    SWEEP_BYTES,
+    AllreduceMeasurement,
+    horovod_last,
+    horovod_vs_mpi,
+    measure_allreduce,
+)
 from firescale.commands.args import add_platform_arguments, float_list, input_shape, platform_from_args
 from firescale.model.comm import Link, allreduce_time
 
@@ -54,6 +60,7 @@ def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
         link = replace(link, reduce_rate=args.reduce_gbs * 1e9)
     elif args.site:
         from dataclasses import replace
+
         from firescale.cluster.site import load_site
         link = replace(link, reduce_rate=load_site(args.site).device_memory_bandwidth / 3)
     return link, platform.algorithm
@@ -70,8 +77,8 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
     if (args.input or args.classes is not None) and not args.gradients_of:
         raise FirescaleError("--input and --classes describe the net of --gradients-of; give it too")
     if args.gradients_of:
-        from firescale.nets.zoo import get_net
         from firescale.model.layers import net_cost
+        from firescale.nets.zoo import get_net
 
         cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=args.input), 1)
         return [cost.weight_bytes], cost.gradient_tensors
@@ -88,7 +95,8 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
           + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
     print(f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; Horovod knobs: "
           + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults"))
-    print(f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} {'meas/pred':>10}")
+    print(f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} "
+          f"{'meas/pred':>10}")
     for m, pred in results:
         ratio = f"{m.median_s / pred:.2f}" if pred else "-"
         print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} {m.min_s * 1e3:>9.3f} "
@@ -107,8 +115,8 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
 def run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
-    from firescale.errors import FirescaleError
     from firescale.cluster.horovod import recorded_knobs
+    from firescale.errors import FirescaleError
 
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]

@@ -5,8 +5,8 @@ import argparse
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from firescale.atomic import atomic_write_json
 from firescale.errors import FirescaleError
@@ -29,14 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.nets.zoo import get_net
-    from firescale.predict.validation import TrainRuns, prediction_check
-    from firescale.commands.args import describe, int_list
-    from firescale.model.paleo import platform_from_site
-    from firescale.predict.calibrate import allreduce_measurement
-    from firescale.model.layers import net_cost
     from firescale.cluster.ranks import probe_allreduce, site_ranks
     from firescale.cluster.site import load_site
+    from firescale.commands.args import describe, int_list
+    from firescale.model.layers import net_cost
+    from firescale.model.paleo import platform_from_site
+    from firescale.nets.zoo import get_net
+    from firescale.predict.calibrate import allreduce_measurement
+    from firescale.predict.validation import TrainRuns, prediction_check
 
     site = load_site(args.site)
     ranks = int_list(args.ranks)

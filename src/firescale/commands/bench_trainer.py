@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from firescale.bench.trainer import TRAINER_FORMAT, TrainerBenchRuns, compare_trainer
-    from firescale.commands.args import int_list
     from firescale.cluster.ranks import site_ranks
     from firescale.cluster.site import load_site
+    from firescale.commands.args import int_list
 
     if args.batch_per_rank < 1 or args.iterations < 1:
         raise FirescaleError("--batch-per-rank and --iterations must be at least 1")

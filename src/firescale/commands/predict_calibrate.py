@@ -8,12 +8,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from firescale.errors import FirescaleError
-from firescale.nets.zoo import NET_NAMES, get_net
-from firescale.predict.calibrate import (CALIBRATION_FILE, allreduce_from_run, allreduce_measurement, calibrate,
-                              save_calibration)
 from firescale.commands.args import add_platform_arguments, describe, input_shape, platform_from_args, site_or_none
+from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
+from firescale.nets.zoo import NET_NAMES, get_net
+from firescale.predict.calibrate import (
+    CALIBRATION_FILE,
+    allreduce_from_run,
+    allreduce_measurement,
+    calibrate,
+    save_calibration,
+)
 from firescale.predict.measurements import MeasuredIteration, contention, read_measured_iteration, short_run
 
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from firescale.atomic import atomic_write_json, atomic_write_text
-from firescale.errors import FirescaleError
 from firescale.commands.args import format_duration
+from firescale.errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.predict.calibrate import load_calibration
     from firescale.commands.args import describe
+    from firescale.predict.calibrate import load_calibration
     from firescale.predict.experiment import baseline_epochs_to_target, experiment_platform, predict_experiment
     from firescale.sweep.plan import load_plan
 
@@ -65,10 +65,12 @@ def markdown_table(result: dict) -> str:
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
              f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
              + ("calibrated" if result["calibration"] else "not calibrated") + ")", "",
-             "| point | GPUs | batch | LR | epochs | iteration (ms) | time to accuracy | speedup | memory per device (GB) |",
+             "| point | GPUs | batch | LR | epochs | iteration (ms) | time to accuracy | speedup "
+             "| memory per device (GB) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in result["points"].items():
-        lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['lr']:g} | {p['epochs']:.4g} | {p['iteration_s'] * 1e3:.3f} | "
+        lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['lr']:g} | {p['epochs']:.4g} "
+                     f"| {p['iteration_s'] * 1e3:.3f} | "
                      f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} | {_memory_cell(p)} |")
     problems = result.get("memory_problems") or []
     return "\n".join(lines + ([""] + [f"- **does not fit:** {text}" for text in problems] if problems else [])) + "\n"

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 
 from firescale.atomic import atomic_write_json
-from firescale.nets.zoo import NET_NAMES, get_net
 from firescale.commands.args import input_shape
-from firescale.model.layers import net_cost
 from firescale.model.firecaffe_table1 import compare_table1
+from firescale.model.layers import net_cost
+from firescale.nets.zoo import NET_NAMES, get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from firescale.caffe.solver import SOLVER_TYPES
 from firescale.errors import FirescaleError
 from firescale.nets.zoo import NET_NAMES, get_net
-from firescale.caffe.solver import SOLVER_TYPES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,11 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from firescale.atomic import atomic_write_json
-    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
+    from firescale.caffe.solver import load_solver
+    from firescale.cluster.site import load_site
     from firescale.model.memory import net_memory
     from firescale.model.split import check_plan_memory, plan_peaks
-    from firescale.cluster.site import load_site
-    from firescale.caffe.solver import load_solver
+    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
 
     shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
     spec = get_net(args.net, num_classes=args.classes, input_shape=shape)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 
 from firescale.atomic import atomic_write_json
-from firescale.nets.zoo import get_net
-from firescale.model.paleo import PALEO_TABLE2_NIN_STEP_S, firecaffe_case, firecaffe_platform, paleo_nin
 from firescale.commands.args import describe
+from firescale.model.paleo import PALEO_TABLE2_NIN_STEP_S, firecaffe_case, firecaffe_platform, paleo_nin
+from firescale.nets.zoo import get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     for row, p in rows:
         ours = p.time_to_accuracy_s
         speedup = base / ours
-        print(f"{row.gpus:>5} {row.batch:>6} {p.iteration_s * 1e3:>8.1f} {ours / 3600:>8.2f}h {row.paleo_s / 3600:>8.2f}h "
+        print(f"{row.gpus:>5} {row.batch:>6} {p.iteration_s * 1e3:>8.1f} {ours / 3600:>8.2f}h "
+              f"{row.paleo_s / 3600:>8.2f}h "
               f"{ours / row.paleo_s:>10.3f} {row.firecaffe_s / 3600:>9.2f}h {ours / row.firecaffe_s:>14.3f} "
               f"{speedup:>8.1f} {row.paleo_speedup:>9.1f} {row.firecaffe_speedup:>13.1f}")
         out.append({**p.to_dict(), "paleo_s": row.paleo_s, "firecaffe_s": row.firecaffe_s,

@@ -18,13 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from firescale.atomic import load_json
+    from firescale.cluster.site import load_site
     from firescale.errors import FirescaleError
+    from firescale.model.split import split_iteration_time
     from firescale.nets.zoo import get_net
     from firescale.predict.calibrate import load_calibration
     from firescale.predict.experiment import experiment_platform
-    from firescale.model.split import split_iteration_time
     from firescale.results import read_result
-    from firescale.cluster.site import load_site
 
     result = read_result(args.record)
     if not result.placement:
@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     spec = get_net(result.net, num_classes=int(manifest["num_classes"]), input_shape=shape)
     names = list(dict.fromkeys(result.placement["devices"]))
     top = [names.index(d) for d in result.placement["devices"]]
-    bandwidth = float(site.config["device"].get("copy_bandwidth_gbs", site.config["device"]["memory_bandwidth_gbs"])) * 1e9
+    device = site.config["device"]
+    bandwidth = float(device.get("copy_bandwidth_gbs", device["memory_bandwidth_gbs"])) * 1e9
     batch = int(result.batch["batch_per_rank"])
     split = split_iteration_time(platform, spec, batch, top, bandwidth)
     whole = split_iteration_time(platform, spec, batch, [0] * len(top), bandwidth)

@@ -4,11 +4,17 @@ from __future__ import annotations
 import argparse
 
 from firescale.atomic import atomic_write_json
+from firescale.commands.args import (
+    add_platform_arguments,
+    describe,
+    format_duration,
+    input_shape,
+    int_list,
+    platform_from_args,
+)
+from firescale.model.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
 from firescale.nets.zoo import NET_NAMES
 from firescale.predict.calibrate import load_calibration
-from firescale.commands.args import (add_platform_arguments, describe, format_duration, input_shape, int_list,
-                             platform_from_args)
-from firescale.model.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -30,11 +30,11 @@ def _command_line(args: argparse.Namespace, config_path: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from firescale.errors import FirescaleError
     from firescale.report.build import write_report
-    from firescale.report.formatting import ReportContext
     from firescale.report.collect import RUN_FILE, collect_runs, missing_record
+    from firescale.report.formatting import ReportContext
+    from firescale.report.memory_plots import write_memory_and_batch_figures
     from firescale.report.provenance import collect_provenance
     from firescale.report.summary import load_predictions, summarize
-    from firescale.report.memory_plots import write_memory_and_batch_figures
     from firescale.sweep.paths import config_file
     from firescale.sweep.plan import load_plan
 
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     records = collect_runs(results, args.experiment)
     for record in records:
         if record.site and record.site != site.name:
-            raise FirescaleError(f"{record.source}: key 'site' is {record.site!r}, but this report is for site {site.name!r}")
+            raise FirescaleError(f"{record.source}: key 'site' is {record.site!r}, but this report is for "
+                                 f"site {site.name!r}")
     if site.name in exp["sites"]:
         # Points the sweep plans but that have no record still get a row that says so.
         have = {r.point for r in records}

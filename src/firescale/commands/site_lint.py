@@ -1,4 +1,4 @@
-"""`firescale site lint NAME|PATH`: schema, job scripts rendered and `bash -n`-checked, sweep limits, allreduce warnings, memory."""
+"""`firescale site lint NAME|PATH`: schema, job scripts (rendered, `bash -n`), sweep limits, allreduce, memory."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 
 from firescale.cluster.collectives import site_allreduce
-from firescale.errors import FirescaleError
 from firescale.cluster.site import SiteProfile, check_site
+from firescale.errors import FirescaleError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,11 +31,11 @@ def bash_syntax_error(script: str) -> str | None:
 
 def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     """Every problem with a site: schema, rendering, bash syntax, and its sweep against its limits."""
-    from firescale.predict.memory_fit import experiment_fits
     from firescale.jobs.render import render_job_script
     from firescale.jobs.spec import JobSpec
-    from firescale.sweep.jobs import job_for_point
+    from firescale.predict.memory_fit import experiment_fits
     from firescale.sweep.config import experiments_for, load_config
+    from firescale.sweep.jobs import job_for_point
     from firescale.sweep.paths import CONFIG_FILE
     from firescale.sweep.plan import SweepPlan
 
@@ -51,7 +51,8 @@ def lint_site(site_arg: str, config_path: str | None = None) -> list[str]:
     cfg_file = Path(config_path) if config_path else CONFIG_FILE  # the site alone when there is none here
     if cfg_file.exists():
         cfg = load_config(cfg_file, {"site": site.name})
-        plan = SweepPlan.build(cfg, site, experiments=experiments_for(cfg, site.name), source=cfg_file, check_limits=False)
+        plan = SweepPlan.build(cfg, site, experiments=experiments_for(cfg, site.name), source=cfg_file,
+                               check_limits=False)
         for experiment, points in plan.points.items():
             limits = plan.limit_problems[experiment]
             problems += [f"{cfg_file}: experiment {experiment}: {e}" for e in limits]

@@ -12,7 +12,8 @@ from firescale.errors import FirescaleError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("site", help="site name or path")
     parser.add_argument("--script", required=True, type=Path, help="the rendered job script")
-    parser.add_argument("--point-file", required=True, type=Path, help="the point's JSON, written beside the script by `site render`")
+    parser.add_argument("--point-file", required=True, type=Path,
+                        help="the point's JSON, written beside the script by `site render`")
     parser.add_argument("--collect", nargs=2, required=True, type=Path, metavar=("RESULT", "STATUS"),
                         help="where to write the point's run record and the job's status file")
     parser.add_argument("--poll-seconds", type=float, default=None,
@@ -22,12 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.jobs.outcome import ResubmitRules
-    from firescale.jobs.lock import run_lock
-    from firescale.jobs.schedulers import get_scheduler, prefixed
     from firescale.cluster.site import load_site
+    from firescale.jobs.lock import run_lock
+    from firescale.jobs.outcome import ResubmitRules
+    from firescale.jobs.schedulers import get_scheduler, prefixed
     from firescale.sweep.records import read_point_record
-    from firescale.sweep.run import Polling, PointRun, collect, install_cancel_handlers
+    from firescale.sweep.run import PointRun, Polling, collect, install_cancel_handlers
 
     site = load_site(args.site)
     if site.archival:
@@ -39,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"{args.script}: no such job script")
     run_dir = Path(point.run_dir)
     here = site.scheduler == "local"
-    first = args.poll_seconds if args.poll_seconds is not None else (site.config["poll_seconds"] or (1.0 if here else 10.0))
+    first = args.poll_seconds
+    if first is None:
+        first = site.config["poll_seconds"] or (1.0 if here else 10.0)
     # A scheduler is asked ever less often; a local job is looked at steadily, so that a short job's
     # end is seen within a second rather than up to a third of its run time later.
     polling = Polling(first=first, factor=1.0, most=first) if here else Polling(first=first)

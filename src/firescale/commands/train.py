@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, type=Path,
                         help="dataset folder (manifest.json + train/test LMDB or HDF5), e.g. DATA/digits")
     parser.add_argument("--net", required=True, help="lenet, nin, alexnet, googlenet or vgg19")
-    parser.add_argument("--solver", required=True, type=Path, help="solver in Caffe keys: SOLVER.yaml or solver.prototxt")
+    parser.add_argument("--solver", required=True, type=Path,
+                        help="solver in Caffe keys: SOLVER.yaml or solver.prototxt")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a solver key (repeatable), e.g. --set base_lr=0.02")
     parser.add_argument("--out", required=True, type=Path, help="run directory: result.json, mllog.txt, snapshots/")

@@ -24,10 +24,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from firescale.errors import FirescaleError
+from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
 from firescale.data.batch import batch_array
 from firescale.data.mapped_file import MappedFile
-from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
+from firescale.errors import FirescaleError
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1

@@ -12,16 +12,16 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from firescale.atomic import atomic_path
-from firescale.errors import FirescaleError
 from firescale.data.manifest import FORMAT, MANIFEST, VERSION, load_manifest, record_crc, sha256_file, split_files
 from firescale.data.sources import SourceData
+from firescale.errors import FirescaleError
 
 FORMATS = ("lmdb", "hdf5")
 

@@ -17,18 +17,26 @@ an error naming the first lost key, never a SIGBUS.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from struct import error as struct_error
-from typing import Iterator
 
 import lmdb
 import numpy as np
 
-from firescale.errors import FirescaleError
-from firescale.data.batch import batch_array
-from firescale.caffe.datum import DatumError, RawDatumCodec, datum_key, datum_to_image, decode_datum, encode_datum, image_to_datum
-from firescale.data.mapped_file import MappedFile
+from firescale.caffe.datum import (
+    DatumError,
+    RawDatumCodec,
+    datum_key,
+    datum_to_image,
+    decode_datum,
+    encode_datum,
+    image_to_datum,
+)
 from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel
+from firescale.data.batch import batch_array
+from firescale.data.mapped_file import MappedFile
+from firescale.errors import FirescaleError
 
 DATA_FILE = "data.mdb"
 
@@ -67,7 +75,7 @@ class LmdbWriter:
         self.env.sync(True)
         self.env.close()
 
-    def __enter__(self) -> "LmdbWriter":
+    def __enter__(self) -> LmdbWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PAGE_HEADER = 16
 P_BRANCH, P_LEAF, P_LEAF2 = 0x01, 0x02, 0x20
@@ -142,8 +146,8 @@ class ValueIndex:
     """Where each record's value lies in data.mdb, in key order: `keys`, and int64 `offsets`, `lengths`."""
 
     keys: list[bytes]
-    offsets: "np.ndarray"
-    lengths: "np.ndarray"
+    offsets: np.ndarray
+    lengths: np.ndarray
 
 
 def value_index(path: str | os.PathLike[str]) -> ValueIndex:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _DONE = object()
 
@@ -42,7 +43,7 @@ class PrefetchedBatches:
                 continue
         return False
 
-    def __iter__(self) -> "PrefetchedBatches":
+    def __iter__(self) -> PrefetchedBatches:
         return self
 
     def __next__(self) -> tuple[Any, Any]:

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-from firescale.errors import FirescaleError
 from firescale.data.batch import BatchBuffer, batch_array
 from firescale.data.manifest import MANIFEST, load_manifest
 from firescale.data.shard import EpochOrders, global_order, rank_positions, shard_indices
 from firescale.data.transforms import BatchTransformer, Transform
+from firescale.errors import FirescaleError
 
 __all__ = ["Dataset", "Transform", "global_order", "open_dataset", "shard_indices", "test_batches",
            "train_batches"]

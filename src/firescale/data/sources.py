@@ -168,7 +168,7 @@ def load_folder_source(directory: Path, test_fraction: float, seed: int,
             raise FirescaleError(f"{path} cannot be decoded as an image ({exc})") from exc
     all_grey = all(g for _, g in decoded)
     arrays = []
-    for (path, _), (array, grey) in zip(files, decoded):
+    for array, grey in decoded:
         if not all_grey and grey:
             array = np.repeat(array[:, :, None], 3, axis=2)
         arrays.append(array[:, :, None] if array.ndim == 2 else array)

@@ -15,9 +15,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
 from firescale.atomic import shared_mode
 from firescale.errors import FirescaleError
@@ -54,7 +54,7 @@ class LockHolder:
     command: str
 
     @classmethod
-    def this_process(cls, command: str) -> "LockHolder":
+    def this_process(cls, command: str) -> LockHolder:
         try:
             user = getpass.getuser()
         except (KeyError, OSError):

@@ -15,8 +15,8 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from firescale.jobs.schedulers.base import CANCELLED, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, TIMEOUT, UNKNOWN, JobState
 from firescale.cluster.site import parse_walltime
+from firescale.jobs.schedulers.base import CANCELLED, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, TIMEOUT, UNKNOWN, JobState
 
 if TYPE_CHECKING:
     from firescale.cluster.site import SiteProfile
@@ -42,7 +42,7 @@ class ResubmitRules:
     node_fail: bool = False        # the site resubmits a job a failed node ended
 
     @classmethod
-    def for_site(cls, site: "SiteProfile", walltime: str) -> "ResubmitRules":
+    def for_site(cls, site: SiteProfile, walltime: str) -> ResubmitRules:
         """The site's walltime signal against a point's walltime, and its NODE_FAIL choice."""
         if site.scheduler == "local":
             return cls()

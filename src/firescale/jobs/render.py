@@ -4,21 +4,21 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jinja2
 
 from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_horovod_environment
+from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, wrap
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
+from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.spec import JobSpec
 from firescale.resources import TEMPLATES
-from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, wrap
-from firescale.jobs.schedulers import get_scheduler
-from firescale.cluster.site import SiteProfile
 
 _DIRECTIVE = re.compile(r"#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+")
 # ${NAME} or $NAME inside a profile value: the only thing the shell may expand in one.

@@ -7,8 +7,9 @@ neither the queue nor accounting knows, GONE, once more) before the runner acts 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from firescale.errors import FirescaleError
 from firescale.jobs.schedulers.base import GONE, RUNNING, UNKNOWN, JobState, Scheduler

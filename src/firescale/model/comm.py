@@ -1,12 +1,16 @@
-"""Allreduce cost models (parameter server, binomial and binary trees, butterfly, ring, Rabenseifner) with α-β-γ terms."""
+"""Allreduce cost models (parameter server, binomial and binary trees, butterfly, ring, Rabenseifner), α-β-γ."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
-from firescale.cluster.collectives import (DEFAULT_MODELS, OMPI_ALLREDUCE_MODEL, mpich_default_allreduce,
-                           openmpi_default_allreduce)
+from firescale.cluster.collectives import (
+    DEFAULT_MODELS,
+    OMPI_ALLREDUCE_MODEL,
+    mpich_default_allreduce,
+    openmpi_default_allreduce,
+)
 from firescale.errors import FirescaleError
 
 COST_MODELS = ("ps", "tree", "binary-tree", "butterfly", "ring", "rabenseifner")
@@ -68,11 +72,12 @@ def canonical_algorithm(name: str) -> str:
         raise FirescaleError(f"allreduce 'default' is the library's own choice; name the library: "
                              f"{', '.join(LIBRARY_DEFAULTS)} (a site's 'default' names its own)")
     if key not in COST_MODELS + LIBRARY_DEFAULTS:
-        raise FirescaleError(f"unknown allreduce algorithm {name!r}; known: {', '.join(COST_MODELS + LIBRARY_DEFAULTS)}")
+        known = ", ".join(COST_MODELS + LIBRARY_DEFAULTS)
+        raise FirescaleError(f"unknown allreduce algorithm {name!r}; known: {known}")
     return key
 
 
-def resolve_algorithm(name: str, nbytes: float, p: int, link: "Link") -> str:
+def resolve_algorithm(name: str, nbytes: float, p: int, link: Link) -> str:
     """The model of what runs for one allreduce of `nbytes` over `p` nodes: a library's own choice
     (openmpi-default, mpich-default, nccl-default) resolved as that library decides; others as they are."""
     key = canonical_algorithm(name)
@@ -109,7 +114,7 @@ def tree_allreduce_time(nbytes: float, p: int, link: Link) -> float:
     return 2 * h * (link.alpha + nbytes * link.beta) + h * nbytes * link.gamma
 
 
-@lru_cache(maxsize=None)
+@cache
 def binary_tree_steps(p: int) -> int:
     """Message times on the critical path of a reduce down a binary tree over p nodes (children of node
     i are 2i+1 and 2i+2) when each node receives its children's messages one after the other."""

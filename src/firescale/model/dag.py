@@ -1,8 +1,8 @@
 """The DAG model of synchronous SGD (Shi et al.): I/O and per-layer gradient communication overlapped."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from firescale.nets.spec import FC, LRN, Conv, Dropout, Inception, LayerShape, NetSpec, Pool, ReLU, Softmax, infer_shapes
+from firescale.nets.spec import (
+    FC,
+    LRN,
+    Conv,
+    Dropout,
+    Inception,
+    LayerShape,
+    NetSpec,
+    Pool,
+    ReLU,
+    Softmax,
+    infer_shapes,
+)
 
 BYTES_PER_FLOAT = 4
 

@@ -1,14 +1,25 @@
 """Per-layer device memory of one training iteration: weights, gradients, solver history, activations, workspace."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from firescale.errors import FirescaleError
-from firescale.nets.spec import FC, LRN, Conv, Dropout, Inception, LayerShape, NetSpec, Pool, ReLU, Softmax, infer_shapes
-from firescale.nets.spec import pool_extra_padding
 from firescale.caffe.solver import HISTORY_BLOBS, SOLVER_TYPES
+from firescale.errors import FirescaleError
 from firescale.model.layers import BYTES_PER_FLOAT, net_cost
+from firescale.nets.spec import (
+    FC,
+    LRN,
+    Conv,
+    Dropout,
+    Inception,
+    LayerShape,
+    NetSpec,
+    Pool,
+    Softmax,
+    infer_shapes,
+    pool_extra_padding,
+)
 
 # Parameter-sized buffers the update allocates per parameter, counted from the update rules of
 # train/solvers.py as TensorFlow runs them: the gradient divided by the batch, then each elementwise

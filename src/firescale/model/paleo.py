@@ -7,10 +7,10 @@ from typing import Any, Literal
 
 from firescale.cluster.collectives import site_allreduce
 from firescale.errors import FirescaleError
-from firescale.nets.spec import NetSpec, Pool
-from firescale.nets.zoo import get_net
 from firescale.model.comm import Link, allreduce_time, canonical_algorithm, resolve_algorithm
 from firescale.model.layers import NetCost, net_cost
+from firescale.nets.spec import NetSpec, Pool
+from firescale.nets.zoo import get_net
 
 IMAGENET_TRAIN_IMAGES = 1_200_000   # Paleo's and FireCaffe's ImageNet-1k training-set size
 
@@ -88,7 +88,7 @@ class PassTimes:
     def compute(self) -> float:
         return self.forward + self.backward + self.update
 
-    def scaled(self, factor: float) -> "PassTimes":
+    def scaled(self, factor: float) -> PassTimes:
         """Every pass and layer `factor` times as long (a node's ranks contending, Platform.contention)."""
         return PassTimes(self.forward * factor, self.backward * factor, self.update * factor,
                          tuple(t * factor for t in self.layer_forward), tuple(t * factor for t in self.layer_backward))

@@ -1,13 +1,15 @@
 """Splitting a net's layers over devices: plans balanced for memory or time, checks, and the split's iteration time."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from functools import partial
+from typing import Any
 
 from firescale.errors import FirescaleError
+from firescale.model.memory import DevicePeak, NetMemory, device_peaks
 from firescale.nets.device_plan import dist_prototxt, record_devices
 from firescale.nets.spec import NetSpec
-from firescale.model.memory import DevicePeak, NetMemory, device_peaks
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,16 @@ def _last_end(fits: Callable[[int], bool], start: int, count: int) -> int:
     return lo
 
 
+def _fits_from(fits: Callable[[int, int, int], bool], device: int, start: int, end: int) -> bool:
+    return fits(device, start, end)
+
+
 def _greedy(count: int, devices: int, fits: Callable[[int, int, int], bool]) -> list[int] | None:
     """Fill devices in order with contiguous blocks as long as `fits(device, start, end)`; None if layers remain."""
     out: list[int] = []
     start = 0
     for d in range(devices):
-        end = _last_end(lambda e, d=d, s=start: fits(d, s, e), start, count)
+        end = _last_end(partial(_fits_from, fits, d, start), start, count)
         out += [d] * (end - start)
         start = end
         if start == count:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from firescale.errors import FirescaleError
 from firescale.nets.spec import Inception, Layer, NetSpec
@@ -63,6 +64,7 @@ def _message(tokens: list[str], i: int, source: str) -> tuple[list[tuple[str, An
     fields: list[tuple[str, Any]] = []
     while i < len(tokens) and tokens[i] != "}":
         key = tokens[i]
+        value: Any
         if i + 1 < len(tokens) and tokens[i + 1] == "{":
             value, i = _message(tokens, i + 2, source)
         elif i + 2 < len(tokens) and tokens[i + 1] == ":" and tokens[i + 2] not in "{}:":
@@ -89,7 +91,7 @@ def _assign(fields: Any, where: str) -> LayerAssign:
 
 
 def _arches(fields: list[tuple[str, Any]], where: str) -> tuple[tuple[LayerAssign, ...], ...]:
-    arches = []
+    arches: list[tuple[LayerAssign, ...]] = []
     for key, value in fields:
         if key != "arch" or not isinstance(value, list):
             raise FirescaleError(f"{where}: a dist block holds 'arch {{ ... }}' blocks, not {key!r}")

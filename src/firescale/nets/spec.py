@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal, Union
+from typing import Literal
 
 from firescale.errors import FirescaleError
 
@@ -98,7 +98,7 @@ class Inception:
     """Parallel branches over the same input whose outputs are concatenated along channels."""
 
     name: str
-    branches: tuple[tuple["Layer", ...], ...]
+    branches: tuple[tuple[Layer, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class Softmax:
     name: str = "loss"
 
 
-Layer = Union[Conv, Pool, LRN, ReLU, Dropout, FC, Inception, Softmax]
+Layer = Conv | Pool | LRN | ReLU | Dropout | FC | Inception | Softmax
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,7 @@ def infer_shapes(spec: NetSpec) -> list[LayerShape]:
 
 def with_input(spec: NetSpec, input_shape: Shape) -> NetSpec:
     """The same network reading another input shape."""
-    out = replace(spec, input_shape=tuple(input_shape))
+    h, w, c = input_shape
+    out = replace(spec, input_shape=(h, w, c))
     infer_shapes(out)
     return out

@@ -3,7 +3,22 @@ from __future__ import annotations
 
 from firescale.errors import FirescaleError
 from firescale.nets.spec import (
-    Conv, Dropout, FC, Inception, LRN, Layer, NetSpec, Pool, ReLU, Shape, Softmax, XAVIER, ZERO, constant, gaussian, infer_shapes,
+    FC,
+    LRN,
+    XAVIER,
+    ZERO,
+    Conv,
+    Dropout,
+    Inception,
+    Layer,
+    NetSpec,
+    Pool,
+    ReLU,
+    Shape,
+    Softmax,
+    constant,
+    gaussian,
+    infer_shapes,
 )
 
 
@@ -127,7 +142,7 @@ def get_net(name: str, num_classes: int | None = None, input_shape: Shape | None
     shape = tuple(int(x) for x in (default_shape if input_shape is None else input_shape))
     if len(shape) != 3:
         raise FirescaleError(f"net {name!r}: input_shape must be (H, W, C), not {input_shape!r}")
-    spec = NetSpec(key, shape, classes, builder(classes), init)  # type: ignore[arg-type]
+    spec = NetSpec(key, shape, classes, builder(classes), init)
     infer_shapes(spec)  # fail now, with the layer named, if the input is too small
     return spec
 

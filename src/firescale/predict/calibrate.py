@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from firescale.atomic import atomic_write_json, load_json
 from firescale.errors import FirescaleError
-from firescale.nets.spec import NetSpec
-from firescale.nets.zoo import get_net
 from firescale.model.comm import LIBRARY_DEFAULTS, fit_comm_ppp
 from firescale.model.layers import net_cost
 from firescale.model.paleo import Device, Platform, compute_times
+from firescale.nets.spec import NetSpec
+from firescale.nets.zoo import get_net
 
 CALIBRATION_FILE = "calibration.json"
 
@@ -168,8 +169,9 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
         compute_source["overhead_fitted"] = False
         if refused:
             compute_source["overhead_fit_refused"] = refused
+            device, elementwise = platform.device, platform.elementwise
             compute_source["runs"] = [{"batch": b, "measured_iteration_s": s,
-                                       "ideal_compute_s": _ideal_compute_s(spec, b, platform.device, platform.elementwise)}
+                                       "ideal_compute_s": _ideal_compute_s(spec, b, device, elementwise)}
                                       for b, s in runs]
     ppp_comm, comm_source = platform.link.ppp, {"fitted": False}
     if allreduce is not None:

@@ -178,7 +178,8 @@ def _platform_dict(platform: Platform) -> dict[str, Any]:
             "ppp_comm": link.ppp, "algorithm": platform.algorithm, "overhead_s": platform.overhead_s}
 
 
-def baseline_epochs_to_target(record_path: str | Path, tolerance: float, accuracy: float | None = None) -> tuple[float, str]:
+def baseline_epochs_to_target(record_path: str | Path, tolerance: float,
+                              accuracy: float | None = None) -> tuple[float, str]:
     """The epochs the baseline run needed to reach the sweep's target (a fixed top-1, or its own final
     top-1 minus `tolerance`): its first evaluation at or above it.  The sweep's points race to the same
     accuracy, so after the baseline this replaces the solver's whole max_iter as the epochs to model."""
@@ -191,4 +192,5 @@ def baseline_epochs_to_target(record_path: str | Path, tolerance: float, accurac
         raise FirescaleError(f"{record_path}: the baseline has no evaluations (outcome {record.get('outcome')!r})")
     target = accuracy if accuracy is not None else float(evals[-1]["top1"]) - tolerance
     hit = next((e for e in evals if float(e["top1"]) >= target), evals[-1])
-    return float(hit["epoch"]), f"the baseline reached top-1 {target:.4f} after {float(hit['epoch']):.3g} epochs ({record_path})"
+    epoch = float(hit["epoch"])
+    return epoch, f"the baseline reached top-1 {target:.4f} after {epoch:.3g} epochs ({record_path})"

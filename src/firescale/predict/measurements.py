@@ -1,7 +1,6 @@
 """Measured iteration times for calibration: read them from run records, or take a short single-rank run."""
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -114,7 +113,8 @@ def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int,
     scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
     return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
             "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
-            "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false", "--set", f"display={iterations}"]
+            "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false",
+            "--set", f"display={iterations}"]
 
 
 def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, out: Path) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from firescale.sweep.points import SweepPoint, phase_images
 from firescale.model.paleo import Prediction, predict_point
+from firescale.sweep.points import SweepPoint, phase_images
 
 
 def predict_phases(platform: Any, net: Any, point: SweepPoint, epochs: float, dataset_size: int,

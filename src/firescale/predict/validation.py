@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
+from firescale.cluster.ranks import SiteRanks
 from firescale.errors import FirescaleError
+from firescale.model.paleo import Platform, predict_point
 from firescale.nets.spec import NetSpec
 from firescale.predict.calibrate import Calibration, allreduce_from_run, calibrate
 from firescale.predict.measurements import MeasuredIteration, read_measured_iteration
-from firescale.model.paleo import Platform, predict_point
-from firescale.cluster.ranks import SiteRanks
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class TrainRuns:
         out = self.workdir / name
         cmd = [sys.executable, "-m", "firescale", "train", "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--total-batch", str(total_batch), "--out", str(out),
-               "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "test_initialization=false", "--set", "snapshot=0",
+               "--set", f"max_iter={self.iterations}", "--set", "test_interval=0",
+               "--set", "test_initialization=false", "--set", "snapshot=0",
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
         if self.reference_batch:
             cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]
@@ -85,8 +87,9 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
 
     With `fit_comm`, a separate run on the largest rank count fits the communication factor from the
     trainer's own allreduce time; with `probe` (as the workflow calibrates), the communication
-    measurement comes from probe(step seconds), given the fastest small-batch step less its allreduce.  Runs go round-robin, `repeats` rounds, so that a change in the
-    machine's load touches every case; each calibration point takes its fastest run.
+    measurement comes from probe(step seconds), given the fastest small-batch step less its allreduce.
+    Runs go round-robin, `repeats` rounds, so that a change in the machine's load touches every case;
+    each calibration point takes its fastest run.
     """
     if repeats < 1 or total_batch % max(ranks):
         raise FirescaleError(f"need repeats >= 1 and a total batch {total_batch} divisible by {max(ranks)} ranks")

@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from firescale.sweep.points import batch_label
-from firescale.sweep.records import RunRecord
 from firescale.report.parity import Parity
 from firescale.report.stats import LEVEL, Interval
 from firescale.report.summary import Row, Stat, Summary
+from firescale.sweep.points import batch_label
+from firescale.sweep.records import RunRecord
 
 NOT_REACHED = "†"
 CI = f"{LEVEL:.0%} CI"

@@ -1,8 +1,9 @@
 """Figures of memory and batch: per-layer memory in the style of Oh and Lee's Fig. 2, accuracy per batch phase."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from firescale.model.memory import NetMemory, device_peaks
 from firescale.report.plots import _empty, _figure, save_figure

@@ -17,7 +17,7 @@ class Interval:
     level: float
     df: float
 
-    def scaled(self, factor: float) -> "Interval":
+    def scaled(self, factor: float) -> Interval:
         return Interval(self.low * factor, self.high * factor, self.level, self.df)
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from firescale.atomic import load_json
 from firescale.errors import FirescaleError
-from firescale.results import EvalPoint
-from firescale.sweep.points import schedule_from_name
-from firescale.sweep.records import RunRecord
 from firescale.report.hyperparameters import hyperparameters
 from firescale.report.parity import Parity, judge_parity
 from firescale.report.stats import Interval, mean_ratio
+from firescale.results import EvalPoint
+from firescale.sweep.points import schedule_from_name
+from firescale.sweep.records import RunRecord
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,13 @@ class Stat:
     n: int
 
     @classmethod
-    def of(cls, values: list[float]) -> "Stat":
+    def of(cls, values: list[float]) -> Stat:
         if not values:
             raise ValueError("no values")
         std = statistics.stdev(values) if len(values) > 1 else None
         return cls(statistics.fmean(values), std, len(values))
 
-    def scaled(self, factor: float) -> "Stat":
+    def scaled(self, factor: float) -> Stat:
         return Stat(self.mean * factor, None if self.std is None else self.std * factor, self.n)
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from firescale.report import formatting as cells
 from firescale.report.formatting import ReportContext
-from firescale.sweep.points import schedule_from_name
-from firescale.sweep.records import RunRecord
 from firescale.report.sections import Section, sections
 from firescale.report.summary import Row, Summary, stat_dict
+from firescale.sweep.points import schedule_from_name
+from firescale.sweep.records import RunRecord
 
 REPORT_FORMAT = "firescale.report/1"
 PLOTS = {

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from firescale.errors import FirescaleError
 from firescale.caffe.lr_policies import schedule_for_batch
 from firescale.caffe.solver import SolverConfig
+from firescale.errors import FirescaleError
 from firescale.sweep.points import SweepPoint, phase_images
 
 # Training-set sizes of datasets that sit on a site's filesystem without a firescale manifest.
@@ -48,6 +48,7 @@ def point_budget(solver: SolverConfig, baseline_batch: int, point: SweepPoint, t
     (stepsize, stepvalue, test_interval) is scaled for its first phase's batch and runs on in the same
     iterations after a change, as Caffe goes on when a run is continued at another batch."""
     ratio = baseline_batch / point.batch
+    images: float
     if point.epochs is None:
         images = solver.max_iter * baseline_batch
     elif train_images is None:

@@ -3,20 +3,20 @@ from __future__ import annotations
 
 import copy
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from firescale.errors import FirescaleError
-from firescale.schema_check import describe, schema_errors
 from firescale.cluster.site import apply_defaults
-from firescale.yamlfile import load_yaml
+from firescale.errors import FirescaleError
 from firescale.resources import CONFIG_SCHEMA, schema_text
+from firescale.schema_check import describe, schema_errors
+from firescale.yamlfile import load_yaml
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema_text() -> str:
     return schema_text(CONFIG_SCHEMA)
 

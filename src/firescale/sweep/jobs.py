@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from firescale.jobs.spec import JobSpec
 from firescale.cluster.site import parse_walltime
+from firescale.jobs.spec import JobSpec
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import SweepPoint
 from firescale.sweep.records import PointRecord

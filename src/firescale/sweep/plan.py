@@ -68,8 +68,8 @@ class SweepPlan:
         problems: dict[str, list[str]] = {}
         for experiment in experiments:
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
-            points[experiment] = plan_sweep(config, experiment, site.name, solver_base_lr(config, experiment, base), repeats,
-                                            base=base)
+            base_lr = solver_base_lr(config, experiment, base)
+            points[experiment] = plan_sweep(config, experiment, site.name, base_lr, repeats, base=base)
             walltimes[experiment] = sweep_walltime(config, experiment, site)
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
             if check_limits and problems[experiment]:
@@ -100,7 +100,8 @@ class SweepPlan:
         for point in self.points[experiment]:
             if point.name == name:
                 return point
-        raise FirescaleError(f"experiment {experiment}: no sweep point {name!r}; points: {', '.join(self.point_names(experiment))}")
+        raise FirescaleError(f"experiment {experiment}: no sweep point {name!r}; "
+                             f"points: {', '.join(self.point_names(experiment))}")
 
     def baselines(self, experiment: str) -> list[SweepPoint]:
         """The baseline's repeats ('baseline', 'baseline-r1', ...)."""
@@ -142,7 +143,8 @@ class SweepPlan:
         """The point's fixed-epoch budget: max_iter and the solver keys its job overrides."""
         size, source = self.train_images(experiment)
         where = f" of dataset {self.dataset(experiment)['name']!r} ({source})"
-        return point_budget(self.solver(experiment), self.experiment(experiment)["batch"]["baseline"], point, size, where)
+        baseline_batch = self.experiment(experiment)["batch"]["baseline"]
+        return point_budget(self.solver(experiment), baseline_batch, point, size, where)
 
     def anchored_config(self) -> dict[str, Any]:
         """The config with its relative paths (solver, layer_plan) made absolute from the project folder:

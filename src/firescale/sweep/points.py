@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firescale.errors import FirescaleError
 from firescale.cluster.site import SiteProfile, parse_walltime
+from firescale.errors import FirescaleError
 from firescale.sweep.paths import resolve
-
 
 LOCAL_REPEATS = 3      # runs per point on a site without a scheduler: enough for a mean ± sd and an interval
 CLUSTER_REPEATS = 1    # on a cluster one run per point, unless the experiment asks for more
@@ -254,7 +253,7 @@ def plan_sweep(config: dict[str, Any], experiment: str, site: str, base_lr: floa
     baseline_batch, rule = e.exp["batch"]["baseline"], e.exp["lr_scaling"]
     repeats = e.sweep.get("repeats") or e.exp.get("repeats") or default_repeats
     baseline_epochs = e.epochs(e.exp.get("epochs"), "epochs")
-    seen = {(1, baseline_batch, (), "", base_lr, baseline_epochs)}
+    seen: set[tuple[Any, ...]] = {(1, baseline_batch, (), "", base_lr, baseline_epochs)}
     unique: list[tuple[Any, ...]] = []
     for c in _candidates(e):
         # a schedule's first phase takes the rule's rate; the trainer scales each later phase from it
@@ -293,7 +292,8 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
     errors = []
     wall = parse_walltime(walltime, where="walltime")
     if wall > site.max_walltime_s:
-        errors.append(f"walltime {walltime} exceeds site {site.name}'s limits.max_walltime {site.config['limits']['max_walltime']}")
+        errors.append(f"walltime {walltime} exceeds site {site.name}'s limits.max_walltime "
+                      f"{site.config['limits']['max_walltime']}")
     lead = site.walltime_signal[1]
     if site.scheduler != "local" and wall <= lead:
         errors.append(f"walltime {walltime} is not longer than site {site.name}'s walltime_signal.seconds_before "

@@ -162,7 +162,8 @@ def run_record_from_dict(data: Any, where: str) -> RunRecord:
         raise FirescaleError(f"{where}: keys 'gpus' and 'batch' must be at least 1")
     if not isinstance(data["lr"], (int, float)) or isinstance(data["lr"], bool):
         raise FirescaleError(f"{where}: key 'lr' must be a number, found {data['lr']!r}")
-    why = name_mismatch(str(data["point"]), data["gpus"], data["batch"], data["lr"], data["repeat"], bool(data["baseline"]))
+    why = name_mismatch(str(data["point"]), data["gpus"], data["batch"], data["lr"], data["repeat"],
+                        bool(data["baseline"]))
     if why:
         raise FirescaleError(f"{where}: key 'point' is {data['point']!r} {why}")
     train = None
@@ -170,7 +171,7 @@ def run_record_from_dict(data: Any, where: str) -> RunRecord:
         train = result_from_dict(data["train"], f"{where} train")
     if data["outcome"] == "succeeded" and train is None:
         raise FirescaleError(f"{where}: outcome is 'succeeded' but key 'train' holds no training result")
-    if data["outcome"] == "succeeded" and not train.evals:
+    if data["outcome"] == "succeeded" and train is not None and not train.evals:
         raise FirescaleError(f"{where}: outcome is 'succeeded' but the training result has no evaluations")
     submissions = data.get("submissions") or []
     if not isinstance(submissions, list) or not all(isinstance(s, dict) for s in submissions):

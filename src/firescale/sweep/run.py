@@ -5,17 +5,18 @@ import datetime as dt
 import json
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from firescale.atomic import atomic_write_json
 from firescale.errors import FirescaleError
 from firescale.jobs.outcome import ResubmitRules, Verdict, decide, first_lost_rank, without_progress
 from firescale.jobs.schedulers import Scheduler
 from firescale.jobs.watch import Polling, cancel_job, gave_up, watch_job
-from firescale.train.checkpoint import newest_snapshot_iteration
 from firescale.sweep.records import PointRecord, write_run_record
+from firescale.train.checkpoint import newest_snapshot_iteration
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Submission:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _seconds_between(a: str | None, b: str | None) -> float | None:
@@ -100,8 +101,12 @@ class PointRun:
         self.current = job_id
         self.log(f"{sub.submitted} submitted {self.script.name} as job {job_id} (attempt {attempt})")
         stamped = lambda line: self.log(f"{_now()} {line}")  # noqa: E731
-        state = watch_job(self.scheduler, job_id, self.polling, self.sleep, stamped,
-                          on_running=lambda: sub.started or setattr(sub, "started", _now()))
+
+        def started() -> None:
+            if not sub.started:
+                sub.started = _now()
+
+        state = watch_job(self.scheduler, job_id, self.polling, self.sleep, stamped, on_running=started)
         status = self._wait_for_status(status_file) if state.answered else read_json(status_file)
         sub.ended = (status or {}).get("end") or _now()
         if status:

@@ -6,14 +6,15 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from firescale.cluster.collectives import decode_allreduce
-from firescale.errors import FirescaleError
 from firescale.cluster.horovod import recorded_knobs
+from firescale.errors import FirescaleError
 
 
 @dataclass

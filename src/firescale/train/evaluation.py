@@ -1,8 +1,9 @@
 """Evaluation on the whole test set, sharded over ranks and summed: top-1, top-5 (Caffe's rule) and loss."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

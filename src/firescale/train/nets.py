@@ -2,14 +2,27 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from firescale.nets.spec import (FC, LRN, Conv, Dropout, Inception, Init, Layer, NetSpec, Pool, ReLU, Softmax,
-                       pool_extra_padding, pool_output_size)
+from firescale.nets.spec import (
+    FC,
+    LRN,
+    Conv,
+    Dropout,
+    Inception,
+    Init,
+    Layer,
+    NetSpec,
+    Pool,
+    ReLU,
+    Softmax,
+    pool_extra_padding,
+    pool_output_size,
+)
 from firescale.train.placement import boundary_copy
 
 
@@ -81,8 +94,8 @@ class CaffeNet(tf.Module):
                 fan_in = per_group * layer.kernel * layer.kernel
                 self._add(ParamInfo(name, "weights", wshape), fill(layer.weight_init, wshape, fan_in, rng))
                 self._add(ParamInfo(name, "bias", (layer.out,)), fill(layer.bias_init, (layer.out,), fan_in, rng))
-                size = lambda n: (n + 2 * layer.pad - layer.kernel) // layer.stride + 1  # noqa: E731
-                shape = (size(h), size(w), layer.out)
+                out_h, out_w = ((n + 2 * layer.pad - layer.kernel) // layer.stride + 1 for n in (h, w))
+                shape = (out_h, out_w, layer.out)
             elif isinstance(layer, FC):
                 fan_in = h * w * c
                 wshape = (fan_in, layer.out)

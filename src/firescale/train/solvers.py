@@ -1,7 +1,7 @@
 """Caffe's six update rules (SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam) on TensorFlow variables."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf

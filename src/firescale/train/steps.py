@@ -1,8 +1,9 @@
 """The traced training steps: one whole iteration, its parts (gradients, update) apart, evaluation, warm-up."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import tensorflow as tf
 

@@ -7,15 +7,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firescale.caffe.lr_policies import learning_rate
+from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
 from firescale.nets.device_plan import DevicePlan, read_layer_plan
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
-from firescale.train.checkpoint import (Snapshot, check_same_trajectory, latest_snapshot, read_snapshot, trajectory_digest,
-                         trajectory_settings, write_snapshot)
+from firescale.train.checkpoint import (
+    Snapshot,
+    check_same_trajectory,
+    latest_snapshot,
+    read_snapshot,
+    trajectory_digest,
+    trajectory_settings,
+    write_snapshot,
+)
 from firescale.train.readback import LossReads, StopRequest, read_due
-from firescale.caffe.lr_policies import learning_rate
 from firescale.train.scaling import plan_schedule
-from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
@@ -439,7 +446,7 @@ class Training:
         """Rank 0 writes weights, solver history and the run state (data order, evaluations, segments)."""
         if not self.rank.is_root:
             return
-        cfg, plan = self.solver_cfg, self.plan
+        cfg = self.solver_cfg
         segments = self.prior_segments + [self.current_segment(status)]
         meta_out = {
             "net": self.spec.name, "dataset_manifest_sha256": self.train_ds.manifest_sha256 or "",
@@ -464,7 +471,7 @@ class Training:
         train_s = sum(s.train_s for s in segments)
         compute_time = sum(s.train_s - s.eval_s for s in segments)
         tta = time_to_accuracy(self.evals, self.target)
-        plan, num_train = self.plan, self.train_ds.num_records
+        num_train = self.train_ds.num_records
         return TrainResult(
             net=self.spec.name, dataset=str(self.opts.dataset),
             dataset_manifest_sha256=self.train_ds.manifest_sha256 or "", ranks=self.rank.size,

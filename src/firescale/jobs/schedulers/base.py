@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from firescale.errors import FirescaleError
 
 if TYPE_CHECKING:
-    from firescale.jobs.spec import JobSpec
     from firescale.cluster.site import SiteProfile
+    from firescale.jobs.spec import JobSpec
 
 # Normalised job states.  GONE: the scheduler answered, and neither its queue nor its accounting knows
 # the job (decide by the status file).  UNKNOWN: the scheduler did not answer (a failed or timed-out
@@ -47,7 +48,7 @@ class JobState:
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
-def run_command(argv: Sequence[str], timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+def run_command(argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run a scheduler command (sbatch, squeue, qsub, ...). Every call to a scheduler goes through here."""
     try:
         return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
@@ -78,11 +79,11 @@ class Scheduler:
     def __init__(self, runner: Runner = run_command) -> None:
         self.runner = runner
 
-    def directives(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
+    def directives(self, site: SiteProfile, job: JobSpec) -> list[str]:
         """Directive lines (with their prefix), sorted, for the top of the job script."""
         return []
 
-    def walltime_timer(self, site: "SiteProfile", job: "JobSpec") -> int | None:
+    def walltime_timer(self, site: SiteProfile, job: JobSpec) -> int | None:
         """Seconds after its start at which the job signals itself that walltime is near, when the
         scheduler cannot be asked to (None: the scheduler sends the signal, or there is no walltime)."""
         return None
@@ -99,20 +100,20 @@ class Scheduler:
         """Cancel the job; a job that already ended is no error.  Raises FirescaleError if the scheduler refuses."""
         raise NotImplementedError
 
-    def _run(self, argv: Sequence[str], what: str) -> "subprocess.CompletedProcess[str]":
+    def _run(self, argv: Sequence[str], what: str) -> subprocess.CompletedProcess[str]:
         proc = self.runner(argv)
         if proc.returncode != 0:
             raise FirescaleError(f"{what} failed ({' '.join(argv)}): {last_line(proc)}")
         return proc
 
 
-def last_line(proc: "subprocess.CompletedProcess[str]") -> str:
+def last_line(proc: subprocess.CompletedProcess[str]) -> str:
     """The last line a command printed (its error, usually), or its exit code."""
     lines = (proc.stderr or proc.stdout or "").strip().splitlines()
     return lines[-1].strip() if lines else f"exit {proc.returncode}"
 
 
-def says(proc: "subprocess.CompletedProcess[str]", *phrases: str) -> bool:
+def says(proc: subprocess.CompletedProcess[str], *phrases: str) -> bool:
     """Whether the command's output contains one of `phrases` (case-insensitive)."""
     text = f"{proc.stdout or ''}\n{proc.stderr or ''}".lower()
     return any(p.lower() in text for p in phrases)

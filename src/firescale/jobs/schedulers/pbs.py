@@ -13,14 +13,26 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from firescale.errors import FirescaleError
 from firescale.cluster.site import format_walltime
-from firescale.jobs.schedulers.base import (COMPLETED, FAILED, GONE, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobState,
-                   Scheduler, last_line, says)
+from firescale.errors import FirescaleError
+from firescale.jobs.schedulers.base import (
+    COMPLETED,
+    FAILED,
+    GONE,
+    OUT_OF_MEMORY,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobState,
+    Scheduler,
+    last_line,
+    says,
+)
 
 if TYPE_CHECKING:
-    from firescale.jobs.spec import JobSpec
     from firescale.cluster.site import SiteProfile
+    from firescale.jobs.spec import JobSpec
 
 # qstat's answer when the server does not hold the job (Torque: after keep_completed; PBS Pro: finished).
 _NOT_HELD = ("Unknown Job Id", "Job has finished")
@@ -45,7 +57,7 @@ class PBS(Scheduler):
                   -24: (FAILED, "killed for a burst over its CPUs (JOB_EXEC_KILL_NCPUS_BURST)")}
     name_length = 236
 
-    def resource_lines(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
+    def resource_lines(self, site: SiteProfile, job: JobSpec) -> list[str]:
         placement = site.placement(job.ranks, job.devices_per_rank)
         chunk = f"select={placement.nodes}"
         if site.config["pbs"]["ppn"]:
@@ -55,7 +67,7 @@ class PBS(Scheduler):
             chunk += f":ngpus={site.gpus_per_node}"
         return [f"#PBS -l {chunk}", "#PBS -l place=scatter", f"#PBS -l walltime={format_walltime(job.walltime_s)}"]
 
-    def directives(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
+    def directives(self, site: SiteProfile, job: JobSpec) -> list[str]:
         c = site.config
         lines = [f"#PBS -N {job.name[:self.name_length]}", *self.resource_lines(site, job),
                  "#PBS -j oe", f"#PBS -o {job.log_file}"]
@@ -65,7 +77,7 @@ class PBS(Scheduler):
             lines.append(f"#PBS -q {c['queue']}")
         return lines + [f"#PBS {extra}" for extra in c["directives"]]
 
-    def walltime_timer(self, site: "SiteProfile", job: "JobSpec") -> int | None:
+    def walltime_timer(self, site: SiteProfile, job: JobSpec) -> int | None:
         return max(1, job.walltime_s - site.walltime_signal[1])
 
     def submit(self, script: Path, workdir: Path) -> str:
@@ -136,7 +148,7 @@ class Torque(PBS):
                   -12: (FAILED, "killed for exceeding its CPU time (JOB_EXEC_OVERLIMIT_CPUT)")}
     name_length = 15  # Torque truncates job names at 15 characters
 
-    def resource_lines(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
+    def resource_lines(self, site: SiteProfile, job: JobSpec) -> list[str]:
         nodes = f"nodes={site.nodes_for(job.ranks, job.devices_per_rank)}"
         if site.config["pbs"]["ppn"]:
             nodes += f":ppn={site.config['node']['cores']}"
@@ -146,7 +158,7 @@ class Torque(PBS):
         # Moab's extension: a signal before walltime ends, so training can snapshot.
         return [f"#PBS -l {nodes}", f"#PBS -l walltime={format_walltime(job.walltime_s)}", f"#PBS -l signal={sig}@{lead}"]
 
-    def walltime_timer(self, site: "SiteProfile", job: "JobSpec") -> int | None:
+    def walltime_timer(self, site: SiteProfile, job: JobSpec) -> int | None:
         return None  # Moab sends the signal
 
     def submit_argv(self, script: Path, workdir: Path) -> list[str]:

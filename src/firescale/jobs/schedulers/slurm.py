@@ -5,12 +5,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from firescale.cluster.site import format_walltime
-from firescale.jobs.schedulers.base import (CANCELLED, COMPLETED, FAILED, GONE, NODE_FAIL, OUT_OF_MEMORY, PENDING, PREEMPTED, RUNNING,
-                   TIMEOUT, UNKNOWN, JobState, Scheduler, last_line, says)
+from firescale.jobs.schedulers.base import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    GONE,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PENDING,
+    PREEMPTED,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobState,
+    Scheduler,
+    last_line,
+    says,
+)
 
 if TYPE_CHECKING:
-    from firescale.jobs.spec import JobSpec
     from firescale.cluster.site import SiteProfile
+    from firescale.jobs.spec import JobSpec
 
 
 class Slurm(Scheduler):
@@ -19,7 +34,7 @@ class Slurm(Scheduler):
     hosts_command = 'scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}"'
     job_id_variable = "SLURM_JOB_ID"
 
-    def directives(self, site: "SiteProfile", job: "JobSpec") -> list[str]:
+    def directives(self, site: SiteProfile, job: JobSpec) -> list[str]:
         c = site.config
         placement = site.placement(job.ranks, job.devices_per_rank)
         flags: dict[str, str | None] = {
