@@ -27,12 +27,13 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup system stack horovod package profiles test sweep lint clean
+.PHONY: help setup system stack horovod package profiles check test sweep lint clean
 
 help:
 	@echo "make sweep   set up, then run the speedup sweep on the local site"
 	@echo "make test    set up, then run the test suite"
 	@echo "make setup   only the set-up (system packages, virtualenv, Horovod, Snakemake profiles)"
+	@echo "make check   ruff and mypy (make test runs them first)"
 
 setup: system stack horovod package profiles
 
@@ -107,10 +108,15 @@ $(PROFILE_HOME)/%/config.yaml: site/%/config.yaml
 # The venv's commands (firescale, snakemake, horovodrun) come first for the workflow's jobs.
 test sweep lint: export PATH := $(abspath $(BIN)):$(PATH)
 
-test: setup
+# Style and types: ruff over the package and the tests, mypy over the pure modules (pyproject.toml).
+check: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+test: check
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
-lint: setup
+lint: check
 	$(BIN)/snakemake --lint
 
 sweep: setup

@@ -17,13 +17,47 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
         "lint": ("firescale.commands.site_lint", "validate a site profile, render and check its job scripts"),
         "render": ("firescale.commands.site_render", "render one job script for a site"),
     },
-    "vcluster": {None: ("firescale.commands.vcluster", "a virtual multi-node Slurm cluster in network namespaces (root)")},
-    "sweep": {"run": ("firescale.commands.sweep_run", "submit a point's job, watch it, resubmit after walltime, collect")},
-    "data": {"ingest": ("firescale.commands.data_ingest", "write a source as train/test LMDB and HDF5 with a manifest"), "verify": ("firescale.commands.data_verify", "re-hash a dataset and decode every record against its manifest")},
-    "train": {None: ("firescale.commands.train", "train with Horovod: Caffe solvers, eval, snapshots, time-to-accuracy")},
-    "bench": {"io": ("firescale.commands.bench_io", "records/s and MB/s of the LMDB and HDF5 readers, and data wait per step"), "allreduce": ("firescale.commands.bench_allreduce", "parameter server vs tree vs ring allreduce, measured beside predicted"), "predict": ("firescale.commands.bench_predict", "predicted iteration time beside the real trainer's for 1 and 2 ranks"), "trainer": ("firescale.commands.bench_trainer", "images/s of firescale train beside a bare Horovod loop, 1 and 2 ranks")},
-    "report": {None: ("firescale.commands.report", "the reproducibility report: tables, plots, parity, provenance")},
-    "predict": {"layers": ("firescale.commands.predict_layers", "per-layer FLOPs, |W| and |D| of a net"), "sweep": ("firescale.commands.predict_sweep", "predicted iteration time, time-to-accuracy and speedup per sweep point"), "paleo": ("firescale.commands.predict_paleo", "Paleo's FireCaffe/NiN case (Table 3) beside FireCaffe's measurements"), "trace": ("firescale.commands.predict_trace", "replay a layer-wise trace through the DAG model"), "calibrate": ("firescale.commands.predict_calibrate", "fit percent-of-peak factors from measured runs"), "experiment": ("firescale.commands.predict_experiment", "predict every sweep point of an experiment on a site (JSON, Markdown)"), "memory": ("firescale.commands.predict_memory", "per-layer memory of a training iteration, per-device peaks, layer splits"), "split": ("firescale.commands.predict_split", "a net split over devices: predicted iteration beside a run's measurement")},
+    "vcluster": {
+        None: ("firescale.commands.vcluster", "a virtual multi-node Slurm cluster in network namespaces (root)"),
+    },
+    "sweep": {
+        "run": ("firescale.commands.sweep_run", "submit a point's job, watch it, resubmit after walltime, collect"),
+    },
+    "data": {
+        "ingest": ("firescale.commands.data_ingest", "write a source as train/test LMDB and HDF5 with a manifest"),
+        "verify": ("firescale.commands.data_verify", "re-hash a dataset and decode every record against its manifest"),
+    },
+    "train": {
+        None: ("firescale.commands.train", "train with Horovod: Caffe solvers, eval, snapshots, time-to-accuracy"),
+    },
+    "bench": {
+        "io": ("firescale.commands.bench_io",
+               "records/s and MB/s of the LMDB and HDF5 readers, and data wait per step"),
+        "allreduce": ("firescale.commands.bench_allreduce",
+                      "parameter server vs tree vs ring allreduce, measured beside predicted"),
+        "predict": ("firescale.commands.bench_predict",
+                    "predicted iteration time beside the real trainer's for 1 and 2 ranks"),
+        "trainer": ("firescale.commands.bench_trainer",
+                    "images/s of firescale train beside a bare Horovod loop, 1 and 2 ranks"),
+    },
+    "report": {
+        None: ("firescale.commands.report", "the reproducibility report: tables, plots, parity, provenance"),
+    },
+    "predict": {
+        "layers": ("firescale.commands.predict_layers", "per-layer FLOPs, |W| and |D| of a net"),
+        "sweep": ("firescale.commands.predict_sweep",
+                  "predicted iteration time, time-to-accuracy and speedup per sweep point"),
+        "paleo": ("firescale.commands.predict_paleo",
+                  "Paleo's FireCaffe/NiN case (Table 3) beside FireCaffe's measurements"),
+        "trace": ("firescale.commands.predict_trace", "replay a layer-wise trace through the DAG model"),
+        "calibrate": ("firescale.commands.predict_calibrate", "fit percent-of-peak factors from measured runs"),
+        "experiment": ("firescale.commands.predict_experiment",
+                       "predict every sweep point of an experiment on a site (JSON, Markdown)"),
+        "memory": ("firescale.commands.predict_memory",
+                   "per-layer memory of a training iteration, per-device peaks, layer splits"),
+        "split": ("firescale.commands.predict_split",
+                  "a net split over devices: predicted iteration beside a run's measurement"),
+    },
 }
 
 GROUP_HELP = {

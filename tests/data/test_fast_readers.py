@@ -97,7 +97,8 @@ def test_truncated_data_mdb_names_the_first_lost_key_and_the_byte_counts(big, tm
     cut = ends["00000031"] - 100  # inside record 31's pixels
     expected = min((k for k, end in ends.items() if end > cut), key=int)
     (env / "data.mdb").write_bytes(raw[:cut])
-    message = rf"data.mdb is truncated: {cut} bytes but its pages need {len(raw)}; record key {expected} needs bytes up to {ends[expected]}"
+    message = (rf"data.mdb is truncated: {cut} bytes but its pages need {len(raw)}; "
+               rf"record key {expected} needs bytes up to {ends[expected]}")
     with pytest.raises(FirescaleError, match=message):
         LmdbReader(env)
     with pytest.raises(FirescaleError, match=rf"record key {expected} .*records or tree pages lie past the end"):

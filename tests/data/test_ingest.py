@@ -161,7 +161,8 @@ def test_idx_ingest(tmp_path, gz):
 def test_idx_errors_name_the_file(tmp_path):
     src = tmp_path / "bad"
     src.mkdir()
-    (src / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02abc")
+    header = b"\x00\x00\x08\x03" + b"\x00\x00\x00\x02" * 3   # uint8, 3 dimensions: 2 x 2 x 2
+    (src / "train-images-idx3-ubyte").write_bytes(header + b"abc")
     with pytest.raises(FirescaleError, match="train-images-idx3-ubyte holds 3 data bytes"):
         load_source(f"idx:{src}", test_fraction=0.2, seed=0, resize=None)
 
@@ -198,7 +199,8 @@ def test_image_folder_ingest(tmp_path):
 def test_real_fashion_mnist(tmp_path):
     source = load_source(f"idx:{FASHION}", test_fraction=0.2, seed=0, resize=None)
     assert source.classes[9] == "Ankle boot"
-    assert source.splits["train"][0].shape == (60000, 28, 28, 1) and source.splits["test"][0].shape == (10000, 28, 28, 1)
+    assert source.splits["train"][0].shape == (60000, 28, 28, 1)
+    assert source.splits["test"][0].shape == (10000, 28, 28, 1)
     # a subset keeps this test fast; the full set goes through the CLI in the report's measurements
     source.splits = {s: (x[:3000], y[:3000]) for s, (x, y) in source.splits.items()}
     result = ingest(source, tmp_path, "fashion-mnist", ["lmdb", "hdf5"], options={"subset": 3000})

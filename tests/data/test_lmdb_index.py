@@ -57,7 +57,8 @@ def test_indexed_reads_equal_lmdb_lookups_in_random_order_with_duplicates_and_a_
 @needs_c
 def test_keys_other_than_dense_indices_keep_lmdb_lookups(tmp_path):
     images = np.arange(3 * 16, dtype=np.uint8).reshape(3, 4, 4, 1)
-    write(tmp_path / "p.lmdb", images, np.array([0, 1, 2]), keys=[b"00000000_a.jpg", b"00000001_b.jpg", b"00000002_c.jpg"])
+    keys = [b"00000000_a.jpg", b"00000001_b.jpg", b"00000002_c.jpg"]
+    write(tmp_path / "p.lmdb", images, np.array([0, 1, 2]), keys=keys)
     reader = LmdbReader(tmp_path / "p.lmdb")
     assert not reader.indexed
     np.testing.assert_array_equal(reader.read(np.array([2, 0]))[0], images[[2, 0]])

@@ -36,7 +36,8 @@ def _variants(tmp_path):
     """Every shipped site with its own scheduler, plus plain PBS and Slurm+mpirun variants."""
     sites = {name: load_site(name) for name in ("titan", "ib-cluster", "local", "vcluster")}
     sites["pbs-mpirun"] = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d.update(
-        name="pbs-mpirun", scheduler="pbs", launcher="mpirun", srun_mpi=None, partition=None, qos=None, queue="gpu"), folder="pbs-mpirun"))
+        name="pbs-mpirun", scheduler="pbs", launcher="mpirun", srun_mpi=None, partition=None, qos=None,
+        queue="gpu"), folder="pbs-mpirun"))
     sites["slurm-horovodrun"] = load_site(site_copy(tmp_path, "ib-cluster", lambda d: d.update(
         name="slurm-horovodrun", launcher="horovodrun", srun_mpi=None), folder="slurm-horovodrun"))
     return sites
@@ -52,11 +53,13 @@ def test_golden_job_scripts(tmp_path, variant, ranks):
     golden = GOLDEN / f"{variant}-{ranks}.sh"
     if UPDATE or not golden.exists():
         if not UPDATE:
-            pytest.fail(f"no golden file {golden.name}; create it on purpose with FIRESCALE_UPDATE_GOLDEN=1 pytest {__file__}")
+            pytest.fail(f"no golden file {golden.name}; create it on purpose with "
+                        f"FIRESCALE_UPDATE_GOLDEN=1 pytest {__file__}")
         golden.write_text(script)
     expected = golden.read_text()
     if script != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), script.splitlines(True), str(golden), "rendered"))
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), script.splitlines(True), str(golden),
+                                            "rendered"))
         pytest.fail(f"the rendered job script changed:\n{diff}\nIf the change is intended, update the golden files "
                     f"on purpose: FIRESCALE_UPDATE_GOLDEN=1 pytest {__file__}, and review the diff before committing.")
 
@@ -69,7 +72,8 @@ def test_rendering_is_deterministic_and_bash_parses_every_combination(tmp_path):
             path = site_copy(tmp_path, "ib-cluster", lambda d, scheduler=scheduler, launcher=launcher: d.update(
                 name=f"{scheduler}-{launcher}", scheduler=scheduler, launcher=launcher,
                 partition=None if scheduler != "slurm" else "gpu", qos=None,
-                limits={**d["limits"], "max_nodes": 1 if scheduler == "local" else 32}), folder=f"{scheduler}-{launcher}")
+                limits={**d["limits"], "max_nodes": 1 if scheduler == "local" else 32}),
+                folder=f"{scheduler}-{launcher}")
             site = load_site(path)
             first = render_job_script(site, fixed_job(4))
             assert first == render_job_script(site, fixed_job(4))
@@ -168,7 +172,8 @@ def test_the_job_writes_its_status_when_it_succeeds(tmp_path):
     assert "rank env tree" in proc.stdout
     status = _status(run)
     assert status["exit_code"] == 0 and status["ranks"] == 1 and status["job_name"] == "body"
-    assert status["hosts"] == [os.uname().nodename.split(".")[0]] or status["hosts"][0].startswith(os.uname().nodename[:8])
+    host = os.uname().nodename
+    assert status["hosts"] == [host.split(".")[0]] or status["hosts"][0].startswith(host[:8])
     assert status["start"] <= status["end"]
     assert not list(run.glob("status.json.tmp.*"))
 
@@ -183,7 +188,8 @@ def test_the_job_writes_its_status_when_it_fails(tmp_path):
 @pytest.mark.parametrize("sent", [signal.SIGUSR1, signal.SIGTERM])
 def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path, sent):
     code = ("import signal, sys, time, pathlib\n"
-            "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
+            "signal.signal(signal.SIGUSR1,\n"
+            "              lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
             "pathlib.Path('ready').write_text('1')\n"
             "time.sleep(60)\n")
     script, run = _local_job(tmp_path, code)

@@ -48,10 +48,12 @@ def test_torque_asks_with_nodes_and_ppn_and_moab_sends_the_signal(tmp_path):
 def test_the_pbs_pro_timer_signals_the_job_within_its_lead_time(tmp_path):
     """A real run of the job body: a 12 s walltime with a 10 s lead; the ranks get SIGUSR1 about 2 s in."""
     site = pbs_site(tmp_path, "pbs", launcher_options=["--oversubscribe"], environment={"variables": {}},
-                    node={"gpus": 1, "cores": 1, "memory_gb": 4}, walltime_signal={"signal": "USR1", "seconds_before": 10})
+                    node={"gpus": 1, "cores": 1, "memory_gb": 4},
+                    walltime_signal={"signal": "USR1", "seconds_before": 10})
     run = tmp_path / "run"
     code = ("import signal, sys, time, pathlib\n"
-            "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
+            "signal.signal(signal.SIGUSR1,\n"
+            "              lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
             "time.sleep(60)\n")
     script = tmp_path / "job.sh"
     script.write_text(render_job_script(site, job(1, 12, [sys.executable, "-c", code], run)))

@@ -117,7 +117,8 @@ def test_invalid_yaml_names_the_line(tmp_path):
         load_site(bad)
 
 
-@pytest.mark.parametrize("text,seconds", [("00:00:30", 30), ("02:00:00", 7200), ("1-00:00:00", 86400), ("48:00:00", 172800)])
+@pytest.mark.parametrize("text,seconds",
+                         [("00:00:30", 30), ("02:00:00", 7200), ("1-00:00:00", 86400), ("48:00:00", 172800)])
 def test_walltime_parsing(text, seconds):
     assert parse_walltime(text) == seconds
 

@@ -22,7 +22,8 @@ def config_home(tmp_path_factory):
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("titan", "ib-cluster", "local"):
-        assert (home / "snakemake" / name / "config.yaml").read_text() == (REPO / "site" / name / "config.yaml").read_text()
+        installed = home / "snakemake" / name / "config.yaml"
+        assert installed.read_text() == (REPO / "site" / name / "config.yaml").read_text()
     return home
 
 
@@ -106,7 +107,8 @@ def test_a_key_given_twice_in_an_experiments_file_stops_the_workflow(tmp_path, c
     override.write_text((REPO / "workflow" / "config.yaml").read_text() + "site: titan\n")
     proc = _snakemake(config_home, "--profile", "titan", "speedup_sweep", "-n", "--configfile", str(override))
     assert proc.returncode != 0
-    assert f"{override}: line " in proc.stdout + proc.stderr and "key 'site' is given twice" in proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert f"{override}: line " in said and "key 'site' is given twice" in said
 
 
 def test_snakemake_lint_is_clean():

@@ -65,7 +65,8 @@ def test_baseline_and_two_rank_point_really_trained(sweep):
     assert baseline["train"]["iterations"] == point["train"]["iterations"] == 400
     assert point["train"]["target_top1"] is None and point["train"]["seed"] == 1
     assert _record(sweep, "g2-b64-r1")["train"]["seed"] == 2            # each repeat its own seed
-    status = json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / "g2-b64-r0" / "status.json").read_text())
+    runs = sweep / "results" / "local" / "digits-lenet" / "runs"
+    status = json.loads((runs / "g2-b64-r0" / "status.json").read_text())
     assert status["exit_code"] == 0 and status["ranks"] == 2
 
 
@@ -103,7 +104,8 @@ def test_report_shows_each_points_data_wait_as_its_real_runs_recorded_it(sweep):
         waits = [s["data_wait_s"] for s in splits]
         assert all(0 < w < s["compute_s"] for w, s in zip(waits, splits)), row["points"]
         assert row["data_wait_s"]["mean"] == pytest.approx(sum(waits) / len(waits))
-        assert row["data_wait_s"]["mean"] / row["iteration_s"]["mean"] < 0.10      # reading LeNet's 8x8 digits is inline and cheap
+        # reading LeNet's 8x8 digits is inline and cheap
+        assert row["data_wait_s"]["mean"] / row["iteration_s"]["mean"] < 0.10
     md = (out / "report.md").read_text()
     assert [row["group"] for row in rows] == ["baseline", "g2-b64"]
     each = ", ".join(f"{row['group']} {100 * row['data_wait_s']['mean'] / row['iteration_s']['mean']:.1f}%"
@@ -121,11 +123,13 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     assert 0 < cal["ppp_comm"] <= 1
     # the short run again on both cores at once: the node's contention, measured, in the calibration
     contended = cal["compute_source"]["contention"]
-    assert contended["copies"] == 2 and len(contended["loaded_s"]) == 2 and contended["batch"] == cal["compute_source"]["records"][-1]["batch_per_rank"]
+    assert contended["copies"] == 2 and len(contended["loaded_s"]) == 2
+    assert contended["batch"] == cal["compute_source"]["records"][-1]["batch_per_rank"]
     assert contended["factor"] == pytest.approx(sorted(contended["loaded_s"])[0] / contended["alone_s"] / 2
                                                 + sorted(contended["loaded_s"])[1] / contended["alone_s"] / 2)
     assert cal["contention"] == contended["factor"] and 0.5 < cal["contention"] < 5
-    baseline = json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / "baseline" / "result.json").read_text())
+    baseline = json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / "baseline" / "result.json")
+                          .read_text())
     evaluations = len(baseline["train"]["evals"])
     eval_s = sum(s["eval_s"] for s in baseline["train"]["segments"])
     assert evaluations and cal["eval_s"] == pytest.approx(eval_s / evaluations)   # seconds per evaluation

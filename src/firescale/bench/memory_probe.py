@@ -1,4 +1,4 @@
-"""What TensorFlow really allocates for one training iteration of a net, per layer and pass (forward, backward, update)."""
+"""What TensorFlow really allocates for one training iteration of a net, per layer and pass."""
 from __future__ import annotations
 
 from typing import Any

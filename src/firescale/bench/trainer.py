@@ -52,7 +52,8 @@ class TrainerBenchRuns:
             raise FirescaleError(f"firescale train ({name}) printed no loss at iteration {self.iterations}")
         result = load_json(out / "result.json")
         if result["ranks"] != ranks or result["iterations"] != self.iterations:
-            raise FirescaleError(f"{out / 'result.json'}: {result['iterations']} iterations on {result['ranks']} ranks, "
+            raise FirescaleError(f"{out / 'result.json'}: {result['iterations']} iterations on "
+                                 f"{result['ranks']} ranks, "
                                  f"expected {self.iterations} on {ranks}")
         return SideRun(float(result["images_per_s"]), shown[-1][1])
 

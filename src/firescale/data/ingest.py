@@ -118,7 +118,8 @@ def ingest(source: SourceData, out: str | Path, name: str, formats: list[str], *
             raise FirescaleError(f"source {source.location} gives no records for the {split} split; every split "
                                  "needs one or more (for test: a --test-fraction that takes at least one image)")
         if (labels.min() < 0 or labels.max() >= len(source.classes)):
-            raise FirescaleError(f"source {source.location} split {split} has labels outside 0..{len(source.classes) - 1}")
+            raise FirescaleError(f"source {source.location} split {split} has labels outside "
+                                 f"0..{len(source.classes) - 1}")
     with atomic_path(target, directory=True) as tmp:  # readable by all ranks as the umask allows
         splits = {split: _write_split(tmp, split, x, y, source.classes, formats, on_record)
                   for split, (x, y) in source.splits.items()}

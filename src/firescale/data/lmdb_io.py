@@ -273,7 +273,8 @@ class LmdbReader:
             images[j] = image
         return images, labels
 
-    def _read_indexed(self, indices: np.ndarray, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _read_indexed(self, indices: np.ndarray, images: np.ndarray,
+                      labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One gather through the value index: check the file still holds every record, then one C call."""
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self.keys)):
             raise FirescaleError(f"{self.path / DATA_FILE}: record index out of range 0..{len(self.keys) - 1}")

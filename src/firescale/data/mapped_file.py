@@ -21,7 +21,8 @@ class MappedFile:
         self.fd: int | None = os.open(self.path, os.O_RDONLY)
         size = os.fstat(self.fd).st_size
         self.map: mmap.mmap | None = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ) if size else None
-        self.bytes: np.ndarray | None = np.frombuffer(self.map, np.uint8) if self.map is not None else np.empty(0, np.uint8)
+        self.bytes: np.ndarray | None = (np.frombuffer(self.map, np.uint8) if self.map is not None
+                                         else np.empty(0, np.uint8))
 
     def short_record(self, offsets: np.ndarray, ends: np.ndarray) -> tuple[int, str] | None:
         """(position, why) of the first record (in file order) whose bytes the file no longer holds, or None."""

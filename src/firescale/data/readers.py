@@ -115,7 +115,8 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
     else:
         reader = Hdf5Reader(path / f"{split}.h5")
         if reader.num_records != info["records"]:
-            raise FirescaleError(f"{reader.path} holds {reader.num_records} records, the manifest says {info['records']}")
+            raise FirescaleError(f"{reader.path} holds {reader.num_records} records, "
+                                 f"the manifest says {info['records']}")
     return Dataset(path, split, chosen, info["records"], shape, len(manifest["classes"]), digest,
                    list(manifest["classes"]), reader)
 

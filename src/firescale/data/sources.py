@@ -121,9 +121,11 @@ def load_idx_source(directory: Path) -> SourceData:
         images = read_idx(_find_idx(directory, f"{prefix}-images-idx3-ubyte"))
         labels = read_idx(_find_idx(directory, f"{prefix}-labels-idx1-ubyte")).astype(np.int64)
         if images.ndim != 3 or images.dtype != np.uint8:
-            raise FirescaleError(f"{directory}: {prefix}-images must be uint8 (N, H, W), got {images.dtype} {images.shape}")
+            raise FirescaleError(f"{directory}: {prefix}-images must be uint8 (N, H, W), "
+                                 f"got {images.dtype} {images.shape}")
         if labels.shape != (images.shape[0],):
-            raise FirescaleError(f"{directory}: {prefix}-labels has {labels.shape[0]} labels for {images.shape[0]} images")
+            raise FirescaleError(f"{directory}: {prefix}-labels has {labels.shape[0]} labels "
+                                 f"for {images.shape[0]} images")
         splits[split] = (images[:, :, :, None].copy(), labels)
         num_classes = max(num_classes, int(labels.max()) + 1 if len(labels) else 0)
     names_file = directory / "classes.txt"
@@ -174,7 +176,8 @@ def load_folder_source(directory: Path, test_fraction: float, seed: int,
         arrays.append(array[:, :, None] if array.ndim == 2 else array)
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
-        raise FirescaleError(f"images under {directory} have different sizes {sorted(shapes)[:3]}...; pass --resize HxW")
+        raise FirescaleError(f"images under {directory} have different sizes {sorted(shapes)[:3]}...; "
+                             f"pass --resize HxW")
     images = np.stack(arrays)
     labels = np.asarray([label for _, label in files], np.int64)
     train, test = stratified_split(labels, test_fraction, seed)

@@ -25,7 +25,8 @@ class Transform:
     mirror: bool = False
 
 
-def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None, shape: tuple[int, int, int]) -> np.ndarray | None:
+def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None,
+              shape: tuple[int, int, int]) -> np.ndarray | None:
     """The mean as a float32 array broadcastable to (H, W, C): per-channel values or a full image."""
     if mean is None:
         return None

@@ -92,7 +92,8 @@ def _read_holder(lock: Path) -> LockHolder | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
-        raise FirescaleError(f"{lock}: not a firescale lock file ({exc}); if no sweep runs this point, delete it") from None
+        raise FirescaleError(f"{lock}: not a firescale lock file ({exc}); "
+                             f"if no sweep runs this point, delete it") from None
 
 
 @dataclass

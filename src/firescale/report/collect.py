@@ -31,7 +31,8 @@ def collect_runs(results: str | Path, experiment: str) -> list[RunRecord]:
             raise FirescaleError(f"{folder}: a sweep point folder without its {RUN_FILE}")
         record = read_run_record(path)
         if record.point != folder.name:
-            raise FirescaleError(f"{path}: key 'point' is {record.point!r} but the record sits in folder {folder.name!r}")
+            raise FirescaleError(f"{path}: key 'point' is {record.point!r} but the record sits in "
+                                 f"folder {folder.name!r}")
         if record.experiment != experiment:
             raise FirescaleError(f"{path}: key 'experiment' is {record.experiment!r}, not {experiment!r}; "
                                  f"keep one experiment's records per results folder")

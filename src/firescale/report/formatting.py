@@ -135,7 +135,8 @@ def row_cells(row: Row, summary: Summary, ctx: ReportContext) -> list[str]:
         verdict = "cannot judge: no baseline"
     else:
         verdict = row.parity.verdict
-    cells = [name, hardware(ctx, row.gpus, row.nodes), row.net, epochs(row.epochs), batch_label(row.points[0], row.batch),
+    cells = [name, hardware(ctx, row.gpus, row.nodes), row.net, epochs(row.epochs),
+             batch_label(row.points[0], row.batch),
              f"{row.lr:g}", duration(row.time_s), speedup(row.speedup),
              DASH if row.baseline else speedup_interval(row.speedup_interval), efficiency(row.efficiency), tta,
              percent(row.top1), percent(row.top5),
@@ -171,14 +172,16 @@ def failure_text(record: RunRecord) -> str:
 def failure_cells(record: RunRecord, summary: Summary, ctx: ReportContext, *, brief: bool = False) -> list[str]:
     """A failed or missing point's row; `brief` keeps only the word (LaTeX puts the reason in a note)."""
     verdict = failure_word(record) if brief else failure_text(record)
-    cells = [record.point, hardware(ctx, record.gpus, record.nodes), ctx.net, DASH, batch_label(record.point, record.batch),
+    cells = [record.point, hardware(ctx, record.gpus, record.nodes), ctx.net, DASH,
+             batch_label(record.point, record.batch),
              f"{record.lr:g}", failure_word(record), DASH, DASH, DASH, DASH, DASH, DASH, DASH, DASH, verdict]
     if summary.predictions_source:
         cells += [DASH] * 5
     return cells
 
 
-def table(summary: Summary, ctx: ReportContext, *, brief: bool = False) -> tuple[list[str], list[list[str]], list[bool]]:
+def table(summary: Summary, ctx: ReportContext, *,
+          brief: bool = False) -> tuple[list[str], list[list[str]], list[bool]]:
     """Headings, cell rows (aggregated points first, then failures) and which rows are failures."""
     body = [row_cells(r, summary, ctx) for r in summary.rows]
     body += [failure_cells(f, summary, ctx, brief=brief) for f in summary.failures]

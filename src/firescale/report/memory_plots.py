@@ -103,7 +103,9 @@ def write_memory_and_batch_figures(plan: Any, experiment: str, records: list[Any
         memory = net_memory(spec, baseline.batch_per_gpu, solver.type, weight_decay=solver.weight_decay > 0,
                             device_kind=site.device_kind)
         layer_plan = read_layer_plan(solver_path)
-        devices = record_devices(spec, arch_devices(layer_plan.train[0], spec, str(solver_path))) if layer_plan else None
+        devices = None
+        if layer_plan:
+            devices = record_devices(spec, arch_devices(layer_plan.train[0], spec, str(solver_path)))
         written += write_memory_plot(memory, out, f"{spec.name}, {baseline.batch_per_gpu} per device, {solver.type}, "
                                                   f"{site.config['device']['name']}", devices=devices,
                                      limit=site.device_memory)

@@ -83,7 +83,8 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
     dirty = {True: " (with uncommitted changes)", False: " (clean)", None: ""}[git["dirty"]]
     lines = [f"git commit: {git['commit']}{dirty}"]
     site = prov["site"]
-    lines.append(f"site profile: {site.get('name', '?')} from {site.get('source', '?')}, sha256 {site.get('sha256', '?')}")
+    lines.append(f"site profile: {site.get('name', '?')} from {site.get('source', '?')}, "
+                 f"sha256 {site.get('sha256', '?')}")
     manifests = prov["dataset_manifest_sha256"]
     if len(manifests) > 1:
         lines.append(f"dataset manifest sha256 DIFFERS between runs: {', '.join(manifests)}")
@@ -97,7 +98,8 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
     lines.append("versions making this report: " + ", ".join(f"{k} {v}" for k, v in prov["versions_report"].items()))
     for run in prov["runs"]:
         if run["outcome"] != "succeeded":
-            lines.append(f"{run['point']}: {run['outcome']}" + (f", jobs {', '.join(run['job_ids'])}" if run["job_ids"] else ""))
+            jobs = f", jobs {', '.join(run['job_ids'])}" if run["job_ids"] else ""
+            lines.append(f"{run['point']}: {run['outcome']}{jobs}")
             continue
         queue = f", queued {run['queue_s']:.1f} s" if isinstance(run["queue_s"], (int, float)) else ""
         lines.append(f"{run['point']}: seed {run['seed']}, data seed {run['data_seed']}, hosts "

@@ -64,8 +64,8 @@ def lr_search_sections(summary: Summary) -> list[Section]:
         failed = [f for f in summary.failures if (f.gpus, f.batch) == (gpus, batch)]
         body += [[f"{f.lr:g}", DASH, DASH, cells.failure_word(f), DASH, DASH, cells.failure_text(f), ""]
                  for f in failed]
-        verdict = (f"Chosen: LR {best.lr:g}, the rate that matches the baseline and reaches the target first." if best else
-                   "No rate matches the baseline: none is chosen.")
+        verdict = (f"Chosen: LR {best.lr:g}, the rate that matches the baseline and reaches the target first."
+                   if best else "No rate matches the baseline: none is chosen.")
         out.append(Section(f"Learning-rate search: {gpus} GPUs, batch {batch}",
                            ["Initial LR", "Top-1 (final)", "Top-5 (final)", "Train time", "Time to accuracy",
                             "Speedup", "Parity", ""],

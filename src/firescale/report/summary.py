@@ -243,11 +243,13 @@ def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:
     elif isinstance(points, list):
         items = [(None, p) for p in points]
     else:
-        raise FirescaleError(f"predictions {path}: expected an object with 'points' (from `firescale predict experiment --json`)")
+        raise FirescaleError(f"predictions {path}: expected an object with 'points' "
+                             f"(from `firescale predict experiment --json`)")
     out: dict[str, dict[str, float]] = {}
     for i, (name, p) in enumerate(items):
         where = f"points[{name!r}]" if name else f"points[{i}]"
-        needed = [k for k in ("gpus", "batch", "iteration_s", "time_to_accuracy_s") if not isinstance(p, dict) or k not in p]
+        needed = [k for k in ("gpus", "batch", "iteration_s", "time_to_accuracy_s")
+                  if not isinstance(p, dict) or k not in p]
         if needed:
             raise FirescaleError(f"predictions {path}: {where} lacks key {needed[0]!r}")
         name = str(name or p.get("point") or f"g{int(p['gpus'])}-b{int(p['batch'])}")

@@ -74,7 +74,8 @@ def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str
     if summary.failures:
         out += ["## Failed points", ""]
         for record in summary.failures:
-            out += [f"### {record.point}: {cells.failure_word(record)}", "", f"- reason: {record.reason or 'none recorded'}"]
+            out += [f"### {record.point}: {cells.failure_word(record)}", "",
+                    f"- reason: {record.reason or 'none recorded'}"]
             out += [f"- scheduler: {' → '.join(record.scheduler_states) or 'no submission recorded'}"]
             if record.exit_code is not None:
                 out += [f"- exit code: {record.exit_code}"]
@@ -154,7 +155,8 @@ CSV_FIELDS = ["point", "kind", "repeats", "site", "device", "gpus", "nodes", "ne
               "epochs_mean", "epochs_std", "time_s_mean", "time_s_std", "tta_s_mean", "tta_s_std", "not_reached",
               "speedup_mean", "speedup_std", "speedup_ci_low", "speedup_ci_high", "efficiency_mean", "efficiency_std",
               "top1_mean", "top1_std", "top5_mean", "top5_std", "delta_top1_pts_mean", "delta_top1_pts_std",
-              "delta_top1_ci_low", "delta_top1_ci_high", "parity", "data_wait_s", "compute_s", "allreduce_s", "iteration_s",
+              "delta_top1_ci_low", "delta_top1_ci_high", "parity", "data_wait_s", "compute_s", "allreduce_s",
+              "iteration_s",
               "predicted_iteration_s", "iteration_error_pct", "predicted_time_s", "time_error_pct",
               "reason", "scheduler_states"]
 
@@ -175,7 +177,8 @@ def _csv_row(row: Row, ctx: ReportContext) -> dict[str, Any]:
     if row.speedup_interval is not None and not row.baseline:
         out.update(speedup_ci_low=row.speedup_interval.low, speedup_ci_high=row.speedup_interval.high)
     if row.parity is not None and row.parity.interval is not None:
-        out.update(delta_top1_ci_low=row.parity.interval.low * 100.0, delta_top1_ci_high=row.parity.interval.high * 100.0)
+        out.update(delta_top1_ci_low=row.parity.interval.low * 100.0,
+                   delta_top1_ci_high=row.parity.interval.high * 100.0)
     for name in ("data_wait_s", "compute_s", "allreduce_s", "iteration_s"):
         out[name] = getattr(row, name).mean
     p = row.prediction

@@ -135,5 +135,6 @@ def check_same_trajectory(meta: dict[str, Any], settings: dict[str, Any], snapsh
     old, new = _flat(recorded), _flat(settings)
     diffs = [f"{key} {old.get(key)!r} there, {new.get(key)!r} now" for key in sorted(set(old) | set(new))
              if old.get(key) != new.get(key)]
-    raise FirescaleError(f"snapshot {snapshot} was written with other settings ({'; '.join(diffs) or 'its hash differs'}); "
+    differences = "; ".join(diffs) or "its hash differs"
+    raise FirescaleError(f"snapshot {snapshot} was written with other settings ({differences}); "
                          "resume only with the settings it was written with, or train in a new --out folder")

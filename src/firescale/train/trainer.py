@@ -209,7 +209,9 @@ class Training:
         self.trajectory = trajectory_settings(
             net=self.spec.name, dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
             solver=cfg.to_dict(), batch=self.batch_record(), transform=vars(self.transform), target_top1=self.target)
-        snapshot_file = latest_snapshot(self.snap_dir, cfg.snapshot_name) if (self.opts.resume and rank.is_root) else None
+        snapshot_file = None
+        if self.opts.resume and rank.is_root:
+            snapshot_file = latest_snapshot(self.snap_dir, cfg.snapshot_name)
         snapshot_name = rank.broadcast_object(str(snapshot_file) if snapshot_file else "")
         if snapshot_name:
             if rank.is_root:
@@ -288,7 +290,8 @@ class Training:
         _say(self.rank, f"firescale train: {self.spec.name} on {self.opts.dataset} ({self.train_ds.num_records} train, "
                         f"{self.test_ds.num_records} test), {self.rank.size} ranks x batch {plan.batch_per_rank} "
                         f"(x iter_size {plan.iter_size}) = {plan.effective_batch}, {cfg.type} base_lr {cfg.base_lr} "
-                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}, target {self.target_source}"
+                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}, "
+                        f"target {self.target_source}"
                         + (f", resumed at iteration {self.start_iter}" if self.start_iter else ""))
         if ignored_note(cfg):
             _say(self.rank, ignored_note(cfg))
@@ -481,7 +484,8 @@ class Training:
             epochs=self.schedule.samples_before(self.iteration) / num_train,
             images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
             per_iteration=self.totals().mean(self.opts.split_every), allreduce=self.allreduce_info,
-            hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments, status=status,
+            hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
+            status=status,
             command=list(self.opts.command))
 
     # ------------------------------------------------------------ finish

@@ -46,7 +46,8 @@ class PBS(Scheduler):
 
     name = "pbs"
     template = "pbs.sh.j2"
-    hosts_command = 'if [ -n "${PBS_NODEFILE:-}" ] && [ -r "$PBS_NODEFILE" ]; then sort -u "$PBS_NODEFILE"; else hostname; fi'
+    hosts_command = ('if [ -n "${PBS_NODEFILE:-}" ] && [ -r "$PBS_NODEFILE" ]; '
+                     'then sort -u "$PBS_NODEFILE"; else hostname; fi')
     job_id_variable = "PBS_JOBID"
     # Exit_status values the MoM sets itself (OpenPBS src/include/job.h, JOB_EXEC_*): (our state, meaning).
     exec_codes = {-29: (TIMEOUT, "killed at its walltime (JOB_EXEC_KILL_WALLTIME)"),
@@ -156,7 +157,8 @@ class Torque(PBS):
             nodes += f":gpus={site.gpus_per_node}"
         sig, lead = site.walltime_signal
         # Moab's extension: a signal before walltime ends, so training can snapshot.
-        return [f"#PBS -l {nodes}", f"#PBS -l walltime={format_walltime(job.walltime_s)}", f"#PBS -l signal={sig}@{lead}"]
+        return [f"#PBS -l {nodes}", f"#PBS -l walltime={format_walltime(job.walltime_s)}",
+                f"#PBS -l signal={sig}@{lead}"]
 
     def walltime_timer(self, site: SiteProfile, job: JobSpec) -> int | None:
         return None  # Moab sends the signal
