@@ -15,6 +15,7 @@ from firescale.errors import FirescaleError
 from firescale.model.memory import net_memory
 from firescale.model.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
 from firescale.nets.device_plan import (
+    LayerAssign,
     arch_devices,
     check_devices,
     plan_from_mapping,
@@ -162,3 +163,18 @@ def test_planners_balance_memory_on_unequal_devices_and_time_under_limits():
     blocks = [sum(t for t, d in zip(per_top, timed.devices) if d == k) for k in (0, 1)]
     assert max(blocks) <= 0.6 * sum(per_top)
     assert max(p.bytes for p in plan_peaks(memory, spec, timed.devices)) <= 6e9
+
+
+def test_layer_plans_are_read_by_the_strict_readers(tmp_path):
+    # A YAML plan goes through the strict YAML reader (a key given twice is refused, naming the line), a
+    # prototxt plan through the one reader of Caffe's text format (an unclosed block is named as such).
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("dist:\n  train: [[{name: conv1, device: 0}]]\n  train: [[{name: conv1, device: 1}]]\n")
+    with pytest.raises(FirescaleError, match=r"plan.yaml.*line 3.*'train'"):
+        read_layer_plan(plan)
+    solver = tmp_path / "solver.prototxt"
+    solver.write_text('base_lr: 0.01\ndist { arch { layer_assign { name: "conv1", device: 0 }\n')
+    with pytest.raises(FirescaleError, match="solver.prototxt: a block is not closed with '}'"):
+        read_layer_plan(solver)
+    solver.write_text('base_lr: 0.01\ndist { arch { layer_assign { name: "conv1", device: 0 } } }\n')
+    assert read_layer_plan(solver).train == ((LayerAssign("conv1", 0),),)

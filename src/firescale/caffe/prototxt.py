@@ -1,4 +1,4 @@
-"""Caffe's protobuf text format, read as far as a SolverParameter needs: scalars, repeats, nested messages."""
+"""Caffe's protobuf text format (solvers, layer-to-device plans): scalars, repeats, nested messages."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,8 @@ _TOKEN = re.compile(r'\s*(?:(#[^\n]*)'                                 # a comme
 _CLOSE = {"{": "}", "<": ">"}
 # SolverParameter's repeated scalar fields; every other scalar field may be given once.
 # `dist` (a layer-to-device plan, firescale.nets.device_plan) is given once for training and once for testing.
-REPEATED = frozenset({"stepvalue", "test_iter", "test_net", "test_net_param", "test_state", "weights", "dist"})
+PLAN_KEY = "dist"
+REPEATED = frozenset({"stepvalue", "test_iter", "test_net", "test_net_param", "test_state", "weights", PLAN_KEY})
 
 
 def tokenize(text: str, source: str) -> list[tuple[str, str]]:
@@ -25,7 +26,7 @@ def tokenize(text: str, source: str) -> list[tuple[str, str]]:
         if m is None or m.end() == pos:
             if text[pos:].strip() == "":
                 break
-            raise FirescaleError(f"{source}: cannot parse solver prototxt near {text[pos:pos + 30]!r}")
+            raise FirescaleError(f"{source}: cannot read Caffe's text format near {text[pos:pos + 30]!r}")
         pos = m.end()
         comment, quoted, punct, word = m.groups()
         if quoted is not None:
@@ -83,6 +84,8 @@ class _Reader:
             else:  # inside a net or state message: a repeated field such as `layer` or `stage`
                 out[key] = (out[key] if isinstance(out[key], list) else [out[key]]) + [value]
         if close is not None:
+            if self.peek() is None:
+                raise FirescaleError(f"{self.source}: a block is not closed with {close!r}")
             self.take()
         return out
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from firescale.caffe.prototxt import parse_prototxt
+from firescale.caffe.prototxt import PLAN_KEY, parse_prototxt
 from firescale.errors import FirescaleError
-from firescale.nets.device_plan import PLAN_KEY
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
 # Caffe's history blobs per parameter: one (momentum, or the sum of squares) and a second set for

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from firescale.caffe.prototxt import PLAN_KEY, parse_prototxt
 from firescale.errors import FirescaleError
 from firescale.nets.spec import Inception, Layer, NetSpec
-
-PLAN_KEY = "dist"  # the solver-file key; the solver's own reader passes it over
-_TOKEN = re.compile(r'\s*(?:(#[^\n]*)|"((?:[^"\\]|\\.)*)"|([{}:,;])|([^\s{}:,;#"]+))')
+from firescale.yamlfile import parse_yaml
 
 
 @dataclass(frozen=True)
@@ -44,37 +43,11 @@ class DevicePlan:
 # ---------------------------------------------------------------- reading
 
 
-def _tokens(text: str, source: str) -> list[str]:
-    out, pos = [], 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            if not text[pos:].strip():
-                break
-            raise FirescaleError(f"{source}: cannot read the dist block near {text[pos:pos + 30]!r}")
-        pos = m.end()
-        comment, quoted, punct, word = m.groups()
-        if comment is None and punct not in (",", ";"):  # Fig. 1 separates fields with commas
-            out.append(word if word is not None else (punct if punct is not None else "\"" + quoted))
-    return out
-
-
-def _message(tokens: list[str], i: int, source: str) -> tuple[list[tuple[str, Any]], int]:
-    """Fields of the message whose `{` is at tokens[i - 1]; returns them and the index after `}`."""
-    fields: list[tuple[str, Any]] = []
-    while i < len(tokens) and tokens[i] != "}":
-        key = tokens[i]
-        value: Any
-        if i + 1 < len(tokens) and tokens[i + 1] == "{":
-            value, i = _message(tokens, i + 2, source)
-        elif i + 2 < len(tokens) and tokens[i + 1] == ":" and tokens[i + 2] not in "{}:":
-            value, i = tokens[i + 2], i + 3
-        else:
-            raise FirescaleError(f"{source}: in a dist block, {key!r} must be followed by ': value' or '{{ ... }}'")
-        fields.append((key, value))
-    if i >= len(tokens):
-        raise FirescaleError(f"{source}: a dist block is not closed with '}}'")
-    return fields, i + 1
+def _fields(message: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A message read by caffe.prototxt as (key, value) pairs in order, a repeated key once per value and
+    nested messages likewise."""
+    return [(key, _fields(v) if isinstance(v, dict) else v)
+            for key, value in message.items() for v in (value if isinstance(value, list) else [value])]
 
 
 def _assign(fields: Any, where: str) -> LayerAssign:
@@ -111,20 +84,16 @@ def _arches(fields: list[tuple[str, Any]], where: str) -> tuple[tuple[LayerAssig
 
 def plan_from_prototxt(text: str, source: str) -> DevicePlan | None:
     """The `dist` blocks of a Caffe solver.prototxt (the first for training, the second for testing)."""
-    tokens = _tokens(text, source)
-    dists, i = [], 0
-    while i < len(tokens):
-        if tokens[i] == PLAN_KEY and i + 1 < len(tokens) and tokens[i + 1] == "{":
-            fields, i = _message(tokens, i + 2, source)
-            dists.append(fields)
-        else:
-            i += 1
+    dists = parse_prototxt(text, source).get(PLAN_KEY, [])
     if not dists:
         return None
     if len(dists) > 2:
         raise FirescaleError(f"{source}: {len(dists)} dist blocks; give one for training and at most one for testing")
     names = ("dist (train)", "dist (test)")
-    arches = [_arches(d, f"{source}: {names[k]}") for k, d in enumerate(dists)]
+    for k, d in enumerate(dists):
+        if not isinstance(d, dict):
+            raise FirescaleError(f"{source}: {names[k]} must be a block 'dist {{ arch {{ ... }} }}', not {d!r}")
+    arches = [_arches(_fields(d), f"{source}: {names[k]}") for k, d in enumerate(dists)]
     return DevicePlan(arches[0], arches[1] if len(arches) > 1 else (), source)
 
 
@@ -151,15 +120,13 @@ def plan_from_mapping(value: Any, source: str) -> DevicePlan:
 
 def read_layer_plan(path: str | Path) -> DevicePlan | None:
     """The layer plan in a solver file (prototxt `dist` blocks or a YAML `dist` key), or None."""
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise FirescaleError(f"cannot read {path}: {exc.strerror}") from None
     if path.suffix in (".yaml", ".yml", ".json"):
-        raw = yaml.safe_load(text) or {}
+        raw = parse_yaml(text, path) or {}
         return plan_from_mapping(raw[PLAN_KEY], str(path)) if isinstance(raw, dict) and PLAN_KEY in raw else None
     return plan_from_prototxt(text, str(path))
 
