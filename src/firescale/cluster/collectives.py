@@ -4,9 +4,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firescale.errors import FirescaleError
+
+if TYPE_CHECKING:  # annotations only
+    from firescale.cluster.site import SiteProfile
 
 SITE_ALGORITHMS = ("tree", "ring", "default")   # site.yaml allreduce.algorithm
 TREE_SHAPES = ("binomial", "binary")       # site.yaml allreduce.tree: the shape of MPI's reduce and broadcast
@@ -177,9 +180,9 @@ class AllreduceChoice:
         return out
 
 
-def site_allreduce(site: Any) -> AllreduceChoice:
+def site_allreduce(site: SiteProfile | Mapping[str, Any]) -> AllreduceChoice:
     """The allreduce of a SiteProfile (or of a validated site config mapping)."""
-    config = site.config if hasattr(site, "config") else site
+    config = site if isinstance(site, Mapping) else site.config
     allreduce = config.get("allreduce") or {}
     return AllreduceChoice(allreduce.get("algorithm", "tree"), allreduce.get("tree", "binomial"),
                            config["device"].get("kind", "gpu"), mpi_library(config["launcher"]))

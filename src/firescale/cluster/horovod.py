@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firescale.errors import FirescaleError
+
+if TYPE_CHECKING:  # annotations only
+    from firescale.cluster.site import SiteProfile
 
 
 def _mib_to_bytes(value: Any) -> str:
@@ -67,9 +70,9 @@ def horovod_environment(settings: Mapping[str, Any] | None, *, where: str = "hor
     return env
 
 
-def site_horovod_environment(site: Any) -> dict[str, str]:
+def site_horovod_environment(site: SiteProfile | Mapping[str, Any]) -> dict[str, str]:
     """What a site's job exports for its `horovod:` settings (a SiteProfile or a validated config mapping)."""
-    config = site.config if hasattr(site, "config") else site
+    config = site if isinstance(site, Mapping) else site.config
     return horovod_environment(config.get("horovod"), where=f"site {config.get('name', '?')}: horovod")
 
 

@@ -11,11 +11,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_horovod_environment
 from firescale.cluster.launchers import Placement, wrap
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
@@ -44,7 +44,7 @@ class SiteRanks:
         return proc.stdout
 
 
-def site_ranks(site: Any) -> SiteRanks:
+def site_ranks(site: SiteProfile) -> SiteRanks:
     """How `site`'s jobs start ranks, for use on this machine (root may run Open MPI here)."""
     options = list(site.config.get("launcher_options") or [])
     if site.config["launcher"] == "mpirun" and os.geteuid() == 0:

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from firescale.atomic import atomic_write_json
-from firescale.errors import FirescaleError
+from firescale.data.manifest import load_manifest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,10 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     site = load_site(args.site)
     ranks = int_list(args.ranks)
-    manifest = json.loads((args.dataset / "manifest.json").read_text()) if (args.dataset / "manifest.json").is_file() \
-        else None
-    if manifest is None:
-        raise FirescaleError(f"{args.dataset / 'manifest.json'} does not exist; ingest the dataset first")
+    manifest = load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
     spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
     algorithm, gradient_bytes = platform_from_site(site).algorithm, net_cost(spec, 1).weight_bytes
     allreduce = allreduce_measurement(args.allreduce_json, algorithm, gradient_bytes) if args.allreduce_json else None

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from firescale.commands.args import add_platform_arguments, describe, input_shape, platform_from_args, site_or_none
+from firescale.data.manifest import manifest_if_ingested
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
+from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import NET_NAMES, get_net
 from firescale.predict.calibrate import (
     CALIBRATION_FILE,
@@ -58,9 +59,8 @@ def _net_shape(args: argparse.Namespace, first: MeasuredIteration | None) -> tup
     shape = args.input
     classes = args.classes
     if first is not None and (shape is None or classes is None):
-        manifest = Path(first.dataset) / "manifest.json"
-        if manifest.is_file():
-            data = json.loads(manifest.read_text())
+        data = manifest_if_ingested(first.dataset)
+        if data is not None:
             stored = tuple(int(v) for v in data["shape"])
             crop = _option(first.command, "--crop")
             shape = shape or ((int(crop), int(crop), stored[2]) if crop else stored)
@@ -89,7 +89,8 @@ def _local_site(args: argparse.Namespace, what: str) -> Any:
     return site
 
 
-def _contention(args: argparse.Namespace, baseline: Any, alone: Any, workdir: str) -> dict:
+def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: MeasuredIteration,
+                workdir: str) -> dict:
     """The short run again on as many cores as the probe has ranks, all at once: the node's contention."""
     _local_site(args, "--allreduce-probe")
     contended = contention(alone, baseline, args.allreduce_probe, args.short_run, workdir)
@@ -98,7 +99,7 @@ def _contention(args: argparse.Namespace, baseline: Any, alone: Any, workdir: st
     return contended
 
 
-def _probe(args: argparse.Namespace, spec: Any, algorithm: str, step_s: float) -> dict:
+def _probe(args: argparse.Namespace, spec: NetSpec, algorithm: str, step_s: float) -> dict:
     """Run the Horovod allreduce probe on this machine with the site's launcher: the net's gradients
     summed as the trainer sums them, each allreduce after a synthetic step of `step_s` (a measured
     iteration's time less its allreduce); its measurement."""

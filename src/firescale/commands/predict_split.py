@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.atomic import load_json
     from firescale.cluster.site import load_site
+    from firescale.data.manifest import load_manifest
     from firescale.errors import FirescaleError
     from firescale.model.split import split_iteration_time
     from firescale.nets.zoo import get_net
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"{args.record}: the run was not split over devices (no 'placement')")
     site = load_site(args.site)
     platform = experiment_platform(site, load_calibration(args.calibration) if args.calibration else None)
-    manifest = load_json(Path(result.dataset) / "manifest.json", "dataset manifest")
+    manifest = load_manifest(result.dataset)
     shape = args.input or tuple(int(v) for v in manifest["shape"])
     spec = get_net(result.net, num_classes=int(manifest["num_classes"]), input_shape=shape)
     names = list(dict.fromkeys(result.placement["devices"]))

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from firescale.cluster.collectives import site_allreduce
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link, allreduce_time, canonical_algorithm, resolve_algorithm
 from firescale.model.layers import NetCost, net_cost
@@ -64,11 +65,11 @@ K20X = Device("NVIDIA K20X", 3.935e12, 250e9)
 TITAN_GEMINI = Link(70e9 / 8)
 
 
-def platform_from_site(site: Any, *, ppp_compute: float | None = None, ppp_comm: float | None = None,
+def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, ppp_comm: float | None = None,
                        algorithm: str | None = None) -> Platform:
-    """A Platform from a SiteProfile (anything with the SiteProfile's SI-unit properties)."""
-    device = Device(str(site.config.get("device", {}).get("name", site.name)) if hasattr(site, "config")
-                    else site.name, site.device_peak_flops, site.device_memory_bandwidth,
+    """A Platform from a SiteProfile's SI-unit properties."""
+    device = Device(str(site.config.get("device", {}).get("name", site.name)), site.device_peak_flops,
+                    site.device_memory_bandwidth,
                     1.0 if ppp_compute is None else ppp_compute)
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
     return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model))
@@ -187,7 +188,7 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes
 
 
-def predict_point(site: Any, net: NetSpec | str, gpus: int, batch: int, *, epochs: float = 1.0,
+def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, batch: int, *, epochs: float = 1.0,
                   dataset_size: int = IMAGENET_TRAIN_IMAGES, scaling: Literal["strong", "weak"] = "strong",
                   algorithm: str | None = None, overlap: bool = False, io_s: float = 0.0,
                   calibration: Any = None) -> Prediction:
@@ -221,7 +222,7 @@ def predict_point(site: Any, net: NetSpec | str, gpus: int, batch: int, *, epoch
                       resolve_algorithm(algo, wbytes, gpus, platform.link))
 
 
-def predict_sweep(site: Any, net: NetSpec | str, gpus: list[int], batches: list[int],
+def predict_sweep(site: SiteProfile | Platform, net: NetSpec | str, gpus: list[int], batches: list[int],
                   **kwargs: Any) -> list[Prediction]:
     """predict_point for every (batch, gpus) pair, batches outermost."""
     return [predict_point(site, net, g, b, **kwargs) for b in batches for g in gpus]

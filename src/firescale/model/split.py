@@ -4,12 +4,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from firescale.errors import FirescaleError
 from firescale.model.memory import DevicePeak, NetMemory, device_peaks
 from firescale.nets.device_plan import dist_prototxt, record_devices
 from firescale.nets.spec import NetSpec
+
+if TYPE_CHECKING:  # annotations only: paleo is imported where the time is computed
+    from firescale.model.paleo import Platform
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ class SplitTime:
         return sum(self.device_compute_s) + self.copy_s + self.overhead_s
 
 
-def split_iteration_time(platform: Any, spec: NetSpec, batch: int, top_devices: Sequence[int],
+def split_iteration_time(platform: Platform, spec: NetSpec, batch: int, top_devices: Sequence[int],
                          copy_bandwidth: float, copy_latency: float = 0.0) -> SplitTime:
     """Compute per device (Paleo's per-layer times on the platform's device) plus the boundary copies,
     each `copy_latency + bytes / copy_bandwidth`, forward and backward."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
 from firescale.model.paleo import Platform, compute_times, platform_from_site
@@ -105,7 +106,7 @@ def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iteratio
                                        elementwise=platform.elementwise).forward
 
 
-def experiment_platform(site: Any, calibration: Calibration | None = None) -> Platform:
+def experiment_platform(site: SiteProfile, calibration: Calibration | None = None) -> Platform:
     """The site's platform, with a calibration of that same site applied."""
     platform = platform_from_site(site)
     if calibration is None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from firescale.caffe.solver import load_solver
+from firescale.caffe.solver import SolverConfig, load_solver
+from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.memory import NetMemory, net_memory
 from firescale.model.split import LayerSplit, check_plan_memory, largest_batch_that_fits, plan_peaks, propose_split
@@ -15,6 +16,7 @@ from firescale.nets.spec import NetSpec
 from firescale.predict.trained_net import trained_net
 from firescale.sweep.paths import resolve
 from firescale.sweep.plan import SweepPlan
+from firescale.sweep.points import SweepPoint
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,12 @@ class MemoryFit:
                 "largest_batch_per_gpu": self.largest_batch, "problem": self.problem}
 
 
-def _memory(spec: NetSpec, batch: int, solver: Any, site: Any, ranks: int) -> NetMemory:
+def _memory(spec: NetSpec, batch: int, solver: SolverConfig, site: SiteProfile, ranks: int) -> NetMemory:
     return net_memory(spec, batch, solver.type, weight_decay=solver.weight_decay > 0,
                       device_kind=site.device_kind, ranks=ranks)
 
 
-def _over(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, ranks: int) -> MemoryFit:
+def _over(spec: NetSpec, point: str, batch: int, solver: SolverConfig, site: SiteProfile, ranks: int) -> MemoryFit:
     memory = _memory(spec, batch, solver, site, ranks)
     peak = plan_peaks(memory, spec, [0] * len(spec.layers))[0]
     limit = site.device_memory
@@ -72,7 +74,7 @@ def _over(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, ranks: 
     return MemoryFit(point, batch, limit, (peak.bytes,), (peak.at,), proposal, largest, text)
 
 
-def _planned(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, ranks: int,
+def _planned(spec: NetSpec, point: str, batch: int, solver: SolverConfig, site: SiteProfile, ranks: int,
              plan: DevicePlan) -> MemoryFit:
     memory = _memory(spec, batch, solver, site, ranks)
     check_devices(plan, site.gpus_per_node, f"a node of site {site.name}")
@@ -84,7 +86,7 @@ def _planned(spec: NetSpec, point: str, batch: int, solver: Any, site: Any, rank
     return MemoryFit(point, batch, limit, tuple(p.bytes for p in peaks), tuple(p.at for p in peaks))
 
 
-def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[Any], site: Any,
+def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[SweepPoint], site: SiteProfile,
                base: Path) -> list[MemoryFit]:
     """The memory of every sweep point on `site`, at its largest batch per replica (a batch schedule's
     largest phase); a layer plan (the point's own `layer_plan` file, else Oh and Lee's `dist` blocks in

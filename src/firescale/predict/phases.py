@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from firescale.model.paleo import Prediction, predict_point
+from firescale.model.paleo import Platform, Prediction, predict_point
+from firescale.nets.spec import NetSpec
 from firescale.sweep.points import SweepPoint, phase_images
 
 
-def predict_phases(platform: Any, net: Any, point: SweepPoint, epochs: float, dataset_size: int,
+def predict_phases(platform: Platform, net: NetSpec, point: SweepPoint, epochs: float, dataset_size: int,
                    **options: Any) -> Prediction:
     """Paleo's prediction of `point` training `epochs`: without a schedule, one predict_point; with one,
     each phase at its batch for the images it trains (phase_images), summed.  A replica split over

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from firescale.errors import FirescaleError
+from firescale.sweep.points import SweepPoint
 from firescale.sweep.records import POINT_NAME, RUN_FILE, RunRecord, read_run_record
 
 
-def missing_record(point: Any, site: str, nodes: int, where: Path) -> RunRecord:
+def missing_record(point: SweepPoint, site: str, nodes: int, where: Path) -> RunRecord:
     """A placeholder for a planned point that has no record, so that its row says so."""
     return RunRecord(point=point.name, experiment=point.experiment, site=site, gpus=point.gpus, nodes=nodes,
                      batch=point.batch, lr=point.lr, repeat=point.repeat, baseline=point.baseline,

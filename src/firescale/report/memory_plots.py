@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from firescale.model.memory import NetMemory, device_peaks
+from firescale.report.collect import RunRecord
 from firescale.report.plots import _empty, _figure, save_figure
+from firescale.sweep.plan import SweepPlan
 
 
 def memory_figure(memory: NetMemory, title: str, devices: Sequence[int] | None = None,
@@ -86,7 +88,8 @@ def write_accuracy_by_batch(runs: Sequence[tuple[str, Any]], out_dir: str | Path
     return save_figure(accuracy_by_batch_figure(runs, title), Path(out_dir), "accuracy_by_batch")
 
 
-def write_memory_and_batch_figures(plan: Any, experiment: str, records: list[Any], out: str) -> list[str]:
+def write_memory_and_batch_figures(plan: SweepPlan, experiment: str, records: list[RunRecord],
+                                   out: str) -> list[Path]:
     """memory.png (the net's memory per layer at the baseline's batch, on the site's device) and
     accuracy_by_batch.png (top-1 against iterations, a line per batch phase), before report.md."""
     from firescale.caffe.solver import load_solver
@@ -96,7 +99,7 @@ def write_memory_and_batch_figures(plan: Any, experiment: str, records: list[Any
 
     site = plan.site
     baseline = next((p for p in plan.points.get(experiment, []) if p.baseline), None)
-    written: list[str] = []
+    written: list[Path] = []
     if baseline is not None and site.name in plan.experiment(experiment)["sites"]:
         spec, solver_path = experiment_solver(plan, experiment)
         solver = load_solver(solver_path)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from firescale.model.traces import LayerTrace
 from firescale.nets.spec import Softmax
+from firescale.train.distributed import Rank
 from firescale.train.nets import CaffeNet
 from firescale.train.timing import median_seconds
 
@@ -16,7 +17,7 @@ def _median_us(fn: Callable[[], Any], repeats: int, barrier: Callable[[], None] 
     return median_seconds(fn, repeats, barrier) * 1e6
 
 
-def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Any, *, data_wait_s: float,
+def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Rank, *, data_wait_s: float,
                 repeats: int = 5) -> list[LayerTrace]:
     """Forward, backward and gradient-allreduce microseconds of each top-level layer on one batch.
 

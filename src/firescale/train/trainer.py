@@ -21,6 +21,7 @@ from firescale.train.checkpoint import (
     trajectory_settings,
     write_snapshot,
 )
+from firescale.train.distributed import Rank
 from firescale.train.readback import LossReads, StopRequest, read_due
 from firescale.train.scaling import plan_schedule
 from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
@@ -62,7 +63,7 @@ class TrainOptions:
     command: list[str] = field(default_factory=list)
 
 
-def _say(rank: Any, text: str) -> None:
+def _say(rank: Rank, text: str) -> None:
     if rank.is_root:
         print(text, flush=True)
 
@@ -130,7 +131,7 @@ class Training:
     steps, then step, evaluate and snapshot until max_iter, the target or a stop signal, and finish."""
 
     def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
-                 rank: Any, clock: SegmentClock, layer_plan: DevicePlan | None = None) -> None:
+                 rank: Rank, clock: SegmentClock, layer_plan: DevicePlan | None = None) -> None:
         self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
         self.layer_plan = layer_plan
         self.target, self.target_source = target
