@@ -88,3 +88,19 @@ def test_the_model_imports_no_tensorflow_no_command_line_and_nothing_of_the_swee
     bad = {name: sorted(m for m in _imports(path, modules) if m.startswith(MODEL_MAY_NOT_IMPORT))
            for name, path in modules.items() if name.startswith("firescale.model")}
     assert {k: v for k, v in bad.items() if v} == {}
+
+
+# The folders from the top floor down (docs/layout.md): a folder imports only from folders after it.
+FLOORS = ("commands", "report", "predict", "bench", "sweep", "train", "jobs", "model", "cluster", "data", "nets",
+          "caffe", "testing")
+
+
+def test_every_folder_imports_only_from_the_folders_below_it():
+    modules = _modules()
+    floor = {name: i for i, name in enumerate(FLOORS)}
+    upward = sorted((name, m) for name, path in modules.items() for m in _imports(path, modules)
+                    if name.count(".") >= 2 and m.count(".") >= 1
+                    and name.split(".")[1] in floor and m.split(".")[1] in floor
+                    and floor[m.split(".")[1]] < floor[name.split(".")[1]])
+    assert upward == []
+    assert set(FLOORS) == {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
