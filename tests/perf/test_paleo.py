@@ -43,6 +43,11 @@ def test_paleo_table2_one_step_and_every_per_gpu_batch_within_3_percent():
         assert pred.iteration_s == pytest.approx(row.paleo_s / pred.iterations, rel=0.03), row
 
 
+def test_a_platform_names_a_known_accounting():
+    with pytest.raises(FirescaleError, match="accounting must be one of firescale, paleo, not 'caffe'"):
+        Platform("t", Device("d", 1e12, 1e11), Link(1e9), "tree", accounting="caffe")
+
+
 def test_the_model_is_optimistic_against_firecaffe_measurements():
     # FireCaffe's measured times are 15-36% longer than the model's, growing with the GPU count.
     ratios = [pred.time_to_accuracy_s / row.firecaffe_s for row, pred in firecaffe_case()]

@@ -70,11 +70,16 @@ class LayerCost:
 
 @dataclass(frozen=True)
 class NetCost:
-    """Totals over a network for one batch, with FireCaffe's |W| (Eq. 1) and |D| (Eq. 2)."""
+    """Totals over a network for one batch, with FireCaffe's |W| (Eq. 1) and |D| (Eq. 2).
+
+    `accounting` says whose counts the layers hold: "firescale" (this module) or "paleo" (Paleo's own,
+    model/paleo_flops.py).
+    """
 
     net: str
     batch: int
     layers: tuple[LayerCost, ...]
+    accounting: str = "firescale"
 
     @property
     def params(self) -> int:

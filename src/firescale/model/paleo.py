@@ -10,10 +10,12 @@ from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link, allreduce_time, canonical_algorithm, resolve_algorithm
 from firescale.model.layers import NetCost, net_cost
-from firescale.nets.spec import NetSpec, Pool
+from firescale.model.paleo_flops import paleo_net_cost
+from firescale.nets.spec import Conv, Dropout, NetSpec, Pool, ReLU, Softmax
 from firescale.nets.zoo import get_net
 
 IMAGENET_TRAIN_IMAGES = 1_200_000   # Paleo's and FireCaffe's ImageNet-1k training-set size
+ACCOUNTINGS = ("firescale", "paleo")  # whose per-layer counts a Platform uses (model/layers.py, model/paleo_flops.py)
 
 
 @dataclass(frozen=True)
@@ -41,18 +43,23 @@ class Platform:
     model is Paleo's and the FireCaffe/NiN acceptance figures are unchanged.  `contention` is the
     other extension: how much slower a rank computes (overhead included) when the other ranks of
     its node compute beside it, sharing caches and memory bandwidth; 1 unless a calibration measured
-    it, and applied only to points of more than one device.
+    it, and applied only to points of more than one device.  `accounting` "paleo" counts each layer
+    as Paleo's own code does (model/paleo_flops.py) instead of as model/layers.py does.
     """
 
     name: str
     device: Device
     link: Link
     algorithm: str = "tree"
-    elementwise: bool = True    # count bias and activation layers (False: Paleo's accounting)
+    elementwise: bool = True    # count bias and activation layers (False: leave them out, as Paleo does)
     overhead_s: float = 0.0     # fixed seconds per iteration (not in Paleo; see above)
     contention: float = 1.0     # a rank's compute time when every rank of its node computes, over alone
+    accounting: str = "firescale"   # or "paleo": Paleo's own per-layer counts (model/paleo_flops.py)
 
     def __post_init__(self) -> None:
+        if self.accounting not in ACCOUNTINGS:
+            raise FirescaleError(f"platform {self.name!r}: accounting must be one of {', '.join(ACCOUNTINGS)}, "
+                                 f"not {self.accounting!r}")
         if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
             raise FirescaleError(f"platform {self.name!r}: overhead_s must be a finite number >= 0, "
                                  f"not {self.overhead_s}")
@@ -62,6 +69,9 @@ class Platform:
 
 
 K20X = Device("NVIDIA K20X", 3.935e12, 250e9)
+# Paleo's K20X (paleo/device.py): 3935 GFLOP/s, and "250 GB/s" that its profiler divides bytes by 2**30 and
+# by, that is 250 GiB/s = 268.4e9 bytes/s.  Its FLOP and link rates are decimal (1e9).
+PALEO_K20X = Device("NVIDIA K20X (Paleo)", 3.935e12, 250 * 2**30)
 TITAN_GEMINI = Link(70e9 / 8)
 
 
@@ -104,7 +114,9 @@ def compute_times(cost: NetCost, device: Device, *, elementwise: bool = True) ->
     """Forward, backward and update times of one batch on `device`, layer by layer.
 
     With `elementwise=False` bias additions and activation layers cost nothing, as in Paleo
-    ("they are by no means the bottleneck"); their entries in the per-layer tuples are 0.
+    ("they are by no means the bottleneck"); their entries in the per-layer tuples are 0.  A cost in
+    Paleo's accounting (`cost.accounting == "paleo"`) has its update at the device's peak, as Paleo's
+    simulation gives its update profiler no percent of peak.
     """
     def keep(l: Any) -> bool:
         return elementwise or not l.elementwise
@@ -117,7 +129,8 @@ def compute_times(cost: NetCost, device: Device, *, elementwise: bool = True) ->
     bwd = tuple(_op_time(l.backward_flops - bias(l), l.backward_memory_bytes, device) if keep(l) else 0.0
                 for l in cost.layers)
     # Update w -= lr * dw: 2 FLOPs per parameter; read weights and gradients, write weights.
-    update = _op_time(2.0 * cost.params, 3.0 * cost.weight_bytes, device)
+    update_device = replace(device, ppp=1.0) if cost.accounting == "paleo" else device
+    update = _op_time(2.0 * cost.params, 3.0 * cost.weight_bytes, update_device)
     return PassTimes(sum(fwd), sum(bwd), update, fwd, bwd)
 
 
@@ -168,10 +181,15 @@ def _resolve_net(net: NetSpec | str) -> NetSpec:
     return get_net(net) if isinstance(net, str) else net
 
 
+def platform_cost(platform: Platform, spec: NetSpec, batch: int) -> NetCost:
+    """Per-layer costs of `batch` images of `spec` in the platform's accounting."""
+    return paleo_net_cost(spec, batch) if platform.accounting == "paleo" else net_cost(spec, batch)
+
+
 def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: str, algorithm: str,
            overlap: bool, io_s: float) -> tuple[int, int, PassTimes, float, float, float, int]:
     local = per_gpu_batch(batch, gpus, scaling)
-    cost = net_cost(spec, local)
+    cost = platform_cost(platform, spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
     contention = platform.contention if gpus > 1 else 1.0    # one device computes alone
     if contention != 1.0:
@@ -239,6 +257,22 @@ def paleo_nin() -> NetSpec:
     return replace(spec, name="nin-paleo", layers=layers)
 
 
+def paleo_alexnet() -> NetSpec:
+    """AlexNet as Paleo modelled it (its nets/alex_v2.json, TF-slim's alexnet_v2 of "one weird trick"):
+    224x224 input, 64 and 192 filters in conv1 and conv2, no groups and no LRN, floor-rounded pooling,
+    and fc6, fc7, fc8 as 5x5 and 1x1 convolutions."""
+    def conv(name: str, out: int, kernel: int, stride: int = 1, pad: int = 0) -> tuple[Conv, ReLU]:
+        return Conv(name, out, kernel, stride, pad), ReLU(f"relu_{name}")
+
+    def pool(name: str) -> Pool:
+        return Pool(name, "max", 3, 2, rounding="floor")
+    layers = (*conv("conv1", 64, 11, stride=4), pool("pool1"), *conv("conv2", 192, 5, pad=2), pool("pool2"),
+              *conv("conv3", 384, 3, pad=1), *conv("conv4", 384, 3, pad=1), *conv("conv5", 256, 3, pad=1),
+              pool("pool5"), *conv("fc6", 4096, 5), Dropout("dropout6"), *conv("fc7", 4096, 1),
+              Dropout("dropout7"), Conv("fc8", 1000, 1), Softmax())
+    return NetSpec("alexnet-paleo", (224, 224, 3), 1000, layers, "TF-slim alexnet_v2 (Paleo's nets/alex_v2.json)")
+
+
 @dataclass(frozen=True)
 class PublishedCase:
     """One row of Paleo's Table 3: FireCaffe's measured time beside Paleo's estimate, in seconds."""
@@ -266,9 +300,10 @@ PALEO_PPP_COMPUTE, PALEO_PPP_COMM = 0.21, 0.56
 
 
 def firecaffe_platform() -> Platform:
-    """Titan as Paleo modelled it: K20X, 70 Gbit/s links, tree allreduce, PPP 0.21 and 0.56."""
-    return Platform("titan (Paleo case 1)", replace(K20X, ppp=PALEO_PPP_COMPUTE),
-                    replace(TITAN_GEMINI, ppp=PALEO_PPP_COMM), "tree", elementwise=False)
+    """Titan as Paleo modelled it: Paleo's K20X, 70 Gbit/s links, tree allreduce, PPP 0.21 and 0.56, and
+    each layer counted as Paleo's own code counts it."""
+    return Platform("titan (Paleo case 1)", replace(PALEO_K20X, ppp=PALEO_PPP_COMPUTE),
+                    replace(TITAN_GEMINI, ppp=PALEO_PPP_COMM), "tree", elementwise=False, accounting="paleo")
 
 
 def firecaffe_case(spec: NetSpec | None = None) -> list[tuple[PublishedCase, Prediction]]:
