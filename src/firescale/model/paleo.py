@@ -273,6 +273,15 @@ def paleo_alexnet() -> NetSpec:
     return NetSpec("alexnet-paleo", (224, 224, 3), 1000, layers, "TF-slim alexnet_v2 (Paleo's nets/alex_v2.json)")
 
 
+def paleo_alexnet_1gpu() -> NetSpec:
+    """Paleo's nets/alex_v2_1gpu.json, the net of its Table 2 AlexNet step and of Table 4: the one-tower
+    AlexNet of Krizhevsky's "one weird trick", paleo_alexnet() with 256 filters in conv4 instead of 384."""
+    spec = paleo_alexnet()
+    layers = tuple(replace(l, out=256) if isinstance(l, Conv) and l.name == "conv4" else l for l in spec.layers)
+    return replace(spec, name="alexnet-paleo-1gpu", layers=layers,
+                   init="one weird trick's AlexNet (Paleo's nets/alex_v2_1gpu.json)")
+
+
 @dataclass(frozen=True)
 class PublishedCase:
     """One row of Paleo's Table 3: FireCaffe's measured time beside Paleo's estimate, in seconds."""
@@ -297,6 +306,12 @@ FIRECAFFE_NIN_EPOCHS = 47
 # 1918 ms for NiN at batch 256 on one K20X, the step behind Table 3's first row.
 PALEO_TABLE2_NIN_STEP_S = 1.918
 PALEO_PPP_COMPUTE, PALEO_PPP_COMM = 0.21, 0.56
+# Table 2's AlexNet step: nets/alex_v2_1gpu.json at batch 128 on one K20, 402 ms.  Paleo's
+# scripts/exp_case_hybrid.sh runs it at percent of peak 0.46 and 0.75 over PCIe 2.0 (paleo/device.py:
+# K20 3520 GFLOP/s and "208 GB/s", GiB/s as for the K20X; PCIe 2.0 64 Gbit/s).
+PALEO_TABLE2_ALEXNET_STEP_S = 0.402
+PALEO_K20 = Device("NVIDIA K20 (Paleo)", 3.52e12, 208 * 2**30)
+PCIE2 = Link(64e9 / 8)
 
 
 def firecaffe_platform() -> Platform:
@@ -304,6 +319,13 @@ def firecaffe_platform() -> Platform:
     each layer counted as Paleo's own code counts it."""
     return Platform("titan (Paleo case 1)", replace(PALEO_K20X, ppp=PALEO_PPP_COMPUTE),
                     replace(TITAN_GEMINI, ppp=PALEO_PPP_COMM), "tree", elementwise=False, accounting="paleo")
+
+
+def alexnet_case_platform() -> Platform:
+    """K20s on PCIe 2.0 as Paleo's scripts/exp_case_hybrid.sh models them: tree allreduce, percent of peak
+    0.46 and 0.75, each layer counted as Paleo's own code counts it."""
+    return Platform("K20 on PCIe 2.0 (Paleo's AlexNet case)", replace(PALEO_K20, ppp=0.46),
+                    replace(PCIE2, ppp=0.75), "tree", elementwise=False, accounting="paleo")
 
 
 def firecaffe_case(spec: NetSpec | None = None) -> list[tuple[PublishedCase, Prediction]]:
