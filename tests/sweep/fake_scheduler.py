@@ -38,14 +38,16 @@ class FakeScheduler:
     run_dir: Path
     script: list[FakeJob] = field(default_factory=list)   # jobs handed out in submission order
     calls: list[list[str]] = field(default_factory=list)
+    envs: list[dict | None] = field(default_factory=list)   # the environment each call was given (None: ours)
     jobs: dict[str, FakeJob] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
     submit_fails: bool = False
     cancel_failures: int = 0           # how many cancel commands fail before one works
 
-    def __call__(self, argv):
+    def __call__(self, argv, env=None):
         argv = list(argv)
         self.calls.append(argv)
+        self.envs.append(None if env is None else dict(env))
         return getattr(self, f"_{argv[0]}")(argv)
 
     def _done(self, out="", code=0, err=""):

@@ -1,8 +1,11 @@
 """Every launcher a cluster uses, on two real (virtual) nodes: ranks on both hosts, Horovod's allreduce
-crossing between them, and everything the job body set reaching the rank on the second node."""
+crossing between them, and everything the job body set reaching the rank on the second node; the
+submitting shell's relative PATH reaching them too, and a node that lacks the ranks' program named."""
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from firescale.sweep.run import PointRun, Polling
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 pytestmark = pytest.mark.vcluster
 
 # Each rank reports its host, what Horovod's allreduce gave across the nodes, and its environment.
@@ -55,14 +59,14 @@ def _site(tmp_path: Path, cluster, launcher: str, **edits):
     return load_site(path)
 
 
-def _run(tmp_path: Path, cluster, site, monkeypatch, ranks: int = 2):
-    # The submitting shell knows nothing of the venv: only the job body's activation can put it there.
-    monkeypatch.setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+def _run(tmp_path: Path, cluster, site, monkeypatch, ranks: int = 2, path: str = SYSTEM_PATH,
+         command: tuple[str, ...] = ("python", "-c", RANK_CODE)):
+    # By default the submitting shell knows nothing of the venv: only the job body's activation can put it there.
+    monkeypatch.setenv("PATH", path)
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     run = tmp_path / "run"
     job = JobSpec(name=f"fs-{site.launcher}", ranks=ranks, walltime_s=600, workdir=run, log_file=run / "job.log",
-                  status_file=run / "status.json", command=["python", "-c", RANK_CODE],
-                  env={"FS_JOB_VAR": "from the job"})
+                  status_file=run / "status.json", command=list(command), env={"FS_JOB_VAR": "from the job"})
     script = tmp_path / "job.sh"
     script.write_text(render_job_script(site, job))
     lines: list[str] = []
@@ -122,3 +126,62 @@ def test_a_missing_srun_mpi_plugin_fails_the_point_with_one_sentence(tmp_path, v
     assert "no MPI plugin pmi9" in status["reason"] and "pmix" in status["reason"]
     assert "no MPI plugin pmi9" in verdict.reason
     assert not list(run.glob("rank-*.json"))
+
+
+# Each task says where it ran and which python ran it (srun numbers the tasks; no MPI needed).
+WHERE_CODE = """\
+import json, os, socket, sys
+report = {"host": socket.gethostname(), "python": sys.executable, "path": os.environ["PATH"]}
+json.dump(report, open(f"rank-{os.environ['SLURM_PROCID']}.json", "w"))
+if os.environ["SLURM_PROCID"] == "0":
+    json.dump({"status": "finished"}, open("result.json", "w"))
+"""
+
+
+def test_a_relative_path_entry_of_the_submitting_shell_reaches_both_nodes(tmp_path, vcluster, monkeypatch):
+    """The README's `PATH=.venv/bin:$PATH snakemake --profile vcluster ...`, where the site has `venv: null`
+    (issue 23): the ranks start in their run folder, yet find the venv's python on both nodes."""
+    site = _site(tmp_path, vcluster, "srun")
+    site.config["environment"]["venv"] = None
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / ".venv").symlink_to(VENV)
+    monkeypatch.chdir(checkout)
+    verdict, run, log = _run(tmp_path, vcluster, site, monkeypatch, path=f".venv/bin:{SYSTEM_PATH}",
+                             command=("python", "-c", WHERE_CODE))  # this machine has no other `python`
+    assert verdict.outcome == "succeeded", f"{verdict.reason}\n{log}"
+    reports = [json.loads((run / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert [r["host"] for r in reports] == ["n1", "n2"], reports
+    assert all(r["python"] == f"{checkout}/.venv/bin/python" for r in reports), reports
+    assert all(r["path"] == f"{checkout}/.venv/bin:{SYSTEM_PATH}" for r in reports), reports
+
+
+@contextlib.contextmanager
+def _hidden_on(cluster, node: str, folder: Path):
+    """`folder` empty on `node` alone: an empty folder mounted over it in the mount namespace of the node's
+    slurmd, which its job steps share (each virtual node has its own)."""
+    empty = folder.parent / f"{folder.name}-empty"
+    empty.mkdir()
+    ns = ["nsenter", "-t", str(cluster.daemon_pids()[node]), "-m"]
+    subprocess.run([*ns, "mount", "--bind", str(empty), str(folder)], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*ns, "umount", str(folder)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_a_node_without_the_ranks_program_is_named_with_its_path(tmp_path, vcluster, monkeypatch, launcher):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "firescale").symlink_to(VENV / "bin" / "firescale")
+    site = _site(tmp_path, vcluster, launcher)
+    site.config["environment"]["venv"] = None
+    path = f"{tools}:{SYSTEM_PATH}"
+    with _hidden_on(vcluster, "n2", tools):
+        verdict, run, log = _run(tmp_path, vcluster, site, monkeypatch, path=path, command=("firescale", "--help"))
+    status = json.loads((run / "status.json").read_text())
+    assert verdict.outcome == "failed" and status["exit_code"] == 127, log
+    assert status["reason"].startswith(f"firescale is not found on node n2, whose PATH is {path}; "), log
+    assert verdict.reason.startswith("exit code 127 (status.json)"), verdict.reason
+    assert verdict.reason.endswith(f": {status['reason']}"), verdict.reason  # not "the launcher lost rank 1"

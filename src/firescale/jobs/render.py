@@ -13,7 +13,7 @@ import jinja2
 
 from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_horovod_environment
-from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, wrap
+from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.jobs.schedulers import get_scheduler
@@ -23,6 +23,10 @@ from firescale.resources import TEMPLATES
 _DIRECTIVE = re.compile(r"#(SBATCH|PBS) [A-Za-z0-9_.:/@%+=,\- ]+")
 # ${NAME} or $NAME inside a profile value: the only thing the shell may expand in one.
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# Run by /bin/sh on a node: prints "firescale-missing HOST PATH" when the program named by $1 is not found
+# there (on the PATH it has there, from the folder the ranks start in).  No other program is needed.
+_MISSING_PROGRAM = ('command -v -- "$1" >/dev/null 2>&1 || { read -r host < /proc/sys/kernel/hostname; '
+                    'printf "firescale-missing %s %s\\n" "$host" "$PATH"; }')
 
 
 class Shell(str):
@@ -110,6 +114,14 @@ def environment(folder: str) -> jinja2.Environment:
     return env
 
 
+def program_probe(launcher: str, program: str, placement: Placement, options: Sequence[str]) -> list[str]:
+    """argv that asks every node of `placement`, through `launcher` as the ranks are started, whether it
+    finds `program`; each node that does not prints `firescale-missing HOST PATH`."""
+    one_per_node = Placement(ranks=placement.nodes, ranks_per_node=1, cores_per_rank=placement.cores_per_rank,
+                             nodes=placement.nodes)
+    return wrap(launcher, ["/bin/sh", "-c", _MISSING_PROGRAM, "firescale-probe", program], one_per_node, options)
+
+
 def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     """Everything a template may use, computed here so the templates stay declarative."""
     c = site.config
@@ -136,6 +148,8 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "environment": c["environment"],
         "exports": {**threads, **collectives, **{k: str(v) for k, v in job.env.items()}},
         "launch": shell_command(launch),
+        "program": command[0],
+        "probe": shell_command(program_probe(site.launcher, command[0], placement, options)),
         "env_list": Shell(env_list) if env_list else None,
         "srun_mpi": srun_mpi,
         "walltime_timer": scheduler.walltime_timer(site, job),

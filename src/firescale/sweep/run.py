@@ -118,8 +118,9 @@ class PointRun:
         verdict = decide(status, state, read_json(self.run_dir / "result.json"), self.rules)
         if gave_up(state, status):
             verdict.reason += "; " + cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
-        if verdict.outcome == "failed" and (lost := first_lost_rank(log_tail(self.run_dir / "job.log", 400))):
-            verdict.reason += f"; the launcher lost {lost} first"
+        if verdict.outcome == "failed" and not (status or {}).get("reason"):  # else the job said why itself
+            if lost := first_lost_rank(log_tail(self.run_dir / "job.log", 400)):
+                verdict.reason += f"; the launcher lost {lost} first"
         self.log(f"{_now()} job {job_id}: {verdict.outcome}" + (f" ({verdict.reason})" if verdict.reason else ""))
         self.current = None
         return sub, verdict

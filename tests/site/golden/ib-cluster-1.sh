@@ -63,6 +63,20 @@ firescale_forwarded() {
   done < <(env -0)
 }
 
+# After a failed launch: does every node find the ranks' program?  One step of one task per node asks,
+# started as the ranks were; a node that does not find it is named in the reason, with its PATH.  Asked
+# only after a failure, so a job that runs pays nothing for it.
+firescale_program_missing() {
+  local found first nodes
+  found=$(FIRESCALE_HOSTS_SLOTS=$(firescale_hosts | sed 's/$/:1/' | paste -sd, -)
+          timeout 60 srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=10 --kill-on-bad-exit=1 --mpi=pmix /bin/sh -c 'command -v -- "$1" >/dev/null 2>&1 || { read -r host < /proc/sys/kernel/hostname; printf "firescale-missing %s %s\n" "$host" "$PATH"; }' firescale-probe firescale 2>/dev/null | sed -n 's/^.*firescale-missing //p')
+  [ -n "$found" ] || return 1
+  first=${found%%$'\n'*}
+  nodes=$(printf '%s\n' "$found" | cut -d' ' -f1 | sort -u | grep -vxF -- "${first%% *}" | paste -sd' ' -)
+  FIRESCALE_REASON=firescale" is not found on node ${first%% *}${nodes:+ (nor on $nodes)}, whose PATH is ${first#* }; put its folder on the PATH as an absolute path that every node mounts, or set the site's environment.venv"
+  echo "firescale: $FIRESCALE_REASON" >&2
+}
+
 # Whatever ends the job, write its status file atomically: a temporary name, then a rename.
 firescale_finish() {
   local rc=$?
@@ -164,4 +178,6 @@ while :; do
   break
 done
 echo "firescale: job $FIRESCALE_JOB_NAME ended with exit code $rc"
+# 127: a shell's "command not found"
+if [ "$rc" -ne 0 ] && [ -z "$FIRESCALE_SIGNAL" ] && firescale_program_missing; then rc=127; fi
 exit "$rc"

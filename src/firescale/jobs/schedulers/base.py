@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from firescale.errors import FirescaleError
+from firescale.jobs.environment import job_environment
 
 if TYPE_CHECKING:
     from firescale.cluster.site import SiteProfile
@@ -45,13 +46,19 @@ class JobState:
         return self.state + (f" ({self.raw})" if self.raw and self.raw != self.state else "")
 
 
-Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+class Runner(Protocol):
+    """Runs a scheduler command; `env` (a submission's environment) replaces this process's when given."""
+
+    def __call__(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                 ) -> subprocess.CompletedProcess[str]: ...
 
 
-def run_command(argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run a scheduler command (sbatch, squeue, qsub, ...). Every call to a scheduler goes through here."""
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              env=None if env is None else dict(env))
     except FileNotFoundError:
         raise FirescaleError(f"{argv[0]} not found on PATH; is this a login node of the site's scheduler?") from None
     except subprocess.TimeoutExpired:
@@ -63,7 +70,7 @@ def prefixed(prefix: Sequence[str], runner: Runner = run_command) -> Runner:
     if not prefix:
         return runner
     words = [os.path.expandvars(os.path.expanduser(w)) for w in prefix]
-    return lambda argv: runner([*words, *argv])
+    return lambda argv, env=None: runner([*words, *argv], env)
 
 
 class Scheduler:
@@ -89,7 +96,13 @@ class Scheduler:
         return None
 
     def submit(self, script: Path, workdir: Path) -> str:
-        """Submit `script`; return the job id."""
+        """Submit `script` to run in `workdir`; return the job id.  The job inherits this process's
+        environment with its relative search paths made absolute against the working directory
+        (`jobs.environment`): it runs in `workdir`, maybe on other nodes, where they would point elsewhere."""
+        return self.submit_with(script, workdir, job_environment())
+
+    def submit_with(self, script: Path, workdir: Path, env: Mapping[str, str]) -> str:
+        """Submit `script` with the environment `env` (what the scheduler passes on to the job); return the job id."""
         raise NotImplementedError
 
     def poll(self, job_id: str) -> JobState:
@@ -100,8 +113,9 @@ class Scheduler:
         """Cancel the job; a job that already ended is no error.  Raises FirescaleError if the scheduler refuses."""
         raise NotImplementedError
 
-    def _run(self, argv: Sequence[str], what: str) -> subprocess.CompletedProcess[str]:
-        proc = self.runner(argv)
+    def _run(self, argv: Sequence[str], what: str,
+             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        proc = self.runner(argv, env)
         if proc.returncode != 0:
             raise FirescaleError(f"{what} failed ({' '.join(argv)}): {last_line(proc)}")
         return proc

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from firescale.errors import FirescaleError
@@ -21,12 +22,12 @@ class Local(Scheduler):
         self._jobs: dict[str, subprocess.Popen[bytes]] = {}
         self._cancelled: set[str] = set()
 
-    def submit(self, script: Path, workdir: Path) -> str:
+    def submit_with(self, script: Path, workdir: Path, env: Mapping[str, str]) -> str:
         workdir.mkdir(parents=True, exist_ok=True)
         log = open(workdir / "job.log", "ab")
         try:
             proc = subprocess.Popen(["bash", str(script)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, env=dict(env))
         except OSError as exc:
             raise FirescaleError(f"cannot run {script}: {exc}") from None
         finally:

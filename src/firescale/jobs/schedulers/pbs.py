@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,9 +82,10 @@ class PBS(Scheduler):
     def walltime_timer(self, site: SiteProfile, job: JobSpec) -> int | None:
         return max(1, job.walltime_s - site.walltime_signal[1])
 
-    def submit(self, script: Path, workdir: Path) -> str:
+    def submit_with(self, script: Path, workdir: Path, env: Mapping[str, str]) -> str:
         # qsub's exit code only says the script was accepted; the outcome comes from polling and status.json.
-        proc = self._run(self.submit_argv(script, workdir), "qsub")
+        # The job sees qsub's environment as PBS_O_* variables, and all of it with `#PBS -V`.
+        proc = self._run(self.submit_argv(script, workdir), "qsub", env)
         return proc.stdout.strip().splitlines()[-1].strip()
 
     def submit_argv(self, script: Path, workdir: Path) -> list[str]:

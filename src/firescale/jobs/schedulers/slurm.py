@@ -1,6 +1,7 @@
 """Slurm: #SBATCH directives; sbatch, squeue/sacct and scancel."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,8 +59,9 @@ class Slurm(Scheduler):
         lines = [f"#SBATCH {flag}" + ("" if value is None else f"={value}") for flag, value in sorted(flags.items())]
         return lines + [f"#SBATCH {extra}" for extra in c["directives"]]
 
-    def submit(self, script: Path, workdir: Path) -> str:
-        proc = self._run(["sbatch", "--parsable", f"--chdir={workdir}", str(script)], "sbatch")
+    def submit_with(self, script: Path, workdir: Path, env: Mapping[str, str]) -> str:
+        # sbatch passes its environment on to the job (--export=ALL, unless the site says otherwise).
+        proc = self._run(["sbatch", "--parsable", f"--chdir={workdir}", str(script)], "sbatch", env)
         return proc.stdout.strip().split(";")[0]
 
     def poll(self, job_id: str) -> JobState:
