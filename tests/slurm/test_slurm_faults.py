@@ -128,8 +128,14 @@ RANK_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1", "OMPI_MCA_rmaps_base_oversubscr
 
 
 def _weights(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
+    """A snapshot's weights and history blobs, from its .solverstate and the .caffemodel beside it."""
+    from firescale.caffe.caffemodel import read_weights
+    from firescale.caffe.solverstate import read_solverstate
+
+    state = read_solverstate(path)
+    out = {f"weights/{k}/{i}": a for k, v in read_weights(path.with_suffix(".caffemodel")).items()
+           for i, a in enumerate(v)}
+    return {**out, **{f"history/{i}": h for i, h in enumerate(state.history)}}
 
 
 def _train(tmp_path: Path, max_iter: int) -> list[str]:
@@ -205,8 +211,8 @@ def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupte
     reference = _train_here(tmp_path, "reference", max_iter)
     assert reference["iterations"] == result["iterations"] == max_iter and len(reference["segments"]) == 1
     # snapshots are named after the solver file, as Caffe does
-    ours = _weights(tmp_path / "run" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")
-    theirs = _weights(tmp_path / "reference" / "snapshots" / f"lenet-digits_iter_{max_iter}.npz")
+    ours = _weights(tmp_path / "run" / "snapshots" / f"lenet-digits_iter_{max_iter}.solverstate")
+    theirs = _weights(tmp_path / "reference" / "snapshots" / f"lenet-digits_iter_{max_iter}.solverstate")
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert np.array_equal(ours[name], theirs[name]), name

@@ -75,7 +75,7 @@ def test_a_schedule_switches_batch_and_rate_and_resumes_exactly(work, run_ranks)
     run_ranks(1, _args(work, "part", "--resume"), timeout=300)
     segments = json.loads((work / "part" / "result.json").read_text())["segments"]
     assert [(s["start_iter"], s["end_iter"]) for s in segments] == [(0, 30), (30, 40)]
-    a, b = (weights(work / run / "snapshots" / "s_iter_40.npz") for run in ("full", "part"))
+    a, b = (weights(work / run / "snapshots" / "s_iter_40.solverstate") for run in ("full", "part"))
     assert a.keys() == b.keys()
     for name in a:
         assert np.array_equal(a[name], b[name]), name

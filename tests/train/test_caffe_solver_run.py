@@ -20,7 +20,8 @@ def test_caffes_lenet_solver_trains_and_snapshots_under_its_last_component(tmp_p
                          "--out", str(out), "--total-batch", "32", "--set", "max_iter=12", "--set", "test_interval=6",
                          "--set", "snapshot=6"], timeout=300)
     # snapshot_prefix "examples/mnist/lenet": Caffe's `lenet_iter_N`, inside the run's snapshots/
-    assert sorted(p.name for p in (out / "snapshots").glob("*.npz")) == ["lenet_iter_12.npz", "lenet_iter_6.npz"]
+    assert sorted(p.name for p in (out / "snapshots").glob("*.solverstate")) == ["lenet_iter_12.solverstate",
+                                                                                 "lenet_iter_6.solverstate"]
     assert not (out / "snapshots" / "examples").exists() and not (tmp_path / "examples").exists()
     assert "solver keys ignored" in proc.stdout and "net, solver_mode" in proc.stdout
     result = json.loads((out / "result.json").read_text())

@@ -68,5 +68,5 @@ def test_train_refuses_to_continue_a_snapshot_with_another_learning_rate(tmp_pat
     assert first.returncode == 0, first.stderr[-2000:]
     again = train("--resume", "--set", "base_lr=0.05")
     assert again.returncode == 1
-    assert "s_iter_10.npz was written with other settings (solver.base_lr 0.01 there, 0.05 now)" in again.stderr
+    assert "s_iter_10.solverstate was written with other settings (solver.base_lr 0.01 there, 0.05 now)" in again.stderr
     assert "Traceback" not in again.stderr

@@ -8,7 +8,6 @@ import pytest
 
 from firescale.errors import FirescaleError
 from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult, baseline_top1, read_result, write_result
-from firescale.train.checkpoint import Snapshot, latest_snapshot, read_snapshot, write_snapshot
 from firescale.train.scaling import plan_batches
 from firescale.train.timing import time_to_accuracy
 
@@ -52,21 +51,6 @@ def test_a_sweep_point_warms_up_from_the_baselines_rate():
     assert plan_batches(1, total_batch=64, warmup_iters=10, base_lr=0.05, warmup_start_lr=0.1).warmup_factor(0) == 1.0
     with pytest.raises(FirescaleError, match="--warmup-start-lr must be positive"):
         plan_batches(1, total_batch=64, warmup_iters=10, base_lr=0.05, warmup_start_lr=0.0)
-
-
-def test_snapshot_round_trip_and_latest(tmp_path):
-    weights = {"conv1/weights": np.arange(6, dtype=np.float32).reshape(2, 3)}
-    state = {"history/conv1/weights": np.ones((2, 3), np.float32)}
-    for it in (5, 50, 10):
-        write_snapshot(tmp_path, "snapshot", Snapshot(it, weights, state, {"seed": 3, "evals": []}))
-    (tmp_path / ".snapshot_iter_99.npz.tmp-x").write_bytes(b"partial")  # a torn write is never picked
-    latest = latest_snapshot(tmp_path, "snapshot")
-    assert latest is not None and latest.name == "snapshot_iter_50.npz"
-    snap = read_snapshot(latest)
-    assert snap.iteration == 50 and snap.meta["seed"] == 3
-    assert np.array_equal(snap.weights["conv1/weights"], weights["conv1/weights"])
-    assert np.array_equal(snap.solver_state["history/conv1/weights"], state["history/conv1/weights"])
-    assert latest_snapshot(tmp_path / "none", "snapshot") is None
 
 
 def _result(evals):

@@ -67,8 +67,8 @@ def test_two_logical_devices_train_the_weights_and_accuracy_of_one(work, run_ran
     proc = run_ranks(1, _args(work, "split.prototxt", "split", "--batch-per-rank", "64"), timeout=300)
     assert "layers split over 2 devices: /device:CPU:0 -> /device:CPU:1 after pool1 (81,920 bytes)" in proc.stdout
     for k in (30, 60):
-        _close(weights(work / "one" / "snapshots" / f"one_iter_{k}.npz"),
-               weights(work / "split" / "snapshots" / f"split_iter_{k}.npz"), 1e-6)
+        _close(weights(work / "one" / "snapshots" / f"one_iter_{k}.solverstate"),
+               weights(work / "split" / "snapshots" / f"split_iter_{k}.solverstate"), 1e-6)
     one = json.loads((work / "one" / "result.json").read_text())
     split = json.loads((work / "split" / "result.json").read_text())
     assert [e["top1"] for e in split["evals"]] == pytest.approx([e["top1"] for e in one["evals"]], abs=1e-9)
@@ -94,12 +94,12 @@ def test_two_logical_devices_train_the_weights_and_accuracy_of_one(work, run_ran
 @pytest.mark.mpi
 def test_replicas_of_a_split_net_combine_with_horovod(work, run_ranks):
     """Hybrid: 2 ranks, each a replica over 2 logical devices, at 32 each make the update of 1 x 64."""
-    if not (work / "one" / "snapshots" / "one_iter_30.npz").exists():
+    if not (work / "one" / "snapshots" / "one_iter_30.solverstate").exists():
         run_ranks(1, _args(work, "one.yaml", "one", "--batch-per-rank", "64"), timeout=300)
     run_ranks(2, _args(work, "split.prototxt", "hybrid", "--batch-per-rank", "32", "--set", "max_iter=30"),
               timeout=300)
-    _close(weights(work / "one" / "snapshots" / "one_iter_30.npz"),
-           weights(work / "hybrid" / "snapshots" / "split_iter_30.npz"), 1e-5)
+    _close(weights(work / "one" / "snapshots" / "one_iter_30.solverstate"),
+           weights(work / "hybrid" / "snapshots" / "split_iter_30.solverstate"), 1e-5)
     result = json.loads((work / "hybrid" / "result.json").read_text())
     assert result["ranks"] == 2 and len(result["placement"]["boundaries"]) == 2
 

@@ -60,9 +60,9 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     run_ranks(1, train_args(work, "one", "short.yaml", "--batch-per-rank", "32", "--set", "max_iter=10"),
               timeout=300)
     for k in (5, 10):
-        two = weights(two_rank_run / "snapshots" / f"snapshot_iter_{k}.npz")
-        one = weights(work / "one" / "snapshots" / f"snapshot_iter_{k}.npz")
-        start = weights(two_rank_run / "snapshots" / "snapshot_iter_5.npz")
+        two = weights(two_rank_run / "snapshots" / f"snapshot_iter_{k}.solverstate")
+        one = weights(work / "one" / "snapshots" / f"snapshot_iter_{k}.solverstate")
+        start = weights(two_rank_run / "snapshots" / "snapshot_iter_5.solverstate")
         for name in (n for n in two if n.startswith("weights/")):
             scale = np.abs(one[name]).max()
             assert np.abs(two[name] - one[name]).max() / scale < 1e-5, (k, name)
@@ -91,8 +91,8 @@ def test_same_seed_and_ranks_reproduce_bit_for_bit_whole_or_in_parts(work, run_r
     # every iteration in parts (gradients, allreduce, update as three calls) against mostly one graph each
     run_ranks(2, train_args(work, "b", "short.yaml", "--batch-per-rank", "16", "--set", "snapshot=0",
                             "--split-every", "1"), timeout=300)
-    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.npz")
-    b = weights(work / "b" / "snapshots" / "snapshot_iter_100.npz")
+    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.solverstate")
+    b = weights(work / "b" / "snapshots" / "snapshot_iter_100.solverstate")
     assert a.keys() == b.keys()
     for name in a:
         assert np.array_equal(a[name], b[name]), name
@@ -132,19 +132,41 @@ def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, tw
     result = json.loads((out / "result.json").read_text())
     stopped_at = result["iterations"]
     assert result["status"] == "interrupted" and 20 <= stopped_at < 100, text
-    assert (out / "snapshots" / f"snapshot_iter_{stopped_at}.npz").exists()
+    assert (out / "snapshots" / f"snapshot_iter_{stopped_at}.firescale.json").exists()
 
     run_ranks(2, [*args, "--resume"], timeout=300)
     resumed = json.loads((out / "result.json").read_text())
     assert resumed["status"] == "finished" and resumed["iterations"] == 100
     assert [s["start_iter"] for s in resumed["segments"]] == [0, stopped_at]
     assert resumed["train_time_s"] == pytest.approx(sum(s["train_s"] for s in resumed["segments"]))
-    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.npz")
-    c = weights(out / "snapshots" / "snapshot_iter_100.npz")
+    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.solverstate")
+    c = weights(out / "snapshots" / "snapshot_iter_100.solverstate")
     for name in a:
         assert np.array_equal(a[name], c[name]), name
     log = (out / "mllog.txt").read_text()
     assert log.count('"key": "run_start"') == 2 and '"key": "eval_accuracy"' in log
+
+
+@pytest.mark.slow
+def test_a_chosen_caffe_snapshot_resumes_bit_for_bit_and_writes_hdf5(work, run_ranks, two_rank_run):
+    """--snapshot names one of the uninterrupted run's Caffe snapshots (iteration 90, .caffemodel +
+    .solverstate); the resumed run writes HDF5 snapshots, as `snapshot_format: HDF5` asks, and ends with the
+    uninterrupted run's weights and history blobs, bit for bit."""
+    chosen = two_rank_run / "snapshots" / "snapshot_iter_90.solverstate"
+    proc = run_ranks(2, train_args(work, "e", "short.yaml", "--batch-per-rank", "16", "--snapshot", str(chosen),
+                                   "--set", "snapshot_format=HDF5", "--set", "snapshot=5"), timeout=300)
+    assert f"resuming from {chosen} at iteration 90" in proc.stdout
+    out = work / "e" / "snapshots"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"snapshot_iter_{k}{suffix}" for k in (95, 100)
+        for suffix in (".caffemodel.h5", ".solverstate.h5", ".firescale.json"))
+    a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.solverstate")
+    e = weights(out / "snapshot_iter_100.solverstate.h5")
+    assert a.keys() == e.keys() and len(a) == 16   # LeNet's 8 blobs and SGD's 8 history blobs
+    for name in a:
+        assert a[name].tobytes() == e[name].tobytes(), name
+    resumed = json.loads((work / "e" / "result.json").read_text())
+    assert [s["start_iter"] for s in resumed["segments"]] == [0, 90] and resumed["iterations"] == 100
 
 
 @pytest.mark.slow

@@ -85,4 +85,5 @@ def test_a_diverging_loss_stops_the_run_naming_the_iteration(work):
     assert "the training loss became" in proc.stderr and "lower base_lr (solver key 'base_lr')" in proc.stderr
     iteration = int(proc.stderr.split("at iteration ")[1].split(";")[0])
     assert 1 <= iteration <= 15
-    assert not (work / "nan" / "snapshots" / "diverges_iter_15.npz").exists()   # no snapshot of a diverged net
+    # no snapshot of a diverged net
+    assert not (work / "nan" / "snapshots" / "diverges_iter_15.firescale.json").exists()

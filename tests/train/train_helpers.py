@@ -22,6 +22,13 @@ def train_args(work: Path, out: str, solver: str, *extra: str) -> list[str]:
 
 
 def weights(path: Path) -> dict[str, np.ndarray]:
-    """The weights and solver history of a snapshot."""
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files if k.startswith(("weights/", "solver/"))}
+    """The weights (`weights/<layer>/<blob>`) and solver history (`history/<i>`) of a snapshot, read from
+    Caffe's files as Caffe would: the .solverstate named, and the .caffemodel its learned_net names."""
+    from firescale.caffe.caffemodel import read_weights
+    from firescale.caffe.solverstate import read_solverstate
+
+    state = read_solverstate(path)
+    blobs = read_weights(path.with_name(Path(state.learned_net).name))
+    out = {f"weights/{layer}/{i}": a for layer, arrays in blobs.items() for i, a in enumerate(arrays)}
+    out.update({f"history/{i}": h for i, h in enumerate(state.history)})
+    return out

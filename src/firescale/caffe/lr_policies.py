@@ -61,3 +61,16 @@ def schedule_for_batch(config: SolverConfig, ratio: float, max_iter: int) -> dic
     if config.test_interval:  # rounded up: never more evaluations per epoch than at the baseline batch
         new["test_interval"] = max(1, math.ceil(config.test_interval * ratio))
     return {k: v for k, v in new.items() if v != getattr(config, k)}
+
+
+def current_step(config: SolverConfig, iteration: int) -> int:
+    """Caffe's Solver::current_step_ after `iteration` updates (recorded in its SolverState): the step
+    count of the rate of the last update for the step and multistep policies, 0 for the others."""
+    last = iteration - 1
+    if last < 0:
+        return 0
+    if config.lr_policy == "step" and config.stepsize:
+        return last // config.stepsize
+    if config.lr_policy == "multistep":
+        return sum(1 for value in config.stepvalue if last >= value)
+    return 0

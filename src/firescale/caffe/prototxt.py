@@ -1,4 +1,4 @@
-"""Caffe's protobuf text format (solvers, layer-to-device plans): scalars, repeats, nested messages."""
+"""Caffe's protobuf text format (solvers, net files, layer-to-device plans): scalars, repeats, nested messages."""
 from __future__ import annotations
 
 import re
@@ -15,6 +15,8 @@ _CLOSE = {"{": "}", "<": ">"}
 # `dist` (a layer-to-device plan, firescale.nets.device_plan) is given once for training and once for testing.
 PLAN_KEY = "dist"
 REPEATED = frozenset({"stepvalue", "test_iter", "test_net", "test_net_param", "test_state", "weights", PLAN_KEY})
+# NetParameter's repeated top-level fields (a net file: firescale.caffe.net).
+NET_REPEATED = frozenset({"layer", "layers", "input", "input_shape", "input_dim"})
 
 
 def tokenize(text: str, source: str) -> list[tuple[str, str]]:
@@ -52,8 +54,10 @@ def scalar(word: str) -> Any:
 
 
 class _Reader:
-    def __init__(self, tokens: list[tuple[str, str]], source: str) -> None:
+    def __init__(self, tokens: list[tuple[str, str]], source: str, repeated: frozenset[str] = REPEATED,
+                 what: str = "solver") -> None:
         self.tokens, self.source, self.i = tokens, source, 0
+        self.repeated, self.what = repeated, what
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -61,7 +65,7 @@ class _Reader:
     def take(self) -> tuple[str, str]:
         token = self.peek()
         if token is None:
-            raise FirescaleError(f"{self.source}: the solver prototxt ends in the middle of a field")
+            raise FirescaleError(f"{self.source}: the {self.what} prototxt ends in the middle of a field")
         self.i += 1
         return token
 
@@ -71,16 +75,16 @@ class _Reader:
         while (token := self.peek()) is not None and token != ("punct", close):
             kind, key = self.take()
             if kind != "word":
-                raise FirescaleError(f"{self.source}: expected a solver key, found {key!r}")
+                raise FirescaleError(f"{self.source}: expected a {self.what} key, found {key!r}")
             value = self.value(key)
             if self.peek() in (("punct", ";"), ("punct", ",")):
                 self.take()
-            if top and key in REPEATED:
+            if top and key in self.repeated:
                 out.setdefault(key, []).extend(value if isinstance(value, list) else [value])
             elif key not in out:
                 out[key] = value
             elif top:
-                raise FirescaleError(f"{self.source}: solver key {key!r} is given twice")
+                raise FirescaleError(f"{self.source}: {self.what} key {key!r} is given twice")
             else:  # inside a net or state message: a repeated field such as `layer` or `stage`
                 out[key] = (out[key] if isinstance(out[key], list) else [out[key]]) + [value]
         if close is not None:
@@ -103,17 +107,20 @@ class _Reader:
             while self.peek() != ("punct", "]"):
                 kind, raw = self.take()
                 if kind == "punct" and raw != ",":
-                    raise FirescaleError(f"{self.source}: solver key {key!r} has a bad list near {raw!r}")
+                    raise FirescaleError(f"{self.source}: {self.what} key {key!r} has a bad list near {raw!r}")
                 if kind != "punct":
                     items.append(raw if kind == "str" else scalar(raw))
             self.take()
             return items
         if token is None or token[0] == "punct":
-            raise FirescaleError(f"{self.source}: solver key {key!r} has no value (expected 'key: value')")
+            raise FirescaleError(f"{self.source}: {self.what} key {key!r} has no value (expected 'key: value')")
         kind, raw = self.take()
         return raw if kind == "str" else scalar(raw)
 
 
-def parse_prototxt(text: str, source: str) -> dict[str, Any]:
-    """A solver.prototxt as a mapping: repeated fields become lists, nested messages dicts."""
-    return _Reader(tokenize(text, source), source).message(None, top=True)
+def parse_prototxt(text: str, source: str, *, net: bool = False) -> dict[str, Any]:
+    """A solver.prototxt (or with `net`, a net file) as a mapping: repeated fields become lists, nested
+    messages dicts; inside a nested message a field given more than once becomes a list."""
+    tokens = tokenize(text, source)
+    reader = _Reader(tokens, source, NET_REPEATED, "net") if net else _Reader(tokens, source)
+    return reader.message(None, top=True)

@@ -25,7 +25,8 @@ OLD_SOLVER_TYPES = {"SGD": "SGD", "NESTEROV": "Nesterov", "ADAGRAD": "AdaGrad", 
 # site.  They are accepted, kept in `SolverConfig.ignored` and reported, never silently dropped.
 NET_ONLY_KEYS = ("net", "net_param", "train_net", "test_net", "train_net_param", "test_net_param",
                  "train_state", "test_state", "test_compute_loss", "solver_mode", "device_id",
-                 "snapshot_format", "snapshot_diff", "debug_info", "layer_wise_reduce", "weights")
+                 "snapshot_diff", "debug_info", "layer_wise_reduce", "weights")
+SNAPSHOT_FORMATS = ("BINARYPROTO", "HDF5")  # SolverParameter.SnapshotFormat; BINARYPROTO is Caffe's default
 
 
 @dataclass
@@ -56,6 +57,7 @@ class SolverConfig:
     snapshot: int = 0
     snapshot_prefix: str = "snapshot"   # as written, or as Caffe completes it (see snapshot_name)
     snapshot_after_train: bool = True
+    snapshot_format: str = "BINARYPROTO"   # Caffe's files: .caffemodel/.solverstate, or their .h5 (HDF5)
     random_seed: int = -1
     # Per-layer multipliers (Caffe's ParamSpec lr_mult / decay_mult): layer name -> [weights, bias].
     lr_mult: dict[str, list[float]] = field(default_factory=dict)
@@ -79,7 +81,7 @@ _INT_KEYS = {"max_iter", "stepsize", "iter_size", "test_interval", "test_iter", 
 _FLOAT_KEYS = {"base_lr", "gamma", "power", "momentum", "momentum2", "delta", "rms_decay", "weight_decay",
                "clip_gradients"}
 _BOOL_KEYS = {"test_initialization", "snapshot_after_train"}
-_STR_KEYS = {"type", "lr_policy", "regularization_type", "snapshot_prefix"}
+_STR_KEYS = {"type", "lr_policy", "regularization_type", "snapshot_prefix", "snapshot_format"}
 
 
 def _err(source: str, key: str, message: str) -> FirescaleError:
@@ -141,6 +143,8 @@ def _coerce(source: str, key: str, value: Any) -> Any:
         return None if value is None and key in ("gamma", "power") else _as_float(source, key, value)
     if key in _BOOL_KEYS:
         return _as_bool(source, key, value)
+    if key == "snapshot_format" and isinstance(value, int) and value in (0, 1):
+        return ("HDF5", "BINARYPROTO")[value]  # the enum's numbers: HDF5 = 0, BINARYPROTO = 1
     if key in _STR_KEYS:
         if not isinstance(value, str):
             raise _err(source, key, f"must be a string, not {value!r}")
@@ -250,6 +254,8 @@ def validate(c: SolverConfig, source: str = "solver") -> None:
     need(c.snapshot_name not in ("", ".", ".."), "snapshot_prefix",
          f"must end in a file-name prefix (its last component names the files in RUNDIR/snapshots/), "
          f"not {c.snapshot_prefix!r}")
+    need(c.snapshot_format in SNAPSHOT_FORMATS, "snapshot_format",
+         f"must be {' or '.join(SNAPSHOT_FORMATS)}, not {c.snapshot_format!r}")
     need(c.random_seed >= -1, "random_seed", f"must be -1 (unset) or a non-negative integer, not {c.random_seed}")
     if c.type in ("AdaGrad", "RMSProp"):
         need(c.momentum == 0, "momentum", f"cannot be used with {c.type} (Caffe requires 0), not {c.momentum}")

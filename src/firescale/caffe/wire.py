@@ -59,6 +59,11 @@ def tag(field: int, wire_type: int) -> bytes:
     return encode_varint((field << 3) | wire_type)
 
 
+def length_delimited(number: int, payload: bytes) -> bytes:
+    """One length-delimited field (a message, a string or a packed repeated scalar): key, length, payload."""
+    return tag(number, LENGTH_DELIMITED) + encode_varint(len(payload)) + payload
+
+
 def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
     """Yield (field number, wire type, value) for each field; length-delimited values are memoryviews."""
     view = memoryview(buf)

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--short-batch", type=int,
                         help="per-rank batch of the short run (default: half the first record's)")
     parser.add_argument("--workdir", help="where the short run writes (default: a temporary directory)")
-    parser.add_argument("--net", help=f"network (default: the record's): {', '.join(NET_NAMES)}")
+    parser.add_argument("--net", help=f"network (default: the record's): {', '.join(NET_NAMES)}, or a Caffe net file")
     parser.add_argument("--input", type=input_shape,
                         help="input H,W,C (default: the record's dataset manifest, else the net's own)")
     parser.add_argument("--classes", type=int, help="classes (default: the record's dataset manifest, else the net's)")

@@ -11,7 +11,7 @@ from firescale.nets.zoo import NET_NAMES, get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}")
+    parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
     parser.add_argument("--batch", type=int, default=1024, help="images per batch (default 1024, as Table 1)")
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
@@ -21,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = get_net(args.net, num_classes=args.classes, input_shape=args.input)
     cost = net_cost(spec, args.batch)
-    print(f"{spec.name}: input {spec.input_shape} (H, W, C), {spec.num_classes} classes, batch {args.batch}")
+    print(f"{spec.name}: input {spec.input_shape} (H, W, C), {spec.num_classes} classes, batch {args.batch}"
+          + (f", from {spec.source}" if spec.source else ""))
+    for note in spec.notes:
+        print(f"note: {note}")
     head = f"{'layer':<34} {'kind':<8} {'output':>15} {'params':>11} {'fwd GFLOP':>11} {'bwd GFLOP':>11} {'|D| MB':>9}"
     print(head)
     print("-" * len(head))
@@ -30,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{l.name:<34} {l.kind:<8} {out:>15} {l.params:>11,} {l.forward_flops / 1e9:>11.3f} "
               f"{l.backward_flops / 1e9:>11.3f} {l.activation_bytes / 1e6:>9.1f}")
     print("-" * len(head))
-    print(f"total: {cost.params:,} parameters, |W| = {cost.weight_bytes / 1e6:.1f} MB, "
+    stored = f" (and {cost.state:,} stored BatchNorm statistics, not learnt)" if cost.state else ""
+    print(f"total: {cost.params:,} parameters{stored}, |W| = {cost.weight_bytes / 1e6:.1f} MB, "
           f"|D| = {cost.activation_bytes / 1e6:.0f} MB, forward {cost.forward_flops / 1e12:.3f} TFLOP, "
           f"forward+backward {cost.training_flops / 1e12:.3f} TFLOP per batch")
     comparison = compare_table1(spec.name, cost) if args.input is None and args.classes is None else None
@@ -45,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
                         "forward_flops": l.forward_flops, "backward_flops": l.backward_flops,
                         "weight_bytes": l.weight_bytes, "activation_bytes": l.activation_bytes}
                        for l in cost.layers],
-            "totals": {"params": cost.params, "weight_bytes": cost.weight_bytes,
+            "source": spec.source, "notes": list(spec.notes),
+            "totals": {"params": cost.params, "stored_statistics": cost.state, "weight_bytes": cost.weight_bytes,
                        "activation_bytes": cost.activation_bytes, "forward_flops": cost.forward_flops,
                        "training_flops": cost.training_flops},
             "firecaffe_table1": [c.__dict__ for c in comparison or []]})

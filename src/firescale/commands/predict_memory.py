@@ -10,7 +10,7 @@ from firescale.nets.zoo import NET_NAMES, get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}")
+    parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
     parser.add_argument("--batch", type=int, required=True, help="images per device (per replica when split)")
     parser.add_argument("--input", help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")

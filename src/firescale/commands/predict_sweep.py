@@ -18,7 +18,8 @@ from firescale.predict.calibrate import load_calibration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--net", required=True, help=f"network: {', '.join(NET_NAMES)}")
+    parser.add_argument("--net", required=True,
+                        help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
     parser.add_argument("--dataset-size", type=int, default=IMAGENET_TRAIN_IMAGES,
                         help=f"training images per epoch (default {IMAGENET_TRAIN_IMAGES:,})")
     parser.add_argument("--epochs", type=float, default=1.0, help="epochs to the target accuracy (default 1)")

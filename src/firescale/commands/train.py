@@ -45,7 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--target-from", type=Path, nargs="+", metavar="BASELINE_RESULT.json",
                         help="target = the baseline run's final top-1 (the mean over several) minus --tolerance")
     parser.add_argument("--tolerance", type=float, default=0.01, help="with --target-from (default 0.01)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest snapshot in OUT/snapshots")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true", help="continue from the newest snapshot in OUT/snapshots")
+    resume.add_argument("--snapshot", type=Path, metavar="FILE.solverstate",
+                        help="continue from this snapshot (its .solverstate or .solverstate.h5), as Caffe's "
+                             "--snapshot")
+    parser.add_argument("--weights", type=Path, metavar="FILE.caffemodel",
+                        help="start from Caffe's weights (.caffemodel or .caffemodel.h5), copied by layer name; "
+                             "the net's layers the file lacks keep their fillers (with --resume: only when "
+                             "there is no snapshot yet)")
     parser.add_argument("--seed", type=int, help="seed for weights, data order and dropout (default: the "
                                                  "solver's random_seed, else 1)")
     parser.add_argument("--eval-batch", type=int, default=256, help="test images per evaluation step, all ranks")
@@ -71,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_per_rank is None and args.total_batch is None:
         args.batch_per_rank = 64
+    if args.snapshot is not None and args.weights is not None:
+        raise FirescaleError("give --snapshot to resume training or --weights to fine-tune, not both (as Caffe says)")
     if args.threads < 1:
         raise FirescaleError(f"--threads must be at least 1, not {args.threads}")
     opts = TrainOptions(
@@ -78,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         batch_per_rank=args.batch_per_rank, total_batch=args.total_batch, reference_batch=args.reference_batch,
         lr_scaling=args.lr_scaling, warmup_iters=args.warmup_iters, warmup_start_lr=args.warmup_start_lr,
         target=args.target, target_from=args.target_from, tolerance=args.tolerance, resume=args.resume, seed=args.seed,
+        snapshot=args.snapshot, weights=args.weights,
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
         split_every=args.split_every, layer_plan=args.layer_plan,

@@ -6,14 +6,19 @@ from dataclasses import dataclass
 from firescale.nets.spec import (
     FC,
     LRN,
+    BatchNorm,
+    Branches,
     Conv,
     Dropout,
-    Inception,
+    Flatten,
     LayerShape,
     NetSpec,
     Pool,
     ReLU,
+    Scale,
+    Sigmoid,
     Softmax,
+    TanH,
     infer_shapes,
 )
 
@@ -42,11 +47,13 @@ class LayerCost:
     forward_memory_bytes: float
     backward_memory_bytes: float
     bias_flops: float = 0.0      # included in forward_flops and in backward_weight_flops
+    blobs: tuple[int, ...] = ()  # element counts of its learnable blobs (weights, then bias), `params` in all
+    state: int = 0               # stored values it does not learn (BatchNorm's mean, variance and factor)
 
     @property
     def elementwise(self) -> bool:
         """An activation layer, which frameworks often fuse into the layer before (Paleo leaves it out)."""
-        return self.kind == "relu"
+        return self.kind in ("relu", "sigmoid", "tanh")
 
     @property
     def weight_bytes(self) -> int:
@@ -91,24 +98,25 @@ class NetCost:
         return sum(layer.weight_bytes for layer in self.layers)
 
     @property
+    def state(self) -> int:
+        """Stored values that are not learnt (BatchNorm's statistics): in a .caffemodel, not in |W|."""
+        return sum(layer.state for layer in self.layers)
+
+    @property
     def gradient_tensors(self) -> tuple[int, ...]:
         """Element counts of the gradients a rank sums, one tensor per weight and per bias blob, in the
         order the layers run: what the trainer passes to its grouped allreduce (|W| in all)."""
-        counts: list[int] = []
-        for layer in self.layers:
-            if layer.trainable:
-                biases = layer.output_shape[2]
-                counts += [layer.params - biases, biases]
-        return tuple(counts)
+        return tuple(count for layer in self.layers for count in layer.blobs)
 
     @property
     def activation_bytes(self) -> int:
-        """|D|: activations written by the convolution, pooling, LRN, concat and fully-connected layers.
+        """|D|: activations written by the convolution, pooling, LRN, concat, eltwise and fully-connected layers.
 
-        In-place layers (ReLU, dropout) and the loss write no new blob in Caffe and are not counted.
+        Layers Caffe's nets run in place (ReLU, dropout, and BatchNorm, Scale, Sigmoid, TanH), Flatten (a view
+        of its input) and the loss write no new blob in Caffe and are not counted.
         """
         return sum(layer.activation_bytes for layer in self.layers
-                   if layer.kind in ("conv", "fc", "pool", "lrn", "concat"))
+                   if layer.kind in ("conv", "fc", "pool", "lrn", "concat", "eltwise"))
 
     @property
     def forward_flops(self) -> float:
@@ -131,27 +139,38 @@ def _elements(shape: tuple[int, int, int]) -> int:
 def _cost(rec: LayerShape, batch: int, first_trainable: bool) -> LayerCost:
     layer, n = rec.layer, batch
     x, y = _elements(rec.input_shape), _elements(rec.output_shape)
-    params, fwd, bwd_data, bwd_weight = 0, 0.0, 0.0, 0.0
+    params, fwd, bwd_data, bwd_weight, state = 0, 0.0, 0.0, 0.0, 0
+    blobs: tuple[int, ...] = ()
     kind = type(layer).__name__.lower()
     if isinstance(layer, Conv):
         kind = "conv"
         c_in = rec.input_shape[2] // layer.groups
-        weights = layer.out * c_in * layer.kernel * layer.kernel
-        params = weights + layer.out
+        kh, kw = layer.kernel_hw
+        weights = layer.out * c_in * kh * kw
+        blobs = (weights, layer.out) if layer.bias else (weights,)
         p, q, k = rec.output_shape
-        macs = k * c_in * layer.kernel * layer.kernel * p * q * n
-        fwd = 2.0 * macs + n * y                      # 2·K·C·R·S·N·P·Q, plus the bias add
-        bwd_weight = 2.0 * macs + n * y               # dL/dW: same GEMM size; dL/db: a sum over N·P·Q
+        macs = k * c_in * kh * kw * p * q * n
+        bias_add = n * y if layer.bias else 0
+        fwd = 2.0 * macs + bias_add                   # 2·K·C·R·S·N·P·Q, plus the bias add
+        bwd_weight = 2.0 * macs + bias_add            # dL/dW: same GEMM size; dL/db: a sum over N·P·Q
         bwd_data = 0.0 if first_trainable else 2.0 * macs
         w_bytes = weights * BYTES_PER_FLOAT
     elif isinstance(layer, FC):
         kind = "fc"
         weights = x * layer.out
-        params = weights + layer.out
-        fwd = 2.0 * n * weights + n * layer.out
-        bwd_weight = 2.0 * n * weights + n * layer.out
+        blobs = (weights, layer.out) if layer.bias else (weights,)
+        bias_add = n * layer.out if layer.bias else 0
+        fwd = 2.0 * n * weights + bias_add
+        bwd_weight = 2.0 * n * weights + bias_add
         bwd_data = 0.0 if first_trainable else 2.0 * n * weights
         w_bytes = weights * BYTES_PER_FLOAT
+    elif isinstance(layer, Scale):
+        channels = rec.output_shape[2]
+        blobs = (channels, channels) if layer.bias else (channels,)
+        fwd = float((2 if layer.bias else 1) * y * n)          # multiply (and add) per element
+        bwd_weight = float((3 if layer.bias else 2) * y * n)   # dL/dgamma: a product and a sum; dL/dbeta: a sum
+        bwd_data = float(y * n)                                # dL/dx = gamma · dL/dy
+        w_bytes = channels * BYTES_PER_FLOAT
     else:
         w_bytes = 0
         if isinstance(layer, Pool):
@@ -159,17 +178,32 @@ def _cost(rec: LayerShape, batch: int, first_trainable: bool) -> LayerCost:
             fwd = float(window * y * n)               # one compare or add per window element
             bwd_data = fwd
         elif isinstance(layer, LRN):
-            fwd = float((2 * layer.local_size + 4) * y * n)   # window sum of squares, scale, power, divide
+            window = layer.local_size ** 2 if layer.within_channel else layer.local_size
+            fwd = float((2 * window + 4) * y * n)     # window sum of squares, scale, power, divide
             bwd_data = 2.0 * fwd
         elif isinstance(layer, (ReLU, Dropout)):
             fwd = float(y * n)
             bwd_data = float(y * n)
+        elif isinstance(layer, (Sigmoid, TanH)):
+            fwd = 4.0 * y * n                         # exp, add, divide (tanh: two exps, a quotient)
+            bwd_data = 3.0 * y * n                    # dy · y(1 - y), dy · (1 - y²)
+        elif isinstance(layer, BatchNorm):
+            kind, state = "batchnorm", 2 * rec.output_shape[2] + 1
+            fwd = 4.0 * y * n                         # mean, variance, subtract, divide
+            bwd_data = 6.0 * y * n                    # two sums over the batch, then the normalised gradient
+        elif isinstance(layer, Flatten):
+            fwd = 0.0                                 # a view of its input
         elif isinstance(layer, Softmax):
             fwd = 4.0 * y * n                         # max, exp, sum, divide (+ log-likelihood)
             bwd_data = float(y * n)
-        elif isinstance(layer, Inception):
-            kind = "concat"                           # its branches are counted as their own layers
-            fwd = 0.0
+        elif isinstance(layer, Branches):             # its branches are counted as their own layers
+            kind = "concat" if layer.merge == "concat" else "eltwise"
+            inputs = len(layer.branches)
+            fwd = 0.0 if layer.merge == "concat" else float((inputs - 1) * y * n)
+            if layer.merge == "prod":
+                bwd_data = float(inputs * (inputs - 1) * y * n)   # each input's gradient: dy times the others
+            elif layer.merge == "max":
+                bwd_data = float(inputs * y * n)      # dy routed to the input that gave the max
     io = (x + y) * n * BYTES_PER_FLOAT
     fwd_mem = float(io + w_bytes)
     bwd_mem = 0.0
@@ -177,9 +211,10 @@ def _cost(rec: LayerShape, batch: int, first_trainable: bool) -> LayerCost:
         bwd_mem += io + w_bytes                       # read dY and W, write dX
     if bwd_weight:
         bwd_mem += io + w_bytes                       # read X and dY, write dW
-    bias = float(n * y) if params else 0.0
+    params = sum(blobs)
+    bias = float(n * y) if len(blobs) == 2 else 0.0
     return LayerCost(rec.name, kind, rec.input_shape, rec.output_shape, n, params, fwd,
-                     bwd_data, bwd_weight, fwd_mem, bwd_mem, bias)
+                     bwd_data, bwd_weight, fwd_mem, bwd_mem, bias, blobs, state)
 
 
 def net_cost(spec: NetSpec, batch: int) -> NetCost:
@@ -201,6 +236,6 @@ def _reads_data(spec: NetSpec, rec: LayerShape) -> bool:
     for layer in spec.layers:
         if isinstance(layer, (Conv, FC)):
             return layer is rec.layer
-        if isinstance(layer, (Inception,)):
+        if isinstance(layer, Branches):
             return False
     return False

@@ -10,13 +10,17 @@ from firescale.model.layers import BYTES_PER_FLOAT, net_cost
 from firescale.nets.spec import (
     FC,
     LRN,
+    BatchNorm,
+    Branches,
     Conv,
     Dropout,
-    Inception,
     LayerShape,
     NetSpec,
     Pool,
+    Scale,
+    Sigmoid,
     Softmax,
+    TanH,
     infer_shapes,
     pool_extra_padding,
 )
@@ -123,7 +127,8 @@ def _padded(rec: LayerShape) -> int:
     h, w, c = rec.input_shape
     layer = rec.layer
     if isinstance(layer, Conv):
-        return (h + 2 * layer.pad) * (w + 2 * layer.pad) * c
+        ph, pw = layer.pad_hw
+        return (h + 2 * ph) * (w + 2 * pw) * c
     if isinstance(layer, Pool) and not layer.global_pool:
         eh, ew = pool_extra_padding(h, layer), pool_extra_padding(w, layer)
         return (h + 2 * layer.pad + eh) * (w + 2 * layer.pad + ew) * c
@@ -131,7 +136,7 @@ def _padded(rec: LayerShape) -> int:
 
 
 def _layer_memory(rec: LayerShape, params: int, reads_data: bool, batch: int, solver_type: str,
-                  decay: bool, device_kind: str) -> LayerMemory:
+                  decay: bool, device_kind: str, state: int = 0, blobs: tuple[int, ...] = ()) -> LayerMemory:
     layer, n, f = rec.layer, batch, BYTES_PER_FLOAT
     x, y, xp = n * _elements(rec.input_shape) * f, n * _elements(rec.output_shape) * f, n * _padded(rec) * f
     pad = xp if xp != x else 0                 # the padded copy of the input, when there is padding
@@ -158,20 +163,23 @@ def _layer_memory(rec: LayerShape, params: int, reads_data: bool, batch: int, so
     elif isinstance(layer, Dropout):
         fws = y + y // f                       # uniform random numbers, and the mask (one byte each)
         act = y
-    elif isinstance(layer, Inception):
-        kind, act, bws = "concat", y, y        # the output's gradient split per branch (summed in place)
+    elif isinstance(layer, Branches):
+        if layer.merge == "concat":
+            kind, act, bws = "concat", y, y    # the output's gradient split per branch (summed in place)
+        else:                                  # sum passes its output's gradient on; prod and max make one each
+            kind, act, bws = "eltwise", y, (0 if layer.merge == "sum" else len(layer.branches) * y)
+    elif isinstance(layer, (BatchNorm, Scale, Sigmoid, TanH)):
+        act, dx = y, x                         # its output (kept for the backward pass) and its input's gradient
+        if isinstance(layer, BatchNorm):
+            kind, fws = "batchnorm", 2 * rec.output_shape[2] * f     # the batch's mean and variance
     elif isinstance(layer, Softmax):
-        act = n * f                            # per-image losses (their gradient reuses the logits' buffer)
-    # ReLU runs in place (or fused into the layer before): nothing of its own.
+        act = n * f if layer.loss else y       # per-image losses (their gradient reuses the logits' buffer)
+    # ReLU runs in place (or fused into the layer before), Flatten is a view: nothing of their own.
     buffers = UPDATE_BUFFERS[solver_type] + (1 if decay else 0)
-    return LayerMemory(rec.name, kind, weights=w_bytes, history=HISTORY_BLOBS[solver_type] * w_bytes,
+    return LayerMemory(rec.name, kind, weights=w_bytes + state * f, history=HISTORY_BLOBS[solver_type] * w_bytes,
                        activations=act, forward_workspace=fws, input_gradient=dx, backward_workspace=bws,
                        weight_gradients=w_bytes, update_workspace=buffers * w_bytes, output_bytes=y,
-                       largest_param=max(w_bytes - _bias_bytes(layer), _bias_bytes(layer)) if params else 0)
-
-
-def _bias_bytes(layer: object) -> int:
-    return layer.out * BYTES_PER_FLOAT if isinstance(layer, (Conv, FC)) else 0
+                       largest_param=max(blobs, default=0) * f)
 
 
 def net_memory(spec: NetSpec, batch: int, solver_type: str = "SGD", *, weight_decay: bool = True,
@@ -190,7 +198,8 @@ def net_memory(spec: NetSpec, batch: int, solver_type: str = "SGD", *, weight_de
     layers = []
     for rec, lc in zip(infer_shapes(spec), cost.layers):
         reads_data = lc.trainable and lc.backward_data_flops == 0
-        layers.append(_layer_memory(rec, lc.params, reads_data, batch, solver_type, weight_decay, device_kind))
+        layers.append(_layer_memory(rec, lc.params, reads_data, batch, solver_type, weight_decay, device_kind,
+                                    lc.state, lc.blobs))
     inputs = batch * (_elements(spec.input_shape) * BYTES_PER_FLOAT + LABEL_BYTES)
     return NetMemory(spec.name, batch, solver_type, device_kind, tuple(layers), 2 if ranks > 1 else 1, inputs)
 

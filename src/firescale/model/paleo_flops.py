@@ -15,6 +15,8 @@ from firescale.nets.spec import FC, Conv, Dropout, LayerShape, NetSpec, Pool, in
 # - pooling costs 2 FLOPs per window element, backward as forward;
 # - a fully-connected layer always computes its input gradient;
 # - activations, bias additions, LRN, concatenation and the softmax cost nothing.
+# Paleo's NiN/FireCaffe case has no BatchNorm, Scale, Sigmoid, TanH, Flatten or Eltwise layers; they are
+# counted here as Paleo counts the activations: nothing (model/layers.py counts them).
 # Paleo also applies no percent of peak to the weight update (compute_times in model/paleo.py).
 
 
@@ -34,18 +36,18 @@ def _conv(rec: LayerShape, conv: Conv, n: int, input_gradient: bool) -> tuple[fl
     h, w, c_in = rec.input_shape
     p, q, k = rec.output_shape
     c = c_in // conv.groups
-    r, pad = conv.kernel, conv.pad
-    weights = r * r * c * k
-    macs = r * r * c * p * q * k * n
-    forward_bytes = n * (h + 2 * pad) * (w + 2 * pad) * c_in + weights + n * p * q * k
-    gh, ph = _gradient_padding(h, r, p, conv.stride, pad)
-    gw, pw = _gradient_padding(w, r, q, conv.stride, pad)
+    (rh, rw), (eh, ew), (sh, sw), (pad_h, pad_w) = conv.kernel_hw, conv.extent_hw, conv.stride_hw, conv.pad_hw
+    weights = rh * rw * c * k
+    macs = rh * rw * c * p * q * k * n
+    forward_bytes = n * (h + 2 * pad_h) * (w + 2 * pad_w) * c_in + weights + n * p * q * k
+    gh, ph = _gradient_padding(h, eh, p, sh, pad_h)
+    gw, pw = _gradient_padding(w, ew, q, sw, pad_w)
     # dL/dW convolves the input (padded as the gradient is, none when the layer has none) with dL/dY.
-    fh, fw = (ph, pw) if pad else (0, 0)
+    fh, fw = (ph, pw) if pad_h or pad_w else (0, 0)
     weight_bytes = n * (h + 2 * fh) * (w + 2 * fw) * c_in + n * p * q * k + weights
     data_flops, data_bytes = 0.0, 0.0
     if input_gradient:
-        data_flops = 2.0 * r * r * k * c * h * w * n + (2.0 * n * p * q * k if gh * gw > p * q else 0.0)
+        data_flops = 2.0 * rh * rw * k * c * h * w * n + (2.0 * n * p * q * k if gh * gw > p * q else 0.0)
         data_bytes = n * (gh + 2 * ph) * (gw + 2 * pw) * k + weights + n * h * w * c_in
     return (2.0 * macs, data_flops, 2.0 * macs, forward_bytes * BYTES_PER_FLOAT,
             (weight_bytes + data_bytes) * BYTES_PER_FLOAT)
@@ -72,7 +74,7 @@ def _counts(rec: LayerShape, n: int, input_gradient: bool) -> tuple[float, float
     if isinstance(layer, Dropout):
         nbytes = float(2 * x * n * BYTES_PER_FLOAT)
         return float(x * n), float(x * n), 0.0, nbytes, nbytes
-    return 0.0, 0.0, 0.0, 0.0, 0.0          # ReLU, LRN, Softmax, the concatenation of an inception module
+    return 0.0, 0.0, 0.0, 0.0, 0.0          # ReLU, LRN, Softmax, the merge of branches, and the kinds above
 
 
 def paleo_net_cost(spec: NetSpec, batch: int) -> NetCost:

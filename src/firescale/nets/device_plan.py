@@ -137,15 +137,17 @@ def read_layer_plan(path: str | Path) -> DevicePlan | None:
 def arch_devices(arch: Sequence[LayerAssign], spec: NetSpec, where: str) -> list[int]:
     """The device of every top-level layer of `spec`; layers before the first assignment run on device 0."""
     names = [layer.name for layer in spec.layers]
-    branches = {f"{layer.name}/{name}": layer.name for layer in spec.layers if isinstance(layer, Inception)
+    branches = {f"{layer.name}/{name}": layer for layer in spec.layers if isinstance(layer, Inception)
                 for name in _branch_names(layer)}
     starts: dict[int, int] = {}
     last = -1
     for assign in arch:
         if assign.name not in names:
             if assign.name in branches:
-                raise FirescaleError(f"{where}: layer_assign names {assign.name!r}, a branch inside inception "
-                                     f"{branches[assign.name]!r} of net {spec.name!r}; assign the whole module")
+                block = branches[assign.name]
+                what = "inception" if block.merge == "concat" else f"block (Eltwise {block.merge.upper()})"
+                raise FirescaleError(f"{where}: layer_assign names {assign.name!r}, a branch inside {what} "
+                                     f"{block.name!r} of net {spec.name!r}; assign the whole module")
             raise FirescaleError(f"{where}: layer_assign names layer {assign.name!r}, which net {spec.name!r} "
                                  f"does not have (its layers: {', '.join(names)})")
         index = names.index(assign.name)

@@ -33,7 +33,11 @@ ZERO = constant(0.0)
 
 @dataclass(frozen=True)
 class Conv:
-    """Convolution with `out` filters of kernel x kernel; `groups` splits channels as Caffe's `group`."""
+    """Convolution with `out` filters of kernel x kernel; `groups` splits channels as Caffe's `group`.
+
+    `kernel`, `stride` and `pad` hold both axes unless `kernel_w`, `stride_w`, `pad_w` give the width's
+    (Caffe's kernel_h/kernel_w); `dilation` spreads the kernel's taps over dilation·(k - 1) + 1 cells.
+    """
 
     name: str
     out: int
@@ -43,6 +47,35 @@ class Conv:
     groups: int = 1
     weight_init: Init = XAVIER
     bias_init: Init = ZERO
+    bias: bool = True          # Caffe's bias_term
+    kernel_w: int | None = None
+    stride_w: int | None = None
+    pad_w: int | None = None
+    dilation: int = 1
+
+    @property
+    def kernel_hw(self) -> tuple[int, int]:
+        return self.kernel, self.kernel if self.kernel_w is None else self.kernel_w
+
+    @property
+    def stride_hw(self) -> tuple[int, int]:
+        return self.stride, self.stride if self.stride_w is None else self.stride_w
+
+    @property
+    def pad_hw(self) -> tuple[int, int]:
+        return self.pad, self.pad if self.pad_w is None else self.pad_w
+
+    @property
+    def extent_hw(self) -> tuple[int, int]:
+        """The cells the kernel spans along each axis, dilation included."""
+        kh, kw = self.kernel_hw
+        return self.dilation * (kh - 1) + 1, self.dilation * (kw - 1) + 1
+
+    @property
+    def square(self) -> bool:
+        """One kernel, stride and pad for both axes, no dilation: what the trainer builds."""
+        return self.kernel_w in (None, self.kernel) and self.stride_w in (None, self.stride) \
+            and self.pad_w in (None, self.pad) and self.dilation == 1
 
 
 @dataclass(frozen=True)
@@ -60,13 +93,15 @@ class Pool:
 
 @dataclass(frozen=True)
 class LRN:
-    """Local response normalisation across channels (Caffe ACROSS_CHANNELS)."""
+    """Local response normalisation across channels (Caffe ACROSS_CHANNELS) or, with `within_channel`, over a
+    local_size x local_size square of each channel (Caffe WITHIN_CHANNEL)."""
 
     name: str
     local_size: int = 5
     alpha: float = 1e-4
     beta: float = 0.75
     k: float = 1.0
+    within_channel: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,27 +123,74 @@ class FC:
     out: int
     weight_init: Init = XAVIER
     bias_init: Init = ZERO
+    bias: bool = True          # Caffe's bias_term
 
 
 InnerProduct = FC
 
 
 @dataclass(frozen=True)
-class Inception:
-    """Parallel branches over the same input whose outputs are concatenated along channels."""
+class Sigmoid:
+    name: str
+
+
+@dataclass(frozen=True)
+class TanH:
+    name: str
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """Caffe's BatchNorm: normalises each channel; it stores a mean, a variance and a scale factor, and
+    learns nothing (a Scale layer after it holds the learnt gamma and beta)."""
+
+    name: str
+    eps: float = 1e-5
+    use_global_stats: bool | None = None    # None: Caffe's default (batch statistics in training)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Caffe's Scale over channels: a learnt factor per channel, and with `bias` a learnt offset."""
+
+    name: str
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class Flatten:
+    """Caffe's Flatten: the (H, W, C) of one image as one axis of H*W*C values."""
+
+    name: str
+
+
+MergeMode = Literal["concat", "sum", "prod", "max"]
+
+
+@dataclass(frozen=True)
+class Branches:
+    """Parallel branches over the same input, merged: concatenated along channels (`concat`, an
+    inception module) or combined elementwise as Caffe's Eltwise (`sum`, `prod`, `max`).  An empty
+    branch is the identity: a residual block's shortcut."""
 
     name: str
     branches: tuple[tuple[Layer, ...], ...]
+    merge: MergeMode = "concat"
+
+
+Inception = Branches
 
 
 @dataclass(frozen=True)
 class Softmax:
-    """Softmax with cross-entropy loss over `num_classes` outputs (Caffe SoftmaxWithLoss)."""
+    """Softmax over `num_classes` outputs, with cross-entropy loss (Caffe SoftmaxWithLoss) or, with
+    `loss` false, without it (Caffe Softmax: a deploy file's probabilities)."""
 
     name: str = "loss"
+    loss: bool = True
 
 
-Layer = Conv | Pool | LRN | ReLU | Dropout | FC | Inception | Softmax
+Layer = Conv | Pool | LRN | ReLU | Sigmoid | TanH | Dropout | FC | BatchNorm | Scale | Flatten | Branches | Softmax
 
 
 @dataclass(frozen=True)
@@ -120,6 +202,8 @@ class NetSpec:
     num_classes: int
     layers: tuple[Layer, ...]
     init: str = ""
+    source: str = ""                 # the Caffe net file it was read from, if any
+    notes: tuple[str, ...] = ()      # what reading that file left out, one sentence each
 
 
 @dataclass(frozen=True)
@@ -158,6 +242,32 @@ def pool_extra_padding(size: int, pool: Pool) -> int:
     return max(0, (out - 1) * pool.stride + pool.kernel - (size + 2 * pool.pad))
 
 
+def _check_window(spec_name: str, name: str, shape: Shape, kernel: tuple[int, int], pad: tuple[int, int]) -> None:
+    """Refuse a kernel (its extent, dilation included) larger than the padded input, naming the layer."""
+    h, w, _ = shape
+    (kh, kw), (ph, pw) = kernel, pad
+    if kh > h + 2 * ph or kw > w + 2 * pw:
+        padding = f"{ph}" if ph == pw else f"{ph}x{pw}"
+        raise FirescaleError(f"net {spec_name!r} layer {name!r}: its input {h}x{w} is too small for its "
+                             f"{kh}x{kw} kernel (padded by {padding} it is {h + 2 * ph}x{w + 2 * pw}); "
+                             f"expected a kernel of at most {h + 2 * ph}x{w + 2 * pw} or a larger input")
+
+
+def _merged(spec_name: str, name: str, merge: MergeMode, outs: list[Shape]) -> Shape:
+    """The shape that merging branch outputs `outs` gives: concatenated channels, or one shape elementwise."""
+    first = outs[0]
+    for i, o in enumerate(outs[1:], start=1):
+        if merge == "concat" and o[:2] != first[:2]:
+            raise FirescaleError(f"net {spec_name!r} block {name!r}: branch {i} gives {o[:2]} but branch 0 "
+                                 f"gives {first[:2]}; a concat expects the same height and width")
+        if merge != "concat" and o != first:
+            raise FirescaleError(f"net {spec_name!r} block {name!r}: branch {i} gives {o} but branch 0 gives "
+                                 f"{first}; an elementwise {merge} expects the same shape (H, W, C)")
+    if merge == "concat":
+        return (first[0], first[1], sum(o[2] for o in outs))
+    return first
+
+
 def _layer_shapes(layers: tuple[Layer, ...], shape: Shape, num_classes: int,
                   prefix: str, spec_name: str) -> tuple[list[LayerShape], Shape]:
     records: list[LayerShape] = []
@@ -168,26 +278,25 @@ def _layer_shapes(layers: tuple[Layer, ...], shape: Shape, num_classes: int,
             if c % layer.groups or layer.out % layer.groups:
                 raise FirescaleError(f"net {spec_name!r} layer {name!r}: groups={layer.groups} must divide "
                                      f"its {c} input and {layer.out} output channels")
-            out = (conv_output_size(h, layer.kernel, layer.stride, layer.pad),
-                   conv_output_size(w, layer.kernel, layer.stride, layer.pad), layer.out)
-        elif isinstance(layer, Pool):
+            (eh, ew), (sh, sw), (ph, pw) = layer.extent_hw, layer.stride_hw, layer.pad_hw
+            _check_window(spec_name, name, shape, (eh, ew), (ph, pw))
+            out = (conv_output_size(h, eh, sh, ph), conv_output_size(w, ew, sw, pw), layer.out)
+        elif isinstance(layer, Pool):  # Caffe's ceil rounding lets a pooling window overhang its input
             out = (pool_output_size(h, layer), pool_output_size(w, layer), c)
         elif isinstance(layer, FC):
             out = (1, 1, layer.out)
-        elif isinstance(layer, Inception):
-            channels = 0
-            branch_out: Shape | None = None
-            for i, branch in enumerate(layer.branches):
-                sub, branch_out_i = _layer_shapes(branch, shape, num_classes, name + "/", spec_name)
+        elif isinstance(layer, Flatten):
+            out = (1, 1, h * w * c)
+        elif isinstance(layer, Branches):
+            if not layer.branches:
+                raise FirescaleError(f"net {spec_name!r} block {name!r} has no branches")
+            outs = []
+            for branch in layer.branches:
+                sub, branch_out = _layer_shapes(branch, shape, num_classes, name + "/", spec_name)
                 records.extend(sub)
-                if branch_out is not None and branch_out_i[:2] != branch_out[:2]:
-                    raise FirescaleError(f"net {spec_name!r} inception {name!r}: branch {i} gives "
-                                         f"{branch_out_i[:2]} but an earlier branch gives {branch_out[:2]}")
-                branch_out = branch_out_i
-                channels += branch_out_i[2]
-            assert branch_out is not None
-            out = (branch_out[0], branch_out[1], channels)
-        else:  # LRN, ReLU, Dropout, Softmax keep the shape
+                outs.append(branch_out)
+            out = _merged(spec_name, name, layer.merge, outs)
+        else:  # LRN, ReLU, Sigmoid, TanH, Dropout, BatchNorm, Scale, Softmax keep the shape
             out = shape
         if min(out) < 1:
             raise FirescaleError(f"net {spec_name!r} layer {name!r}: input {shape} is too small "
@@ -195,6 +304,11 @@ def _layer_shapes(layers: tuple[Layer, ...], shape: Shape, num_classes: int,
         records.append(LayerShape(name, layer, shape, out))
         shape = out
     return records, shape
+
+
+def output_shape(name: str, input_shape: Shape, layers: tuple[Layer, ...]) -> Shape:
+    """The (H, W, C) that `layers` give for one image of `input_shape` (the net named `name` in errors)."""
+    return _layer_shapes(layers, input_shape, 0, "", name)[1]
 
 
 def infer_shapes(spec: NetSpec) -> list[LayerShape]:

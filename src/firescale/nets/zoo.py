@@ -1,5 +1,8 @@
-"""The built-in nets (LeNet, NiN, AlexNet, GoogLeNet, VGG-19) as NetSpecs, looked up by name."""
+"""The built-in nets as NetSpecs, looked up by name: five written in Python, VGG-16, Caffe's own files, or a path."""
 from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
 
 from firescale.errors import FirescaleError
 from firescale.nets.spec import (
@@ -20,6 +23,7 @@ from firescale.nets.spec import (
     gaussian,
     infer_shapes,
 )
+from firescale.resources import caffe_zoo_file
 
 
 def _lenet(num_classes: int) -> tuple[Layer, ...]:
@@ -104,16 +108,25 @@ def _googlenet(num_classes: int) -> tuple[Layer, ...]:
     )
 
 
-def _vgg19(num_classes: int) -> tuple[Layer, ...]:
-    # VGG-19 (configuration E); xavier weights and zero biases (Caffe's usual choice for training it).
+def _vgg(num_classes: int, depths: tuple[int, ...]) -> tuple[Layer, ...]:
+    # VGG (Simonyan and Zisserman): 3x3 convolutions in five stages of 64 to 512 filters; xavier weights and
+    # zero biases (Caffe's usual choice for training it).
     layers: list[Layer] = []
-    for stage, (width, count) in enumerate(((64, 2), (128, 2), (256, 4), (512, 4), (512, 4)), start=1):
+    for stage, (width, count) in enumerate(zip((64, 128, 256, 512, 512), depths), start=1):
         for i in range(1, count + 1):
             layers += [Conv(f"conv{stage}_{i}", width, 3, pad=1), ReLU(f"relu{stage}_{i}")]
         layers.append(Pool(f"pool{stage}", "max", 2, 2))
     layers += [FC("fc6", 4096), ReLU("relu6"), Dropout("drop6"),
                FC("fc7", 4096), ReLU("relu7"), Dropout("drop7"), FC("fc8", num_classes), Softmax()]
     return tuple(layers)
+
+
+def _vgg19(num_classes: int) -> tuple[Layer, ...]:
+    return _vgg(num_classes, (2, 2, 4, 4, 4))     # configuration E
+
+
+def _vgg16(num_classes: int) -> tuple[Layer, ...]:
+    return _vgg(num_classes, (2, 2, 3, 3, 3))     # configuration D, as the model zoo's VGG_ILSVRC_16_layers
 
 
 _NETS = {
@@ -125,25 +138,66 @@ _NETS = {
                                                "(bvlc_alexnet)"),
     "googlenet": (_googlenet, (224, 224, 3), 1000, "xavier weights, biases 0.2 (FireCaffe 7.1)"),
     "vgg19": (_vgg19, (224, 224, 3), 1000, "xavier weights, zero biases"),
+    "vgg16": (_vgg16, (224, 224, 3), 1000, "xavier weights, zero biases"),
 }
 
-NET_NAMES: tuple[str, ...] = tuple(_NETS)
+# Caffe's own files shipped in nets/caffe_zoo (its README gives each one's origin and licence): the name,
+# the file, and the input (H, W, C) when the file's data layer does not say it.
+CAFFE_NETS: dict[str, tuple[str, Shape | None]] = {
+    "caffenet": ("bvlc_reference_caffenet/train_val.prototxt", None),
+    "resnet50": ("resnet/ResNet-50-deploy.prototxt", None),
+    "cifar10_quick": ("cifar10/cifar10_quick_train_test.prototxt", (32, 32, 3)),
+    "cifar10_full": ("cifar10/cifar10_full_train_test.prototxt", (32, 32, 3)),
+}
+
+NET_NAMES: tuple[str, ...] = (*_NETS, *CAFFE_NETS)
+
+
+def _key(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def is_net_file(name: str) -> bool:
+    """Whether `--net NAME` names a Caffe net file (a .prototxt, or a path) rather than a built-in net."""
+    return name.endswith(".prototxt") or "/" in name or "\\" in name
 
 
 def get_net(name: str, num_classes: int | None = None, input_shape: Shape | None = None) -> NetSpec:
-    """The named network (lenet, nin, alexnet, googlenet, vgg19), optionally for other classes or inputs."""
-    key = name.lower().replace("-", "").replace("_", "")
+    """The named network (see NET_NAMES) or the Caffe net file at path `name` (its TRAIN phase), optionally for
+    other classes or inputs; a file's input and classes default to the file's own."""
+    from firescale.nets.caffe_file import load_net_file
+
+    if is_net_file(name):
+        shape = _shape(name, input_shape)
+        return load_net_file(Path(name), input_shape=shape, num_classes=_classes(name, num_classes))
+    key = _key(name)
+    files = {_key(n): n for n in CAFFE_NETS}
+    if key in files:
+        path, default = CAFFE_NETS[files[key]]
+        spec = load_net_file(caffe_zoo_file(path), input_shape=_shape(name, input_shape) or default,
+                             num_classes=_classes(name, num_classes))
+        return replace(spec, name=files[key])
     if key not in _NETS:
-        raise FirescaleError(f"unknown net {name!r}; known nets: {', '.join(NET_NAMES)}")
+        raise FirescaleError(f"unknown net {name!r}; known nets: {', '.join(NET_NAMES)}, or a Caffe net file "
+                             f"(path/to/train_val.prototxt)")
     builder, default_shape, default_classes, init = _NETS[key]
-    classes = default_classes if num_classes is None else int(num_classes)
-    if classes < 1:
-        raise FirescaleError(f"net {name!r}: num_classes must be at least 1, not {num_classes}")
-    shape = tuple(int(x) for x in (default_shape if input_shape is None else input_shape))
-    if len(shape) != 3:
-        raise FirescaleError(f"net {name!r}: input_shape must be (H, W, C), not {input_shape!r}")
+    classes = _classes(name, num_classes) or default_classes
+    shape = _shape(name, input_shape) or default_shape
     spec = NetSpec(key, shape, classes, builder(classes), init)
     infer_shapes(spec)  # fail now, with the layer named, if the input is too small
     return spec
 
 
+def _classes(name: str, num_classes: int | None) -> int | None:
+    if num_classes is not None and int(num_classes) < 1:
+        raise FirescaleError(f"net {name!r}: num_classes must be at least 1, not {num_classes}")
+    return None if num_classes is None else int(num_classes)
+
+
+def _shape(name: str, input_shape: Shape | None) -> Shape | None:
+    if input_shape is None:
+        return None
+    shape = tuple(int(x) for x in input_shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise FirescaleError(f"net {name!r}: input_shape must be (H, W, C), not {input_shape!r}")
+    return shape

@@ -18,7 +18,7 @@ MIN_ITERATIONS = 5
 
 # Options of `firescale train` that a short calibration run replaces or drops, with their value count
 # (-1: one or more values, up to the next option).
-_DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--target": 1,
+_DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--snapshot": 1, "--target": 1,
             "--target-from": -1, "--tolerance": 1, "--profile-layers": 0, "--lr-scaling": 1,
             "--reference-batch": 1}
 

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from firescale.errors import FirescaleError
 from firescale.nets.spec import (
     FC,
     LRN,
+    Branches,
     Conv,
     Dropout,
     Inception,
@@ -53,11 +55,40 @@ def fill(init: Init, shape: tuple[int, ...], fan_in: int, rng: np.random.Generat
     raise ValueError(f"unknown filler {init.kind!r}")
 
 
+def check_trainable(spec: NetSpec) -> None:
+    """Refuse, in one sentence naming the layer and its kind, a layer this trainer cannot build yet."""
+    def walk(layers: tuple[Layer, ...], prefix: str) -> None:
+        for layer in layers:
+            name, kind = prefix + layer.name, type(layer).__name__
+            if isinstance(layer, Branches):
+                if layer.merge != "concat":
+                    kind = f"Eltwise {layer.merge.upper()}"
+                else:
+                    for branch in layer.branches:
+                        walk(branch, name + "/")
+                    continue
+            elif isinstance(layer, (Conv, FC)) and not layer.bias:
+                kind += " without a bias (bias_term: false)"
+            elif isinstance(layer, Conv) and not layer.square:
+                (kh, kw), (sh, sw), (ph, pw) = layer.kernel_hw, layer.stride_hw, layer.pad_hw
+                kind = (f"Conv with kernel {kh}x{kw}, stride {sh}x{sw}, pad {ph}x{pw} and dilation "
+                        f"{layer.dilation} (it builds one size for both axes, no dilation)")
+            elif isinstance(layer, LRN) and layer.within_channel:
+                kind = "LRN WITHIN_CHANNEL"
+            elif isinstance(layer, (Conv, FC, Pool, ReLU, LRN, Dropout, Softmax)):
+                continue
+            raise FirescaleError(f"net {spec.name!r} layer {name!r}: the trainer cannot train a {kind} layer yet; "
+                                 f"the performance model (predict) takes it")
+    walk(spec.layers, "")
+
+
 class CaffeNet(tf.Module):
     """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN, grouped conv, dropout."""
 
     def __init__(self, spec: NetSpec, seed: int, placement: Sequence[str] | None = None) -> None:
-        super().__init__(name=spec.name)
+        check_trainable(spec)
+        # A module's name must be an identifier; a Caffe file's net name may not be one ("ResNet-50").
+        super().__init__(name="".join(ch if ch.isalnum() else "_" for ch in spec.name).lstrip("0123456789_") or "net")
         self.spec = spec
         self.infos: list[ParamInfo] = []
         self.params: list[tf.Variable] = []

@@ -5,12 +5,13 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from firescale.caffe.lr_policies import learning_rate
+from firescale.caffe.lr_policies import current_step, learning_rate
 from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
 from firescale.nets.device_plan import DevicePlan, read_layer_plan
+from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
 from firescale.train.checkpoint import (
     Snapshot,
@@ -25,6 +26,10 @@ from firescale.train.distributed import Rank
 from firescale.train.readback import LossReads, StopRequest, read_due
 from firescale.train.scaling import plan_schedule
 from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
+
+if TYPE_CHECKING:
+    from firescale.train.caffe_weights import CopiedWeights
+    from firescale.train.nets import ParamInfo
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
 
@@ -48,6 +53,8 @@ class TrainOptions:
     target_from: list[Path] | None = None   # the baseline's repeats: the target is their mean
     tolerance: float = 0.01
     resume: bool = False
+    snapshot: Path | None = None    # resume from this snapshot (its .solverstate), not the newest in OUT
+    weights: Path | None = None     # start from Caffe's weights (.caffemodel or .caffemodel.h5), by layer name
     seed: int | None = None
     eval_batch: int = 256
     profile_layers: bool = False
@@ -86,6 +93,32 @@ def _seed(opts: TrainOptions, solver: SolverConfig) -> int:
     if opts.seed is not None:
         return opts.seed
     return solver.random_seed if solver.random_seed >= 0 else 1
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise FirescaleError(f"cannot read --weights {path}: {exc.strerror}") from None
+    return digest.hexdigest()
+
+
+def _check_caffe_layout(spec: NetSpec, infos: list[ParamInfo]) -> None:
+    """Snapshots and --weights need every parameter of the net in Caffe's layouts: refuse a net with one that
+    `train/caffe_weights.py` does not lay out (a layer kind added to the trainer but not there)."""
+    from firescale.train.caffe_weights import caffe_layouts
+
+    ours = {info.name: tuple(info.shape) for info in infos}
+    caffe = {b.param: b.trainer_shape for blobs in caffe_layouts(spec).values() for b in blobs}
+    if ours != caffe:
+        name = sorted(set(ours.items()) ^ set(caffe.items()))[0][0]
+        raise FirescaleError(f"net {spec.name!r}: parameter {name!r} has no Caffe layout in firescale.train."
+                             "caffe_weights, so its snapshots could not be written as Caffe's")
 
 
 def run_training(opts: TrainOptions) -> int:
@@ -190,6 +223,15 @@ class Training:
                 raise FirescaleError(f"{opts.solver}: solver key '{key}.{unknown[0]}' names no layer with "
                                      f"parameters in net {self.spec.name!r}")
         self.solver = CaffeSolver(cfg, net.params, names, lr_mults, decay_mults)
+        _check_caffe_layout(self.spec, net.infos)
+        # Caffe's weights are read and checked against the net before the run folder is touched.
+        self.caffe_weights = self._read_caffe_weights(opts.weights) if opts.weights and self.rank.is_root else None
+
+    def _read_caffe_weights(self, path: Path) -> CopiedWeights:
+        from firescale.caffe.caffemodel import read_weights
+        from firescale.train.caffe_weights import net_from_caffe
+
+        return net_from_caffe(self.spec, read_weights(path), path)
 
     def _place(self) -> Any:
         """This replica's layers on its devices, from the plan's arch for this rank (None: one device)."""
@@ -205,14 +247,21 @@ class Training:
 
     # ------------------------------------------------------------ restore or broadcast
     def restore_or_broadcast(self) -> None:
-        """Rank 0 reads the newest snapshot when resuming; every rank then gets rank 0's weights and history."""
+        """Rank 0 reads the chosen snapshot (--snapshot), or the newest when resuming, or else copies Caffe's
+        weights (--weights); every rank then gets rank 0's weights and history."""
         rank, cfg = self.rank, self.solver_cfg
+        opts = self.opts
+        weights_record = None
+        if opts.weights and rank.is_root:
+            weights_record = {"file": Path(opts.weights).name, "sha256": _sha256(opts.weights)}
         self.trajectory = trajectory_settings(
             net=self.spec.name, dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
-            solver=cfg.to_dict(), batch=self.batch_record(), transform=vars(self.transform), target_top1=self.target)
+            solver=cfg.to_dict(), batch=self.batch_record(), transform=vars(self.transform), target_top1=self.target,
+            weights=rank.broadcast_object(weights_record))
         snapshot_file = None
-        if self.opts.resume and rank.is_root:
-            snapshot_file = latest_snapshot(self.snap_dir, cfg.snapshot_name)
+        if rank.is_root:
+            snapshot_file = opts.snapshot if opts.snapshot is not None else (
+                latest_snapshot(self.snap_dir, cfg.snapshot_name) if opts.resume else None)
         snapshot_name = rank.broadcast_object(str(snapshot_file) if snapshot_file else "")
         if snapshot_name:
             if rank.is_root:
@@ -220,6 +269,9 @@ class Training:
             self.meta = rank.broadcast_object(self.meta)
             self.start_iter = self.iteration = int(self.meta["iteration"])
             self.seed = int(self.meta["seed"])
+            _say(rank, f"resuming from {snapshot_name} at iteration {self.start_iter}")
+        elif self.caffe_weights is not None:
+            self._copy_weights(self.caffe_weights)
         rank.broadcast_variables(self.net.params + self.solver.history + self.solver.update_history)
         self.prior_segments = [Segment(**s) for s in self.meta.get("segments", [])]
         self.evals = [EvalPoint(**e) for e in self.meta.get("evals", [])]
@@ -228,12 +280,25 @@ class Training:
         self.data_seed = self.seed
 
     def _read_snapshot(self, name: str) -> dict[str, Any]:
-        snap = read_snapshot(name)
+        snap = read_snapshot(name, self.spec)
         check_same_trajectory(snap.meta, self.trajectory, name)
         for var, info in zip(self.net.params, self.net.infos):
             var.assign(snap.weights[info.name])
         self.solver.load_state_arrays(snap.solver_state)
         return snap.meta
+
+    def _copy_weights(self, copied: CopiedWeights) -> None:
+        """Rank 0 copies Caffe's weights into the net by layer name, as Caffe's CopyTrainedLayersFrom: the
+        net's layers the file lacks keep their fillers, the file's other layers are ignored; says which."""
+        for var, info in zip(self.net.params, self.net.infos):
+            if info.name in copied.weights:
+                var.assign(copied.weights[info.name])
+        words = [f"weights from {self.opts.weights}: copied {', '.join(copied.copied) or 'no layer'}"]
+        if copied.kept:
+            words.append(f"not in the file, so kept from their fillers: {', '.join(copied.kept)}")
+        if copied.ignored:
+            words.append(f"layers of the file not in net {self.spec.name!r}, ignored: {', '.join(copied.ignored)}")
+        _say(self.rank, "; ".join(words))
 
     # ------------------------------------------------------------ prepare
     def prepare(self) -> None:
@@ -462,7 +527,8 @@ class Training:
         }
         weights = {info.name: var.numpy() for info, var in zip(self.net.infos, self.net.params)}
         write_snapshot(self.snap_dir, cfg.snapshot_name,
-                       Snapshot(self.iteration, weights, self.solver.state_arrays(), meta_out))
+                       Snapshot(self.iteration, weights, self.solver.state_arrays(), meta_out), self.spec,
+                       snapshot_format=cfg.snapshot_format, current_step=current_step(cfg, self.iteration))
 
     def batch_record(self) -> dict[str, Any]:
         """The first phase's batch plan, and every phase when the batch changes during the run."""
