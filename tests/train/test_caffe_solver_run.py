@@ -23,7 +23,9 @@ def test_caffes_lenet_solver_trains_and_snapshots_under_its_last_component(tmp_p
     assert sorted(p.name for p in (out / "snapshots").glob("*.solverstate")) == ["lenet_iter_12.solverstate",
                                                                                  "lenet_iter_6.solverstate"]
     assert not (out / "snapshots" / "examples").exists() and not (tmp_path / "examples").exists()
-    assert "solver keys ignored" in proc.stdout and "net, solver_mode" in proc.stdout
+    assert "solver keys ignored" in proc.stdout and ": solver_mode" in proc.stdout
+    assert "--net lenet is trained; the solver's net: 'examples/mnist/lenet_train_test.prototxt' is set aside" \
+        in proc.stdout
     result = json.loads((out / "result.json").read_text())
     assert result["solver"]["ignored"] == {"net": "examples/mnist/lenet_train_test.prototxt", "solver_mode": "GPU"}
     assert [e["iter"] for e in result["evals"]] == [0, 6, 12]     # Caffe tests at initialisation by default

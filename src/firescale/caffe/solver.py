@@ -220,12 +220,18 @@ def solver_from_mapping(raw: dict[str, Any], source: str = "solver") -> SolverCo
     return config
 
 
+# The keys that name the net file; `firescale train` trains it when --net is not given (train/net_file.py).
+NET_FILE_KEYS = ("net", "train_net")
+
+
 def ignored_note(config: SolverConfig) -> str:
-    """One sentence naming the solver keys firescale read but does not use, or '' when there are none."""
-    if not config.ignored:
+    """One sentence naming the solver keys firescale read but does not use, or '' when there are none (the
+    net file's `net:`/`train_net:` is used by `train` and said apart)."""
+    keys = sorted(k for k in config.ignored if k not in NET_FILE_KEYS)
+    if not keys:
         return ""
-    return ("solver keys ignored (firescale takes the net from --net, the data from --dataset and the devices "
-            f"from the site): {', '.join(sorted(config.ignored))}")
+    return ("solver keys ignored (firescale takes the data from --dataset and the devices from the site): "
+            f"{', '.join(keys)}")
 
 
 def validate(c: SolverConfig, source: str = "solver") -> None:

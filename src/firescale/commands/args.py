@@ -31,6 +31,26 @@ def input_shape(text: str) -> tuple[int, int, int]:
     return shape  # type: ignore[return-value]
 
 
+def net_name(text: str) -> str:
+    """A net (the argparse type of every --net): a built-in name as given, or a Caffe net file that exists,
+    as its absolute path (so that ranks started elsewhere read the same file)."""
+    from pathlib import Path
+
+    from firescale.nets.zoo import NET_NAMES, is_known_net, is_net_file
+
+    if is_known_net(text) and not is_net_file(text):
+        return text
+    path = Path(text).expanduser()
+    if path.is_file():
+        return str(path.resolve())
+    why = "no such file" if is_net_file(text) or path.suffix else "neither a known net nor a file"
+    raise argparse.ArgumentTypeError(f"expected a net: one of {', '.join(NET_NAMES)}, or a Caffe net file "
+                                     f"(path/to/train_val.prototxt) that exists, not {text!r} ({why})")
+
+
+NET_HELP = "a built-in net, or a Caffe net file such as path/to/train_val.prototxt"
+
+
 def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) -> None:
     """What the benchmarks that start `firescale train` on this machine share: dataset, net, solver, site, ranks,
     timed iterations and rounds."""
@@ -38,7 +58,7 @@ def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) 
 
     parser.add_argument("--dataset", required=True, type=Path,
                         help="dataset folder with manifest.json, e.g. DATA/digits")
-    parser.add_argument("--net", default="lenet", help="network (default lenet)")
+    parser.add_argument("--net", type=net_name, default="lenet", help=f"network: {NET_HELP} (default lenet)")
     parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
                         help="solver (default workflow/solvers/lenet-digits.yaml)")
     parser.add_argument("--site", default="local", help=site_help)

@@ -7,7 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from firescale.commands.args import add_platform_arguments, describe, input_shape, platform_from_args, site_or_none
+from firescale.commands.args import (
+    add_platform_arguments,
+    describe,
+    input_shape,
+    net_name,
+    platform_from_args,
+    site_or_none,
+)
 from firescale.data.manifest import manifest_if_ingested
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
@@ -33,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--short-batch", type=int,
                         help="per-rank batch of the short run (default: half the first record's)")
     parser.add_argument("--workdir", help="where the short run writes (default: a temporary directory)")
-    parser.add_argument("--net", help=f"network (default: the record's): {', '.join(NET_NAMES)}, or a Caffe net file")
+    parser.add_argument("--net", type=net_name,
+                        help=f"network (default: the record's): {', '.join(NET_NAMES)}, or a Caffe net file")
     parser.add_argument("--input", type=input_shape,
                         help="input H,W,C (default: the record's dataset manifest, else the net's own)")
     parser.add_argument("--classes", type=int, help="classes (default: the record's dataset manifest, else the net's)")
@@ -163,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:
             raise FirescaleError(f"{args.comm_record}: net {comm_run.net!r} is not the calibrated {spec.name!r}")
-        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm),
+        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm,
+                                          after_step_s=comm_run.iteration_s - comm_run.allreduce_s),
                      "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]

@@ -4,14 +4,14 @@ from __future__ import annotations
 import argparse
 
 from firescale.atomic import atomic_write_json
-from firescale.commands.args import input_shape
+from firescale.commands.args import input_shape, net_name
 from firescale.model.firecaffe_table1 import compare_table1
 from firescale.model.layers import net_cost
 from firescale.nets.zoo import NET_NAMES, get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
+    parser.add_argument("net", type=net_name, help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
     parser.add_argument("--batch", type=int, default=1024, help="images per batch (default 1024, as Table 1)")
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")

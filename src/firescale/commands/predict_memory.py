@@ -5,14 +5,15 @@ import argparse
 from pathlib import Path
 
 from firescale.caffe.solver import SOLVER_TYPES
+from firescale.commands.args import input_shape, net_name
 from firescale.errors import FirescaleError
 from firescale.nets.zoo import NET_NAMES, get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
+    parser.add_argument("net", type=net_name, help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
     parser.add_argument("--batch", type=int, required=True, help="images per device (per replica when split)")
-    parser.add_argument("--input", help="input H,W,C (default: the net's own)")
+    parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
     solver = parser.add_mutually_exclusive_group()
     solver.add_argument("--solver", type=Path, help="a solver file: its type, weight decay and dist plan")
@@ -40,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.model.split import check_plan_memory, plan_peaks
     from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
 
-    shape = tuple(int(x) for x in args.input.split(",")) if args.input else None
-    spec = get_net(args.net, num_classes=args.classes, input_shape=shape)
+    spec = get_net(args.net, num_classes=args.classes, input_shape=args.input)
     site = load_site(args.site) if args.site else None
     solver = load_solver(args.solver) if args.solver else None
     kind = args.device_kind or (site.device_kind if site else "gpu")

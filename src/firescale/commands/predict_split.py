@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from firescale.commands.args import input_shape
+from firescale.commands.args import NET_HELP, input_shape, net_name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", required=True, type=Path, help="result.json of a run split over devices")
     parser.add_argument("--site", required=True, help="the site it ran on (its device and copy bandwidth)")
     parser.add_argument("--calibration", help="calibration.json of the site (compute percent of peak, overhead)")
+    parser.add_argument("--net", type=net_name, help=f"the net that ran ({NET_HELP}; default: the record's)")
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the dataset manifest's)")
     parser.add_argument("--baseline", type=Path, help="result.json of the same run on one device: the measured "
                                                       "cost of the split beside the predicted one")
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     platform = experiment_platform(site, load_calibration(args.calibration) if args.calibration else None)
     manifest = load_manifest(result.dataset)
     shape = args.input or tuple(int(v) for v in manifest["shape"])
-    spec = get_net(result.net, num_classes=int(manifest["num_classes"]), input_shape=shape)
+    spec = get_net(args.net or result.net, num_classes=int(manifest["num_classes"]), input_shape=shape)
     names = list(dict.fromkeys(result.placement["devices"]))
     top = [names.index(d) for d in result.placement["devices"]]
     device = site.config["device"]

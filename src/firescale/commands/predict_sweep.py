@@ -10,6 +10,7 @@ from firescale.commands.args import (
     format_duration,
     input_shape,
     int_list,
+    net_name,
     platform_from_args,
 )
 from firescale.model.paleo import IMAGENET_TRAIN_IMAGES, predict_sweep
@@ -18,7 +19,7 @@ from firescale.predict.calibrate import load_calibration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--net", required=True,
+    parser.add_argument("--net", required=True, type=net_name,
                         help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
     parser.add_argument("--dataset-size", type=int, default=IMAGENET_TRAIN_IMAGES,
                         help=f"training images per epoch (default {IMAGENET_TRAIN_IMAGES:,})")

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.report.memory_plots import write_memory_and_batch_figures
     from firescale.report.provenance import collect_provenance
     from firescale.report.summary import load_predictions, summarize
+    from firescale.sweep.net_file import net_file_digest
     from firescale.sweep.paths import config_file
     from firescale.sweep.plan import load_plan
 
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
                         predictions=predictions, predictions_source=args.predictions or "")
     provenance = collect_provenance(
         records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
-        repo=plan.base, command=_command_line(args, config_path))
+        repo=plan.base, command=_command_line(args, config_path),
+        net_file=net_file_digest(plan.net(args.experiment)))
     ctx = ReportContext(experiment=args.experiment, site=site.name, device=site.config["device"]["name"],
                         net=exp["net"], site_digest=site.digest, site_source=str(site.source),
                         description=exp.get("description", ""), provenance=provenance)

@@ -348,15 +348,7 @@ def spec_from_net(net: CaffeNetFile, *, input_shape: Shape | None = None, num_cl
                   output: str | None = None, name: str | None = None) -> NetSpec:
     """`net` as a NetSpec reading `input_shape` (default: the file's) with `num_classes` outputs (default:
     the file's last InnerProduct or Convolution); `output` names the layer to end at (default above)."""
-    g = _graph(net)
-    out = _output(g, output)
-    kept = _ancestors(g, out)
-    layers, end = _Decomposer(g, kept).chain(g.image)
-    if end != g.writes[out]:
-        stuck = next((i for i in sorted(kept) if end in g.reads[i]), out)
-        raise FirescaleError(f"{g.where(stuck)} merges blobs that do not split from one blob; firescale takes "
-                             f"nets whose branches split from one blob and meet again (series-parallel)")
-    notes = _left_out(g, kept, out)
+    g, layers, notes = _structure(net, output)
     shape = input_shape if input_shape is not None else g.shape
     if shape is None:
         data = next((layer for layer in net.layers if layer.type in DATA_TYPES), None)
@@ -372,6 +364,29 @@ def spec_from_net(net: CaffeNetFile, *, input_shape: Shape | None = None, num_cl
         raise FirescaleError(f"{net.source}: {exc}") from None
     return NetSpec(title, shape, final[2], tuple(layers), f"Caffe's fillers as {Path(net.source).name} gives them",
                    net.source, notes)
+
+
+def _structure(net: CaffeNetFile, output: str | None) -> tuple[_Graph, list[Layer], tuple[str, ...]]:
+    """The graph, its layers as a chain of layers and blocks, and the notes on what was left out."""
+    g = _graph(net)
+    out = _output(g, output)
+    kept = _ancestors(g, out)
+    layers, end = _Decomposer(g, kept).chain(g.image)
+    if end != g.writes[out]:
+        stuck = next((i for i in sorted(kept) if end in g.reads[i]), out)
+        raise FirescaleError(f"{g.where(stuck)} merges blobs that do not split from one blob; firescale takes "
+                             f"nets whose branches split from one blob and meet again (series-parallel)")
+    return g, layers, _left_out(g, kept, out)
+
+
+def check_net_file(path: str | Path, *, input_shape: Shape | None = None,
+                   num_classes: int | None = None) -> NetSpec | None:
+    """Refuse what `load_net_file` refuses in the net file at `path`: its NetSpec when the input shape is known
+    (given, or the file's own); else the layers and their DAG only, None (shapes wait for the input's)."""
+    net = read_net(path)
+    if input_shape is None and _structure(net, None)[0].shape is None:
+        return None
+    return spec_from_net(net, input_shape=input_shape, num_classes=num_classes)
 
 
 def _left_out(g: _Graph, kept: set[int], out: int) -> tuple[str, ...]:

@@ -157,6 +157,11 @@ def _key(name: str) -> str:
     return name.lower().replace("-", "").replace("_", "")
 
 
+def is_known_net(name: str) -> bool:
+    """Whether `name` is one of NET_NAMES, spelt as `get_net` accepts it (any case, '-' and '_' optional)."""
+    return _key(name) in _NETS or _key(name) in {_key(n) for n in CAFFE_NETS}
+
+
 def is_net_file(name: str) -> bool:
     """Whether `--net NAME` names a Caffe net file (a .prototxt, or a path) rather than a built-in net."""
     return name.endswith(".prototxt") or "/" in name or "\\" in name

@@ -5,8 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firescale.errors import FirescaleError
+from firescale.nets.caffe_file import check_net_file
 from firescale.nets.spec import NetSpec
-from firescale.nets.zoo import get_net
+from firescale.nets.zoo import get_net, is_net_file
+from firescale.sweep.net_file import manifest_input
 from firescale.sweep.plan import SweepPlan
 
 
@@ -24,20 +26,22 @@ class TrainedNet:
 def trained_net(plan: SweepPlan, experiment: str) -> TrainedNet:
     """The net as `experiment` trains it on `plan`'s site: input shape from the manifest and the crop,
     the manifest's classes, and its train and test records."""
-    exp = plan.experiment(experiment)
+    exp, net = plan.experiment(experiment), plan.net(experiment)
     manifest, path = plan.dataset_manifest(experiment)
     crop = (exp["dataset"].get("transform") or {}).get("crop")
     if manifest is None:
-        spec = get_net(exp["net"])
+        if is_net_file(net) and check_net_file(net) is None:
+            raise FirescaleError(f"experiment {experiment}: the net file {net} does not give its input's size and "
+                                 f"dataset {exp['dataset']['name']!r} is not ingested yet (no {path}); ingest it "
+                                 f"first (firescale data ingest, or the workflow's ingest rule)")
+        spec = get_net(net)
         if crop:
-            spec = get_net(exp["net"], input_shape=(int(crop), int(crop), spec.input_shape[2]))
+            spec = get_net(net, input_shape=(int(crop), int(crop), spec.input_shape[2]))
         return TrainedNet(spec, None, 0, path)
+    shape, classes = manifest_input(manifest, exp, path)
     try:
         records = int(manifest["splits"]["train"]["records"])
         test_records = int(manifest["splits"].get("test", {}).get("records", 0))
-        stored = tuple(int(v) for v in manifest["shape"])
-        classes = int(manifest["num_classes"])
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a manifest needs splits.train.records, shape and num_classes") from None
-    shape = (int(crop), int(crop), stored[2]) if crop else stored
-    return TrainedNet(get_net(exp["net"], num_classes=classes, input_shape=shape), records, test_records, path)
+    return TrainedNet(get_net(net, num_classes=classes, input_shape=shape), records, test_records, path)

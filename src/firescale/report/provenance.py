@@ -46,8 +46,9 @@ def _distinct(values: list[Any]) -> list[Any]:
 
 
 def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: str | Path,
-                       command: list[str]) -> dict[str, Any]:
-    """Everything needed to say where the numbers came from, as a JSON-ready dict."""
+                       command: list[str], net_file: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything needed to say where the numbers came from, as a JSON-ready dict; `net_file` is the path and
+    sha256 of the experiment's Caffe net file (None for a built-in net)."""
     trained = [r for r in records if r.train is not None]
     run_versions: dict[str, list[str]] = {}
     for record in trained:
@@ -71,6 +72,7 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
         "versions_report": package_versions(),
         "versions_runs": {k: _distinct(v) for k, v in sorted(run_versions.items())},
         "site": site,
+        "net_file": net_file,
         "dataset_manifest_sha256": _distinct([r.train.dataset_manifest_sha256 for r in trained]),
         "datasets": _distinct([r.train.dataset for r in trained]),
         "runs": runs,
@@ -85,6 +87,9 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
     site = prov["site"]
     lines.append(f"site profile: {site.get('name', '?')} from {site.get('source', '?')}, "
                  f"sha256 {site.get('sha256', '?')}")
+    if prov.get("net_file"):
+        lines.append(f"net file: {prov['net_file']['path']}, sha256 {prov['net_file']['sha256']} "
+                     f"(read when this report was made)")
     manifests = prov["dataset_manifest_sha256"]
     if len(manifests) > 1:
         lines.append(f"dataset manifest sha256 DIFFERS between runs: {', '.join(manifests)}")

@@ -41,7 +41,7 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
         scaling = ["--lr-scaling", "none"]
     argv = [*plan.site.config["environment"]["firescale"].split(), "train",
             "--dataset", str(plan.dataset_dir(experiment)),
-            "--net", exp["net"],
+            "--net", plan.net(experiment),
             "--solver", str(plan.resolve(exp["solver"])),
             "--out", str(run_dir(plan, experiment, point)),
             "--total-batch", str(point.batch),
@@ -49,13 +49,28 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
             "--set", f"base_lr={point.lr:.10g}",
             *plan.budget(experiment, point).set_options(),
             "--seed", str(repeat_seed(solver.random_seed, point.repeat)),
-            "--warmup-iters", str(exp["warmup_iters"])]
+            "--warmup-iters", str(exp["warmup_iters"]),
+            *transform_options(plan, experiment)]
     if point.layer_plan:  # each rank one replica, its layers over `devices` GPUs
         argv += ["--layer-plan", str(plan.resolve(point.layer_plan))]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
     argv.append("--resume")
     return argv
+
+
+def transform_options(plan: SweepPlan, experiment: str) -> list[str]:
+    """The experiment's dataset.transform as the trainer's options: Caffe's scale always, and the mean (values,
+    or a mean file read from the project folder), crop and mirror when it gives them."""
+    t = plan.dataset(experiment)["transform"]
+    argv = ["--scale", f"{t['scale']:.10g}"]
+    if isinstance(t["mean"], list):
+        argv += ["--mean", ",".join(f"{v:.10g}" for v in t["mean"])]
+    elif t["mean"]:
+        argv += ["--mean", str(plan.resolve(t["mean"]))]
+    if t["crop"]:
+        argv += ["--crop", str(t["crop"])]
+    return argv + (["--mirror"] if t["mirror"] else [])
 
 
 def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpec:

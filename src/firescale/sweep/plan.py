@@ -13,6 +13,7 @@ from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
+from firescale.sweep.net_file import check_experiment_net, experiment_net
 from firescale.sweep.paths import config_file, project_dir, resolve
 from firescale.sweep.points import (
     CLUSTER_REPEATS,
@@ -67,6 +68,8 @@ class SweepPlan:
         walltimes: dict[str, str] = {}
         problems: dict[str, list[str]] = {}
         for experiment in experiments:
+            exp = config["experiments"][experiment]
+            check_experiment_net(experiment, exp, base, _dataset_dir(site, exp), str(source))
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
             base_lr = solver_base_lr(config, experiment, base)
             points[experiment] = plan_sweep(config, experiment, site.name, base_lr, repeats, base=base)
@@ -117,6 +120,11 @@ class SweepPlan:
         return [p for p in self.points[experiment]
                 if not p.baseline and len(rates[p.gpus, p.batch, p.schedule, p.layer_plan]) > 1]
 
+    def net(self, experiment: str) -> str:
+        """The experiment's net as `firescale train --net` takes it: a built-in name, or a net file's absolute
+        path."""
+        return experiment_net(self.experiment(experiment)["net"], self.base)
+
     def solver(self, experiment: str) -> SolverConfig:
         """The experiment's solver file, read as the trainer reads it."""
         return load_solver(self.resolve(self.experiment(experiment)["solver"]))
@@ -147,11 +155,12 @@ class SweepPlan:
         return point_budget(self.solver(experiment), baseline_batch, point, size, where)
 
     def anchored_config(self) -> dict[str, Any]:
-        """The config with its relative paths (solver, layer_plan) made absolute from the project folder:
-        a copy written elsewhere (results/<site>/experiments.yaml) still names the same files."""
+        """The config with its relative paths (solver, net file, layer_plan) made absolute from the project
+        folder: a copy written elsewhere (results/<site>/experiments.yaml) still names the same files."""
         config = copy.deepcopy(self.config)
         for exp in config["experiments"].values():
             exp["solver"] = str(self.resolve(exp["solver"]))
+            exp["net"] = experiment_net(exp["net"], self.base)
             sweeps = [exp["sweep"], *(keys for keys in exp["sites"].values() if keys)]
             for point in (p for sweep in sweeps for p in sweep.get("points", [])):
                 if point.get("layer_plan"):
@@ -207,7 +216,7 @@ class SweepPlan:
         return str(self.site.paths.datasets.resolve() / "{dataset}" / "manifest.json")
 
     def dataset_dir(self, experiment: str) -> Path:
-        return (self.site.paths.datasets / self.dataset(experiment)["name"]).resolve()
+        return _dataset_dir(self.site, self.experiment(experiment))
 
     def files(self, pattern: str, experiment: str | None = None, *, lr_search: bool = False) -> list[str]:
         """`pattern` filled in for every point (of one experiment, or of all; or only the points of
@@ -215,6 +224,11 @@ class SweepPlan:
         names = [experiment] if experiment else list(self.points)
         return [pattern.format(site=self.site.name, experiment=e, point=p.name)
                 for e in names for p in (self.lr_search(e) if lr_search else self.points[e])]
+
+
+def _dataset_dir(site: SiteProfile, exp: dict[str, Any]) -> Path:
+    """Where the site keeps the experiment's dataset."""
+    return (site.paths.datasets / exp["dataset"]["name"]).resolve()
 
 
 def load_plan(site: str | SiteProfile, config: str | Path | None = None, *, experiments: list[str] | None = None,

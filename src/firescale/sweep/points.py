@@ -177,6 +177,7 @@ class _Experiment:
         (every arch's layers) and the point's GPUs (whole replicas)."""
         from firescale.nets.device_plan import arch_devices, read_layer_plan
         from firescale.nets.zoo import get_net
+        from firescale.sweep.net_file import experiment_net
 
         try:
             plan = read_layer_plan(resolve(path, self.base))
@@ -185,7 +186,7 @@ class _Experiment:
         if plan is None:
             raise self.error(key, f"is {path!r}, which has no dist plan; give a solver file (.prototxt) with "
                                   f"dist blocks or a YAML file with a dist key")
-        spec = get_net(self.exp["net"])
+        spec = get_net(experiment_net(self.exp["net"], self.base))
         for which, arches in (("train", plan.train), ("test", plan.test)):
             for k, arch in enumerate(arches):
                 arch_devices(arch, spec, f"experiment {self.name}: key '{key}': {plan.source}: dist ({which}) arch {k}")

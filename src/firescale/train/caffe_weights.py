@@ -1,10 +1,16 @@
-"""The trainer's weights in Caffe's layouts and back: OIHW kernels, InnerProduct rows over C,H,W, by layer name.
+"""The trainer's blobs in Caffe's layouts and back: OIHW kernels, InnerProduct rows over C,H,W, by layer name.
 
 The trainer keeps NHWC activations: convolution kernels HWIO (kh, kw, in/group, out) and InnerProduct
 weights (in, out) with `in` flattened in H, W, C order.  Caffe keeps kernels OIHW (out, in/group, kh,
 kw) and InnerProduct weights (out, in) with `in` flattened in C, H, W order.  Both group a grouped
 convolution's filters the same way (output channels in group order), so each conversion is a pure
-permutation of the float32 values: no arithmetic, exact both ways.
+permutation of the float32 values: no arithmetic, exact both ways.  A kernel may be rectangular (kh, kw);
+a layer without a bias (bias_term: false) has one blob.  BatchNorm's three blobs (mean, variance, the
+moving-average factor) and Scale's one or two (scale, bias) are vectors, the same in both.
+
+A layer keeps Caffe's name: a layer inside a block of a net read from a Caffe file is named in the
+trainer `block/layer`; its Caffe name is that when the file has it (GoogLeNet's `inception_3a/1x1`),
+else the layer's own (ResNet's `res2a_branch1` inside block `res2a`).
 """
 from __future__ import annotations
 
@@ -15,46 +21,87 @@ import numpy as np
 
 from firescale.caffe.caffemodel import Blobs
 from firescale.errors import FirescaleError
-from firescale.nets.spec import FC, Conv, NetSpec, Shape, infer_shapes
+from firescale.nets.spec import FC, BatchNorm, Conv, NetSpec, Scale, Shape, infer_shapes
 
-LAYER_TYPES = {Conv: "Convolution", FC: "InnerProduct"}
-BLOB_NAMES = ("weights", "bias")  # Caffe's blob 0 and blob 1 of Convolution and InnerProduct
+LAYER_TYPES = {Conv: "Convolution", FC: "InnerProduct", BatchNorm: "BatchNorm", Scale: "Scale"}
+# Caffe's blobs of each layer kind with learnt (BatchNorm: stored) values, in Caffe's order; the trainer's too.
+BLOB_NAMES: dict[type, tuple[str, ...]] = {Conv: ("weights", "bias"), FC: ("weights", "bias"),
+                                           BatchNorm: ("mean", "variance", "factor"), Scale: ("scale", "bias")}
 
 
 @dataclass(frozen=True)
 class BlobLayout:
     """One learnable blob as the trainer keeps it and as Caffe does."""
 
-    layer: str
-    index: int                   # Caffe's blob index: 0 weights, 1 bias
+    layer: str                   # Caffe's layer name
+    index: int                   # Caffe's blob index: 0 weights, 1 bias (BatchNorm: mean, variance, factor)
     trainer_shape: tuple[int, ...]
     caffe_shape: tuple[int, ...]
     flat_input: Shape | None = None   # the (H, W, C) an InnerProduct's weights flatten; None otherwise
+    blob: str = "weights"        # the blob's name: weights, bias, mean, variance, factor, scale
+    record: str = ""             # the trainer's layer name (block/layer), when it differs from Caffe's
 
     @property
     def param(self) -> str:
-        """The trainer's parameter name, `layer/weights` or `layer/bias`."""
-        return f"{self.layer}/{BLOB_NAMES[self.index]}"
+        """The trainer's parameter name, e.g. `conv1/weights`, `bn_conv1/mean`."""
+        return f"{self.record or self.layer}/{self.blob}"
+
+
+def caffe_names(spec: NetSpec) -> dict[str, str]:
+    """The trainer's name of every layer -> Caffe's name of it (see the module's note)."""
+    records = infer_shapes(spec)
+    if not spec.source:
+        return {rec.name: rec.name for rec in records}
+    names = {rec.name for rec in records}
+    out = {rec.name: rec.name if rec.name == rec.layer.name or rec.name in _file_layers(spec.source, names)
+           else rec.layer.name for rec in records}
+    return out
+
+
+def _file_layers(source: str, names: set[str]) -> set[str]:
+    """The layer names of the Caffe file `source` among `names` (all of `names` when it cannot be read)."""
+    from firescale.caffe.net import read_net
+
+    try:
+        return {layer.name for layer in read_net(source).layers} & names
+    except FirescaleError:
+        return names
 
 
 def caffe_layouts(spec: NetSpec) -> dict[str, list[BlobLayout]]:
     """Every layer with learnable blobs -> its blobs, in the trainer's (and Caffe's) parameter order."""
     out: dict[str, list[BlobLayout]] = {}
+    names = caffe_names(spec)
     for rec in infer_shapes(spec):
         layer, (h, w, c) = rec.layer, rec.input_shape
+        name = names[rec.name]
+        record = "" if name == rec.name else rec.name
+        if name in out:
+            raise FirescaleError(f"net {spec.name!r}: two layers with blobs are named {name!r}; Caffe's weights "
+                                 f"name each layer once")
+        blobs: list[tuple[tuple[int, ...], tuple[int, ...], Shape | None]] = []
         if isinstance(layer, Conv):
-            k, per_group = layer.kernel, c // layer.groups
-            out[rec.name] = [BlobLayout(rec.name, 0, (k, k, per_group, layer.out), (layer.out, per_group, k, k)),
-                             BlobLayout(rec.name, 1, (layer.out,), (layer.out,))]
+            (kh, kw), per_group = layer.kernel_hw, c // layer.groups
+            blobs = [((kh, kw, per_group, layer.out), (layer.out, per_group, kh, kw), None)]
+            blobs += [((layer.out,), (layer.out,), None)] if layer.bias else []
         elif isinstance(layer, FC):
-            out[rec.name] = [BlobLayout(rec.name, 0, (h * w * c, layer.out), (layer.out, c * h * w), (h, w, c)),
-                             BlobLayout(rec.name, 1, (layer.out,), (layer.out,))]
+            blobs = [((h * w * c, layer.out), (layer.out, c * h * w), (h, w, c))]
+            blobs += [((layer.out,), (layer.out,), None)] if layer.bias else []
+        elif isinstance(layer, BatchNorm):
+            blobs = [((c,), (c,), None), ((c,), (c,), None), ((1,), (1,), None)]
+        elif isinstance(layer, Scale):
+            blobs = [((c,), (c,), None)] * (1 + layer.bias)
+        if blobs:
+            out[name] = [BlobLayout(name, i, t, cs, flat, BLOB_NAMES[type(layer)][i], record)
+                         for i, (t, cs, flat) in enumerate(blobs)]
     return out
 
 
 def layer_types(spec: NetSpec) -> dict[str, str]:
-    """Caffe's type of every layer with learnable blobs (Convolution, InnerProduct)."""
-    return {rec.name: LAYER_TYPES[type(rec.layer)] for rec in infer_shapes(spec) if type(rec.layer) in LAYER_TYPES}
+    """Caffe's type of every layer with blobs (Convolution, InnerProduct, BatchNorm, Scale), by Caffe's name."""
+    names = caffe_names(spec)
+    return {names[rec.name]: LAYER_TYPES[type(rec.layer)] for rec in infer_shapes(spec)
+            if type(rec.layer) in LAYER_TYPES}
 
 
 def to_caffe(layout: BlobLayout, array: np.ndarray) -> np.ndarray:
@@ -110,11 +157,12 @@ def net_from_caffe(spec: NetSpec, blobs: Blobs, source: str | Path) -> CopiedWei
             continue
         found = blobs[layer]
         if len(found) != len(layer_layouts):
+            what = ", ".join(b.blob for b in layer_layouts)
             raise FirescaleError(f"{source}: layer {layer!r} has {len(found)} blobs, but the net's {layer!r} has "
-                                 f"{len(layer_layouts)} (weights and bias)")
+                                 f"{len(layer_layouts)} ({what})")
         for layout, array in zip(layer_layouts, found):
             if not _fits(tuple(array.shape), layout.caffe_shape):
-                raise FirescaleError(f"{source}: layer {layer!r} blob {layout.index} ({BLOB_NAMES[layout.index]}) "
+                raise FirescaleError(f"{source}: layer {layer!r} blob {layout.index} ({layout.blob}) "
                                      f"has shape {tuple(array.shape)}, but net {spec.name!r} expects "
                                      f"{layout.caffe_shape}; rename the layer to learn it from its filler instead")
             # Caffe's FromProto casts double_data to the net's float type; float32 blobs copy exactly.

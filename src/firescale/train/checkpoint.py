@@ -219,9 +219,10 @@ _NOT_TRAJECTORY = ("display", "average_loss", "snapshot", "snapshot_prefix", "sn
 
 def trajectory_settings(*, net: str, dataset_sha256: str, solver: dict[str, Any], batch: dict[str, Any],
                         seed: int, transform: dict[str, Any], target_top1: float | None,
-                        weights: dict[str, Any] | None = None) -> dict[str, Any]:
+                        weights: dict[str, Any] | None = None, net_sha256: str | None = None) -> dict[str, Any]:
     """Every setting that changes a run's trajectory (weights, evaluations, where it stops), as plain JSON;
-    `weights` (the --weights file's name and SHA-256) only when the run started from Caffe's weights."""
+    `weights` (the --weights file's name and SHA-256) only when the run started from Caffe's weights;
+    `net_sha256` (the Caffe net file's SHA-256) only for a net read from a file, so an edited file is refused."""
     settings = {
         "net": net, "dataset_manifest_sha256": dataset_sha256, "seed": seed, "target_top1": target_top1,
         "solver": {k: v for k, v in solver.items() if k not in _NOT_TRAJECTORY},
@@ -229,6 +230,8 @@ def trajectory_settings(*, net: str, dataset_sha256: str, solver: dict[str, Any]
     }
     if weights is not None:
         settings["weights"] = weights
+    if net_sha256 is not None:
+        settings["net_sha256"] = net_sha256
     return json.loads(json.dumps(settings, sort_keys=True))
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,29 +12,40 @@ from firescale.errors import FirescaleError
 from firescale.nets.spec import (
     FC,
     LRN,
+    BatchNorm,
     Branches,
     Conv,
     Dropout,
-    Inception,
+    Flatten,
     Init,
     Layer,
     NetSpec,
     Pool,
     ReLU,
+    Scale,
+    Sigmoid,
     Softmax,
+    TanH,
+    constant,
     pool_extra_padding,
     pool_output_size,
 )
+from firescale.train.caffe_weights import BLOB_NAMES
 from firescale.train.placement import boundary_copy
+
+MOVING_AVERAGE_FRACTION = 0.999   # Caffe's BatchNormParameter default
+STATISTICS = ("mean", "variance", "factor")   # BatchNorm's blobs: stored, never learnt
 
 
 @dataclass(frozen=True)
 class ParamInfo:
-    """One learnable blob: its layer, which blob (weights or bias) and its shape."""
+    """One blob of a layer: its layer, which blob (weights, bias; BatchNorm's mean, variance, factor; Scale's
+    scale, bias), its index among the layer's blobs in Caffe's order, and its shape."""
 
     layer: str
-    blob: str  # "weights" | "bias"
+    blob: str
     shape: tuple[int, ...]
+    index: int = 0
 
     @property
     def name(self) -> str:
@@ -55,44 +66,25 @@ def fill(init: Init, shape: tuple[int, ...], fan_in: int, rng: np.random.Generat
     raise ValueError(f"unknown filler {init.kind!r}")
 
 
-def check_trainable(spec: NetSpec) -> None:
-    """Refuse, in one sentence naming the layer and its kind, a layer this trainer cannot build yet."""
-    def walk(layers: tuple[Layer, ...], prefix: str) -> None:
-        for layer in layers:
-            name, kind = prefix + layer.name, type(layer).__name__
-            if isinstance(layer, Branches):
-                if layer.merge != "concat":
-                    kind = f"Eltwise {layer.merge.upper()}"
-                else:
-                    for branch in layer.branches:
-                        walk(branch, name + "/")
-                    continue
-            elif isinstance(layer, (Conv, FC)) and not layer.bias:
-                kind += " without a bias (bias_term: false)"
-            elif isinstance(layer, Conv) and not layer.square:
-                (kh, kw), (sh, sw), (ph, pw) = layer.kernel_hw, layer.stride_hw, layer.pad_hw
-                kind = (f"Conv with kernel {kh}x{kw}, stride {sh}x{sw}, pad {ph}x{pw} and dilation "
-                        f"{layer.dilation} (it builds one size for both axes, no dilation)")
-            elif isinstance(layer, LRN) and layer.within_channel:
-                kind = "LRN WITHIN_CHANNEL"
-            elif isinstance(layer, (Conv, FC, Pool, ReLU, LRN, Dropout, Softmax)):
-                continue
-            raise FirescaleError(f"net {spec.name!r} layer {name!r}: the trainer cannot train a {kind} layer yet; "
-                                 f"the performance model (predict) takes it")
-    walk(spec.layers, "")
-
-
 class CaffeNet(tf.Module):
-    """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN, grouped conv, dropout."""
+    """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN (across and within
+    channels), grouped and dilated convolution, dropout, BatchNorm (its statistics are blobs, as in
+    Caffe), Scale, and concatenated or elementwise merges.
 
-    def __init__(self, spec: NetSpec, seed: int, placement: Sequence[str] | None = None) -> None:
-        check_trainable(spec)
+    `params` holds every blob Caffe keeps, BatchNorm's too: Caffe counts them among the learnable
+    blobs (with lr_mult 0) and writes them in its .caffemodel and solver history.  BatchNorm updates
+    them in the forward pass of training, as Caffe's BatchNormLayer::Forward_cpu does.
+    """
+
+    def __init__(self, spec: NetSpec, seed: int, placement: Sequence[str] | None = None,
+                 moving_average: Mapping[str, float] | None = None) -> None:
         # A module's name must be an identifier; a Caffe file's net name may not be one ("ResNet-50").
         super().__init__(name="".join(ch if ch.isalnum() else "_" for ch in spec.name).lstrip("0123456789_") or "net")
         self.spec = spec
         self.infos: list[ParamInfo] = []
         self.params: list[tf.Variable] = []
         self._index: dict[str, int] = {}
+        self.moving_average = dict(moving_average or {})
         if placement is not None and len(placement) != len(spec.layers):
             raise ValueError(f"net {spec.name!r} has {len(spec.layers)} layers, the placement {len(placement)}")
         # The device of each top-level layer (its weights, its forward pass and, colocated, its backward).
@@ -110,9 +102,17 @@ class CaffeNet(tf.Module):
 
     # ------------------------------------------------------------ variables
     def _add(self, info: ParamInfo, value: np.ndarray) -> None:
+        if info.name in self._index:
+            raise FirescaleError(f"net {self.spec.name!r}: two layers are named {info.layer!r}; the trainer keeps "
+                                 f"blobs by layer name (expected each name once)")
         self._index[info.name] = len(self.params)
         self.infos.append(info)
         self.params.append(tf.Variable(value, name=info.name.replace("/", "_"), dtype=tf.float32))
+
+    def _blobs(self, layer: Layer, name: str, shapes: Sequence[tuple[int, ...]], inits: Sequence[Init],
+               fan_in: int, rng: np.random.Generator) -> None:
+        for index, (blob, shape, init) in enumerate(zip(BLOB_NAMES[type(layer)], shapes, inits)):
+            self._add(ParamInfo(name, blob, shape, index), fill(init, shape, fan_in, rng))
 
     def _build(self, layers: tuple[Layer, ...], shape: tuple[int, int, int], prefix: str,
                rng: np.random.Generator) -> tuple[int, int, int]:
@@ -121,27 +121,42 @@ class CaffeNet(tf.Module):
             name = prefix + layer.name
             if isinstance(layer, Conv):
                 per_group = c // layer.groups
-                wshape = (layer.kernel, layer.kernel, per_group, layer.out)
-                fan_in = per_group * layer.kernel * layer.kernel
-                self._add(ParamInfo(name, "weights", wshape), fill(layer.weight_init, wshape, fan_in, rng))
-                self._add(ParamInfo(name, "bias", (layer.out,)), fill(layer.bias_init, (layer.out,), fan_in, rng))
-                out_h, out_w = ((n + 2 * layer.pad - layer.kernel) // layer.stride + 1 for n in (h, w))
-                shape = (out_h, out_w, layer.out)
+                (kh, kw), (eh, ew) = layer.kernel_hw, layer.extent_hw
+                (sh, sw), (ph, pw) = layer.stride_hw, layer.pad_hw
+                wshape = (kh, kw, per_group, layer.out)
+                self._blobs(layer, name, [wshape, (layer.out,)][:1 + layer.bias],
+                            [layer.weight_init, layer.bias_init], per_group * kh * kw, rng)
+                shape = ((h + 2 * ph - eh) // sh + 1, (w + 2 * pw - ew) // sw + 1, layer.out)
             elif isinstance(layer, FC):
                 fan_in = h * w * c
-                wshape = (fan_in, layer.out)
-                self._add(ParamInfo(name, "weights", wshape), fill(layer.weight_init, wshape, fan_in, rng))
-                self._add(ParamInfo(name, "bias", (layer.out,)), fill(layer.bias_init, (layer.out,), fan_in, rng))
+                self._blobs(layer, name, [(fan_in, layer.out), (layer.out,)][:1 + layer.bias],
+                            [layer.weight_init, layer.bias_init], fan_in, rng)
                 shape = (1, 1, layer.out)
+            elif isinstance(layer, BatchNorm):  # Caffe's blobs start at zero
+                self._blobs(layer, name, [(c,), (c,), (1,)], [constant(0.0)] * 3, c, rng)
+            elif isinstance(layer, Scale):      # ScaleParameter's default fillers: scale 1, bias 0
+                self._blobs(layer, name, [(c,), (c,)][:1 + layer.bias], [constant(1.0), constant(0.0)], c, rng)
+            elif isinstance(layer, Flatten):
+                shape = (1, 1, h * w * c)
             elif isinstance(layer, Pool):
                 shape = (pool_output_size(h, layer), pool_output_size(w, layer), c)
-            elif isinstance(layer, Inception):
+            elif isinstance(layer, Branches):
                 outs = [self._build(branch, shape, name + "/", rng) for branch in layer.branches]
-                shape = (outs[0][0], outs[0][1], sum(o[2] for o in outs))
+                shape = (outs[0][0], outs[0][1], sum(o[2] for o in outs)) if layer.merge == "concat" else outs[0]
         return shape
 
     def param(self, name: str) -> tf.Variable:
         return self.params[self._index[name]]
+
+    @property
+    def learnt(self) -> list[bool]:
+        """Per blob: whether it is learnt (not one of BatchNorm's statistics, which training keeps itself)."""
+        return [info.blob not in STATISTICS for info in self.infos]
+
+    @property
+    def statistics(self) -> list[tf.Variable]:
+        """BatchNorm's blobs (mean, variance, factor): kept by the forward pass of training, not learnt."""
+        return [p for p, learnt in zip(self.params, self.learnt) if not learnt]
 
     # ------------------------------------------------------------ forward
     def __call__(self, x: tf.Tensor, training: bool = False, dropout_seed: tf.Tensor | None = None) -> tf.Tensor:
@@ -170,15 +185,34 @@ class CaffeNet(tf.Module):
             return self._conv(layer, name, x)
         if isinstance(layer, FC):
             x = tf.reshape(x, (tf.shape(x)[0], -1))
-            x = tf.matmul(x, self.param(name + "/weights")) + self.param(name + "/bias")
+            x = tf.matmul(x, self.param(name + "/weights"))
+            if layer.bias:
+                x = x + self.param(name + "/bias")
             return tf.reshape(x, (tf.shape(x)[0], 1, 1, layer.out))
         if isinstance(layer, Pool):
             return _pool(layer, x)
         if isinstance(layer, ReLU):
             return tf.nn.relu(x)
+        if isinstance(layer, Sigmoid):
+            return tf.math.sigmoid(x)
+        if isinstance(layer, TanH):
+            return tf.math.tanh(x)
+        if isinstance(layer, Flatten):  # Caffe's order: C, H, W
+            return tf.reshape(tf.transpose(x, (0, 3, 1, 2)), (tf.shape(x)[0], 1, 1, -1))
+        if isinstance(layer, LRN) and layer.within_channel:
+            # Caffe's WITHIN_CHANNEL: x (1 + alpha * mean of x^2 over a local_size square, zero-padded)^-beta
+            p = (layer.local_size - 1) // 2
+            squares = tf.pad(tf.square(x), [[0, 0], [p, p], [p, p], [0, 0]])
+            mean = tf.nn.avg_pool2d(squares, layer.local_size, 1, "VALID")
+            return x * tf.pow(1.0 + tf.constant(layer.alpha, tf.float32) * mean, -layer.beta)
         if isinstance(layer, LRN):
             return tf.nn.local_response_normalization(x, depth_radius=(layer.local_size - 1) // 2, bias=layer.k,
                                                       alpha=layer.alpha / layer.local_size, beta=layer.beta)
+        if isinstance(layer, BatchNorm):
+            return self._batch_norm(layer, name, x, training)
+        if isinstance(layer, Scale):
+            x = x * self.param(name + "/scale")
+            return x + self.param(name + "/bias") if layer.bias else x
         if isinstance(layer, Dropout):
             counter[0] += 1
             if not (training and layer.rate > 0):
@@ -188,23 +222,63 @@ class CaffeNet(tf.Module):
             seed = tf.random.experimental.stateless_fold_in(dropout_seed, counter[0])
             keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= layer.rate
             return tf.where(keep, x * (1.0 / (1.0 - layer.rate)), tf.zeros_like(x))
-        if isinstance(layer, Inception):
-            return tf.concat([self._forward(branch, x, name + "/", training, dropout_seed, counter)
-                              for branch in layer.branches], axis=-1)
+        if isinstance(layer, Branches):
+            outs = [self._forward(branch, x, name + "/", training, dropout_seed, counter) if branch else x
+                    for branch in layer.branches]
+            if layer.merge == "concat":
+                return tf.concat(outs, axis=-1)
+            # Caffe's Eltwise takes its bottoms in order (ties of MAX go to the first, as tf.maximum's gradient)
+            combine = {"sum": tf.add, "prod": tf.multiply, "max": tf.maximum}[layer.merge]
+            y = outs[0]
+            for other in outs[1:]:
+                y = combine(y, other)
+            return y
         raise ValueError(f"layer {name!r}: no forward pass for {type(layer).__name__}")
 
     def _conv(self, layer: Conv, name: str, x: tf.Tensor) -> tf.Tensor:
-        if layer.pad:
-            x = tf.pad(x, [[0, 0], [layer.pad, layer.pad], [layer.pad, layer.pad], [0, 0]])
-        kernel, bias = self.param(name + "/weights"), self.param(name + "/bias")
-        strides = (1, layer.stride, layer.stride, 1)
+        (ph, pw), (sh, sw) = layer.pad_hw, layer.stride_hw
+        if ph or pw:
+            x = tf.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]])
+        kernel = self.param(name + "/weights")
+        strides = (1, sh, sw, 1)
+
+        def conv(a: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+            if layer.dilation == 1:
+                return tf.nn.conv2d(a, k, strides, "VALID")
+            # dilated: every output of stride 1, then every (sh, sw)th, as TF's atrous conv takes no stride
+            y = tf.nn.convolution(a, k, strides=1, padding="VALID", dilations=layer.dilation)
+            return y[:, ::sh, ::sw, :]
+
         if layer.groups == 1:
-            y = tf.nn.conv2d(x, kernel, strides, "VALID")
+            y = conv(x, kernel)
         else:  # grouped convolution as Caffe's `group`, one conv per channel group
             xs = tf.split(x, layer.groups, axis=-1)
             ks = tf.split(kernel, layer.groups, axis=-1)
-            y = tf.concat([tf.nn.conv2d(a, k, strides, "VALID") for a, k in zip(xs, ks)], axis=-1)
-        return y + bias
+            y = tf.concat([conv(a, k) for a, k in zip(xs, ks)], axis=-1)
+        return y + self.param(name + "/bias") if layer.bias else y
+
+    def _batch_norm(self, layer: BatchNorm, name: str, x: tf.Tensor, training: bool) -> tf.Tensor:
+        """Caffe's BatchNorm: batch statistics unless use_global_stats (default: in the TEST phase only); in
+        training the stored sums decay by moving_average_fraction and gain the batch's mean and unbiased
+        variance, the factor blob counting the updates; the stored statistics are the sums / factor."""
+        mean_blob, var_blob = self.param(name + "/mean"), self.param(name + "/variance")
+        factor = self.param(name + "/factor")
+        global_stats = (not training) if layer.use_global_stats is None else layer.use_global_stats
+        if global_stats:
+            stored = factor[0]
+            scale = tf.where(stored == 0.0, 0.0, 1.0 / tf.where(stored == 0.0, 1.0, stored))
+            mean, var = mean_blob * scale, var_blob * scale
+        else:
+            mean = tf.reduce_mean(x, axis=(0, 1, 2))
+            var = tf.reduce_mean(tf.square(x - mean), axis=(0, 1, 2))
+            if training:
+                fraction = tf.constant(self.moving_average.get(name, MOVING_AVERAGE_FRACTION), tf.float32)
+                m = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+                correction = tf.where(m > 1.0, m / tf.maximum(m - 1.0, 1.0), 1.0)
+                factor.assign(factor * fraction + 1.0)
+                mean_blob.assign(tf.stop_gradient(mean) + fraction * mean_blob)
+                var_blob.assign(correction * tf.stop_gradient(var) + fraction * var_blob)
+        return (x - mean) / tf.sqrt(var + tf.constant(layer.eps, tf.float32))
 
 
 def _pool(layer: Pool, x: tf.Tensor) -> tf.Tensor:
@@ -234,7 +308,9 @@ def _device_index(name: str) -> str:
     return name.upper().rsplit("DEVICE:", 1)[-1].lstrip("/")
 
 
-def build_net(spec: NetSpec, seed: int, placement: Sequence[str] | None = None) -> CaffeNet:
+def build_net(spec: NetSpec, seed: int, placement: Sequence[str] | None = None,
+              moving_average: Mapping[str, float] | None = None) -> CaffeNet:
     """The TF model of `spec` with weights drawn from Caffe's fillers by a NumPy generator seeded `seed`;
-    `placement` names the device of each top-level layer (a net split by layers), None for one device."""
-    return CaffeNet(spec, seed, placement)
+    `placement` names the device of each top-level layer (a net split by layers), None for one device;
+    `moving_average` gives a BatchNorm layer's moving_average_fraction by its name (default Caffe's 0.999)."""
+    return CaffeNet(spec, seed, placement, moving_average)

@@ -31,7 +31,8 @@ def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
 
     A net split over devices takes its gradients with each one's ops colocated with the forward op it
     differentiates, so that a layer's backward pass runs on the layer's device (a tape would put them
-    all on the default device).
+    all on the default device).  A blob the loss does not depend on (BatchNorm's statistics, which Caffe
+    keeps among the learnable blobs with lr_mult 0) gets a zero gradient, as Caffe's cleared diff.
     """
     def loss_of(logits: tf.Tensor) -> tf.Tensor:
         with tf.device(net.loss_device), tf.name_scope("loss"):
@@ -39,10 +40,23 @@ def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
 
     if net.devices:
         loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
-        return loss_sum, tf.compat.v1.gradients(loss_sum, net.params, colocate_gradients_with_ops=True)
+        return loss_sum, tf.compat.v1.gradients(loss_sum, net.params, colocate_gradients_with_ops=True,
+                                                unconnected_gradients="zero")
     with tf.GradientTape() as tape:
         loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
-    return loss_sum, tape.gradient(loss_sum, net.params)
+    return loss_sum, tape.gradient(loss_sum, net.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+
+def sum_learnt(net: CaffeNet, sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]],
+               grads: list[tf.Tensor], extra: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor]:
+    """The gradients summed over the ranks, and `extra` (the loss and stop flag) summed with them.  The
+    gradients of BatchNorm's statistics, zero on every rank, are not sent: they stay the zeros they are
+    (Caffe sends them, as they are among its learnable blobs; the sum is the same, and the message is
+    the model's |W|)."""
+    learnt = net.learnt
+    sent = sum_over_ranks([g for g, keep in zip(grads, learnt) if keep] + [extra])
+    summed = iter(sent[:-1])
+    return [next(summed) if keep else g for g, keep in zip(grads, learnt)], sent[-1]
 
 
 def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, iteration: tf.Tensor,
@@ -72,9 +86,9 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
     def iteration_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor, rate: tf.Tensor,
                        iteration: tf.Tensor, batch: tf.Tensor, stop_flag: tf.Tensor) -> tf.Tensor:
         loss_sum, grads = loss_and_gradients(net, images, labels, dropout_seed)
-        summed = sum_over_ranks(list(grads) + [tf.stack([loss_sum, stop_flag])])
-        apply_update(solver, summed[:-1], rate, iteration, batch)
-        return summed[-1]
+        summed, loss_and_flag = sum_learnt(net, sum_over_ranks, list(grads), tf.stack([loss_sum, stop_flag]))
+        apply_update(solver, summed, rate, iteration, batch)
+        return loss_and_flag
 
     @tf.function(input_signature=[x_spec, y_spec, tf.TensorSpec((2,), tf.int64)])
     def grad_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor) -> Any:

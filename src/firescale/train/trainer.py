@@ -39,7 +39,7 @@ class TrainOptions:
     """The `firescale train` command line, resolved."""
 
     dataset: Path
-    net: str
+    net: str | None     # a built-in net's name or a Caffe net file; None: the solver's net: line
     solver: Path
     out: Path
     overrides: list[str] = field(default_factory=list)
@@ -202,6 +202,7 @@ class Training:
         from firescale.data.readers import Transform, open_dataset
         from firescale.data.transforms import BatchTransformer
         from firescale.nets.zoo import get_net
+        from firescale.train.net_file import blob_multipliers, check_classes, choose_net, net_file_settings
         from firescale.train.nets import build_net
         from firescale.train.solvers import CaffeSolver
 
@@ -211,17 +212,22 @@ class Training:
         self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
         self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
         self.image_shape = tuple(BatchTransformer(self.transform, self.train_ds.shape).out_shape)
-        self.spec = get_net(opts.net, num_classes=self.train_ds.num_classes, input_shape=self.image_shape)
+        chosen = choose_net(opts.net, cfg, opts.solver)
+        # A Caffe file keeps its own classes (the dataset's must agree); a built-in net takes the dataset's.
+        self.spec = get_net(chosen.name, input_shape=self.image_shape)
+        if self.spec.source:
+            check_classes(self.spec, self.train_ds.num_classes, opts.dataset)
+        else:
+            self.spec = get_net(chosen.name, num_classes=self.train_ds.num_classes, input_shape=self.image_shape)
+        self.net_file = net_file_settings(self.spec)
+        for line in (chosen.note, self.net_file.data if self.net_file else ""):
+            if line:
+                _say(self.rank, line)
         self.placement = self._place()
-        self.net = net = build_net(self.spec, self.seed, self.placement.devices if self.placement else None)
+        self.net = net = build_net(self.spec, self.seed, self.placement.devices if self.placement else None,
+                                   self.net_file.moving_average if self.net_file else None)
         names = [info.name for info in net.infos]
-        lr_mults = [cfg.lr_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
-        decay_mults = [cfg.decay_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in net.infos]
-        for key, table in (("lr_mult", cfg.lr_mult), ("decay_mult", cfg.decay_mult)):
-            unknown = sorted(set(table) - {i.layer for i in net.infos})
-            if unknown:
-                raise FirescaleError(f"{opts.solver}: solver key '{key}.{unknown[0]}' names no layer with "
-                                     f"parameters in net {self.spec.name!r}")
+        lr_mults, decay_mults = blob_multipliers(self.spec, net.infos, self.net_file, cfg, opts.solver)
         self.solver = CaffeSolver(cfg, net.params, names, lr_mults, decay_mults)
         _check_caffe_layout(self.spec, net.infos)
         # Caffe's weights are read and checked against the net before the run folder is touched.
@@ -255,7 +261,8 @@ class Training:
         if opts.weights and rank.is_root:
             weights_record = {"file": Path(opts.weights).name, "sha256": _sha256(opts.weights)}
         self.trajectory = trajectory_settings(
-            net=self.spec.name, dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
+            net=self.spec.name, net_sha256=self.net_file.sha256 if self.net_file else None,
+            dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
             solver=cfg.to_dict(), batch=self.batch_record(), transform=vars(self.transform), target_top1=self.target,
             weights=rank.broadcast_object(weights_record))
         snapshot_file = None
@@ -316,10 +323,11 @@ class Training:
                 self.net.params + self.solver.history + self.solver.update_history)
         import tensorflow as tf
 
-        rank.sum([tf.zeros_like(p) for p in self.net.params] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
+        learnt = [p for p, keep in zip(self.net.params, self.net.learnt) if keep]
+        rank.sum([tf.zeros_like(p) for p in learnt] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
         self.hostnames = rank.gather_object(socket.gethostname())
         self.run_versions = versions(rank.hvd) if rank.is_root else {}
-        gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in self.net.params)
+        gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in learnt)
         self.allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes)
         self._log_constants()
 
@@ -436,6 +444,8 @@ class Training:
         gradients (summed here), the allreduce of their sum with the loss and flag, the update."""
         import tensorflow as tf
 
+        from firescale.train.steps import sum_learnt
+
         plan, rank, steps = self.plan, self.rank, self.steps
         data_wait = compute = 0.0
         summed: list[Any] | None = None
@@ -455,12 +465,12 @@ class Training:
             compute += now() - t1
         assert summed is not None
         t2 = now()
-        reduced = rank.sum(summed + [tf.stack([loss_sum, flag])])
-        _ = reduced[-1].numpy()
+        reduced, loss_and_flag = sum_learnt(self.net, rank.sum, summed, tf.stack([loss_sum, flag]))
+        _ = loss_and_flag.numpy()
         t3 = now()
-        steps.apply(reduced[:-1], rate, iteration, batch)
+        steps.apply(reduced, rate, iteration, batch)
         self.split.add(data_wait, compute + now() - t3, t3 - t2)
-        return reduced[-1]
+        return loss_and_flag
 
     def _display(self, rate: float) -> None:
         cfg, it = self.solver_cfg, self.iteration
@@ -485,6 +495,10 @@ class Training:
         t0 = now()
         epoch = self.schedule.samples_before(it) / num_train
         self.log.start(c.EVAL_START, metadata={"epoch_num": epoch})
+        # Each rank's BatchNorm statistics follow its own batches (Caffe's multi-GPU does the same); the
+        # test uses rank 0's on every rank, as Caffe tests on its root solver's net only.
+        if self.net.statistics:
+            self.rank.broadcast_variables(self.net.statistics)
         batches = test_batches(self.test_ds, self.transform, rank=self.rank.rank, size=self.rank.size,
                                batch=self.eval_per_rank)
         sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers, self.solver_cfg.test_iter)

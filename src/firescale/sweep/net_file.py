@@ -1,0 +1,64 @@
+"""An experiment's net: a built-in name, or a Caffe net file of the project, checked before anything runs."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from firescale.data.manifest import MANIFEST, manifest_if_ingested
+from firescale.errors import FirescaleError
+from firescale.nets.spec import Shape
+from firescale.nets.zoo import NET_NAMES, is_net_file
+from firescale.sweep.paths import resolve
+
+
+def experiment_net(net: str, base: Path) -> str:
+    """The net as `firescale train --net` takes it: a built-in name as given, a net file as an absolute path
+    (a relative one is read from `base`, the project folder)."""
+    return os.path.abspath(resolve(net, base)) if is_net_file(net) else net
+
+
+def manifest_input(manifest: dict[str, Any], exp: dict[str, Any], path: Path) -> tuple[Shape, int]:
+    """The input (H, W, C) the experiment's net reads from its ingested dataset (the manifest's shape, with
+    the experiment's crop) and the dataset's classes."""
+    try:
+        stored = tuple(int(v) for v in manifest["shape"])
+        classes = int(manifest["num_classes"])
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError(f"{path}: a manifest needs shape and num_classes") from None
+    crop = (exp["dataset"].get("transform") or {}).get("crop")
+    return ((int(crop), int(crop), stored[2]) if crop else (stored[0], stored[1], stored[2])), classes
+
+
+def check_experiment_net(name: str, exp: dict[str, Any], base: Path, dataset_dir: Path, source: str) -> None:
+    """A net file the experiment names exists and loads: its layers and their DAG always, its shapes with the
+    ingested dataset's input (or the file's own before ingest); one sentence naming the experiment and file."""
+    from firescale.nets.caffe_file import check_net_file
+
+    net = exp["net"]
+    if not is_net_file(net):
+        return
+    path = Path(experiment_net(net, base))
+    where = f"{source}: experiment {name}: key 'net' names the net file {net!r}"
+    if not path.is_file():
+        raise FirescaleError(f"{where}, but {path} does not exist; give a Caffe net file (.prototxt) relative to "
+                             f"the project folder {base} or as an absolute path, or a built-in net: "
+                             f"{', '.join(NET_NAMES)}")
+    manifest = manifest_if_ingested(dataset_dir)
+    shape, classes = manifest_input(manifest, exp, dataset_dir / MANIFEST) if manifest else (None, None)
+    try:
+        check_net_file(path, input_shape=shape, num_classes=classes)
+    except FirescaleError as exc:
+        raise FirescaleError(f"{where}, which firescale cannot use: {exc}") from None
+
+
+def net_file_digest(net: str) -> dict[str, str] | None:
+    """The path and sha256 of a net file (None for a built-in net), so that a report says which file ran."""
+    if not is_net_file(net):
+        return None
+    try:
+        data = Path(net).read_bytes()
+    except OSError as exc:
+        return {"path": net, "sha256": f"unreadable ({exc.strerror})"}
+    return {"path": net, "sha256": hashlib.sha256(data).hexdigest()}

@@ -1,0 +1,114 @@
+"""An experiment that names a Caffe net file: checked when the sweep is planned, passed to its jobs as an
+absolute, quoted path, and hashed in the report's provenance."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from firescale.errors import FirescaleError
+from firescale.jobs.render import render_job_script
+from firescale.report.provenance import collect_provenance, provenance_lines
+from firescale.resources import caffe_zoo_file
+from firescale.sweep.jobs import job_for_point, train_command
+from firescale.sweep.net_file import net_file_digest
+from firescale.sweep.plan import SweepPlan, load_plan
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = "fashion-cifar10-quick"
+CONFIG = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+CONFIG["experiments"].update(
+    yaml.safe_load((REPO / "workflow" / "examples" / f"{EXAMPLE}.yaml").read_text())["experiments"])
+QUICK = caffe_zoo_file("cifar10/cifar10_quick_train_test.prototxt").read_text()
+
+
+def _project(tmp_path: Path, net: str, text: str | None = QUICK) -> dict:
+    """A project folder (with a space in its name) whose experiment names `net`, written with `text`."""
+    if text is not None:
+        (tmp_path / net).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / net).write_text(text)
+    config = copy.deepcopy(CONFIG)
+    exp = config["experiments"][EXAMPLE]
+    exp["net"] = net
+    exp["solver"] = str(REPO / exp["solver"])
+    return {**config, "site": "local"}
+
+
+def test_the_example_plans_caffes_file_and_its_jobs_get_the_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # no dataset here: the file's layers are checked, its shapes wait for ingest
+    plan = SweepPlan.build({**CONFIG, "site": "local"}, experiments=[EXAMPLE], base=REPO)
+    assert [p.name for p in plan.points[EXAMPLE]] == ["baseline", "g2-b100-r0", "g2-b200-r0"]
+    # the example reads the project's copy of Caffe's file, not a built-in net
+    assert plan.net(EXAMPLE) == str(REPO / "src/firescale/nets/caffe_zoo/cifar10/cifar10_quick_train_test.prototxt")
+    argv = train_command(plan, EXAMPLE, plan.point(EXAMPLE, "g2-b200-r0"))
+    assert argv[argv.index("--net") + 1] == plan.net(EXAMPLE)
+    # Caffe's pixel range, as its example: the experiment's transform reaches the trainer
+    assert argv[argv.index("--scale") + 1] == "1" and argv[argv.index("--mean") + 1] == "73"
+    assert "--crop" not in argv and "--mirror" not in argv
+    nin = load_plan("titan", REPO / "workflow" / "config.yaml", experiments=["nin-imagenet"])
+    argv = train_command(nin, "nin-imagenet", nin.point("nin-imagenet", "baseline"))
+    assert argv[argv.index("--scale"):argv.index("--resume")] == ["--scale", "1", "--mean", "104,117,123",
+                                                                   "--crop", "224", "--mirror"]
+    # before the dataset is ingested, the prediction says why it cannot size the file's input
+    from firescale.predict.experiment import predict_experiment
+
+    with pytest.raises(FirescaleError, match=f"experiment {EXAMPLE}: the net file {plan.net(EXAMPLE)} does not give "
+                                             f"its input's size and dataset 'fashion-mnist' is not ingested yet"):
+        predict_experiment(plan, EXAMPLE)
+
+
+def test_a_relative_net_file_reaches_the_job_script_absolute_and_quoted(tmp_path, monkeypatch):
+    project = tmp_path / "my project"
+    monkeypatch.chdir(tmp_path)
+    config = _project(project, "nets/quick net.prototxt")
+    plan = SweepPlan.build(config, experiments=[EXAMPLE], base=project)
+    net = project / "nets" / "quick net.prototxt"
+    assert plan.net(EXAMPLE) == str(net)
+    script = render_job_script(plan.site, job_for_point(plan, EXAMPLE, plan.point(EXAMPLE, "baseline")))
+    assert f"--net {shlex.quote(str(net))} " in script
+    # the workflow's copy of the experiments names the same file, wherever it is written
+    again = load_plan("local", plan.write_config(tmp_path / "results" / "local" / "experiments.yaml"),
+                      experiments=[EXAMPLE])
+    assert again.experiment(EXAMPLE)["net"] == str(net) and again.net(EXAMPLE) == str(net)
+    # the report says which file ran, by its hash
+    digest = hashlib.sha256(net.read_bytes()).hexdigest()
+    assert net_file_digest(plan.net(EXAMPLE)) == {"path": str(net), "sha256": digest}
+    assert net_file_digest("lenet") is None
+    prov = collect_provenance([], site={"name": "local"}, repo=tmp_path, command=["firescale", "report"],
+                              net_file=net_file_digest(plan.net(EXAMPLE)))
+    assert f"net file: {net}, sha256 {digest} (read when this report was made)" in provenance_lines(prov)
+
+
+def test_a_missing_or_unusable_net_file_is_refused_when_the_sweep_is_planned(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    missing = _project(tmp_path, "nets/mine.prototxt", text=None)
+    with pytest.raises(FirescaleError) as refused:
+        SweepPlan.build(missing, experiments=[EXAMPLE], base=tmp_path, source="workflow/config.yaml")
+    assert str(refused.value).startswith(
+        f"workflow/config.yaml: experiment {EXAMPLE}: key 'net' names the net file 'nets/mine.prototxt', but "
+        f"{tmp_path / 'nets' / 'mine.prototxt'} does not exist; give a Caffe net file (.prototxt) relative to the "
+        f"project folder {tmp_path} or as an absolute path, or a built-in net: lenet, nin")
+    bad = _project(tmp_path, "nets/bad.prototxt", QUICK.replace('type: "Pooling"', 'type: "SPP"', 1))
+    with pytest.raises(FirescaleError) as refused:
+        SweepPlan.build(bad, experiments=[EXAMPLE], base=tmp_path, source="workflow/config.yaml")
+    message = str(refused.value)
+    assert message.startswith(f"workflow/config.yaml: experiment {EXAMPLE}: key 'net' names the net file "
+                              f"'nets/bad.prototxt', which firescale cannot use: ")
+    assert "'pool1'" in message and "SPP" in message, message
+    # a built-in name that is not one, and a value on two lines, are refused by the schema
+    for net in ("resnet", "nets/a\nb.prototxt"):
+        with pytest.raises(FirescaleError, match="expected a built-in net .*; a Caffe net file"):
+            SweepPlan.build(_project(tmp_path, net, text=None), experiments=[EXAMPLE], base=tmp_path)
+
+
+def test_the_schemas_built_in_nets_are_the_zoos():
+    from firescale.nets.zoo import NET_NAMES
+    from firescale.sweep.config import config_schema
+
+    net = config_schema()["$defs"]["experiment"]["properties"]["net"]
+    assert tuple(net["anyOf"][0]["enum"]) == NET_NAMES
+
