@@ -171,8 +171,7 @@ def run(args: argparse.Namespace) -> int:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:
             raise FirescaleError(f"{args.comm_record}: net {comm_run.net!r} is not the calibrated {spec.name!r}")
-        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm,
-                                          after_step_s=comm_run.iteration_s - comm_run.allreduce_s),
+        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm),
                      "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
