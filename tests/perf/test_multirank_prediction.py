@@ -7,6 +7,8 @@ Horovod's allreduce of the net's gradients after a synthetic step on 2 ranks (th
 waiting for the slower rank and the background thread's share of the core).  The trainer computes all
 gradients, then allreduces them in one group, then applies the update, and a rank pinned to one core
 reads its batch inline, so the model adds the terms in sequence (Paleo), not the DAG model's overlap.
+The probe's allreduce includes a wait for Horovod's negotiation cycle; calibration takes it out and the
+model adds each point's own (model/cycle.py), which at the probe's step is the same again.
 """
 from __future__ import annotations
 
@@ -28,8 +30,10 @@ from firescale.sweep.plan import load_plan
 
 FASHION_TRAIN = 60_000
 # Single-rank seconds per iteration at the baseline batch (64) and at half of it (the short run), and
-# Horovod's allreduce after the step: figures of the size `make sweep` measures here.
-T64, T32, ALLREDUCE = 0.0610, 0.0345, 0.0021
+# Horovod's allreduce after the step: figures of the size `make sweep` measures here (the probe's 2.75-2.9
+# ms on the Zen 5 page).  Less its half-cycle wait, the allreduce stays above what the site's link allows
+# at its peak for LeNet's 5 MB (2.0 ms), so the fitted factor is not clamped.
+T64, T32, ALLREDUCE = 0.0610, 0.0345, 0.0029
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +106,47 @@ def test_measured_contention_slows_the_compute_of_multi_rank_points_only(plan, t
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(Exception, match="contention must be a number > 0"):
         load_calibration(tmp_path / "bad.json")
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(repo, tmp_path):
+    """Real ranks and real Horovod: with a 12 ms negotiation cycle, LeNet's 2-rank iteration on digits
+    (a few ms of compute and allreduce) is one cycle, since Horovod's thread sleeps until the cycle ends
+    before it takes the next request.  That is a mechanism, not a speed, so it holds on a loaded machine
+    too.  The model predicts the cycle.  Before the cycle was modelled, the probe's time after its short
+    step (the cycle less the step) was added to the point's longer compute: 20-30% over."""
+    import os
+    import subprocess
+
+    from firescale.cluster.ranks import probe_allreduce, site_ranks
+    from firescale.cluster.site import load_site
+    from firescale.predict.validation import TrainRuns
+
+    cycle = 0.012
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
+                   check=True, capture_output=True, text=True, env=env)
+    site = load_site(site_copy(tmp_path / "slow", "local",
+                               lambda d: d.update(horovod={"cycle_time_ms": cycle * 1e3})))
+    ranks = site_ranks(site)
+    assert ranks.env["HOROVOD_CYCLE_TIME"] == "12"
+    runs = TrainRuns(tmp_path / "digits", "lenet", repo / "workflow" / "solvers" / "lenet-digits.yaml", 200,
+                     tmp_path / "runs", ranks, timeout=300, reference_batch=128)
+    alone = runs.run(1, 64, "r1-b64")
+    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    probe_allreduce(ranks, 2, spec, tmp_path / "probe.json", step_s=0.0005, batch_per_rank=64, reps=30)
+    platform = platform_from_site(site)
+    assert platform.cycle_s == pytest.approx(cycle)
+    nbytes = net_cost(spec, 1).weight_bytes
+    cal = calibrate(platform, spec, 64, alone.iteration_s,
+                    allreduce_measurement(str(tmp_path / "probe.json"), platform.algorithm, nbytes))
+    predicted = predict_point(cal.apply(platform), spec, 2, 128)
+    two = runs.run(2, 128, "r2-b128")
+    print(f"1 rank at 64: {alone.iteration_s * 1e3:.3f} ms; probe: {cal.comm_source['seconds'] * 1e3:.3f} ms after "
+          f"{cal.comm_source['after_step_s'] * 1e3:.3f} ms; 2 x 64 predicted {predicted.iteration_s * 1e3:.3f} ms, "
+          f"measured {two.iteration_s * 1e3:.3f} ms")
+    assert alone.iteration_s < cycle / 2 and two.ranks == 2
+    assert two.iteration_s >= cycle * 0.95     # the loop cannot beat the cycle (iteration_s leaves some host work out)
+    assert predicted.iteration_s == pytest.approx(cycle)       # one iteration per cycle
+    assert predicted.iteration_s == pytest.approx(two.iteration_s, rel=0.10)

@@ -3,7 +3,8 @@
 `horovod` times the allreduce the trainer itself calls (Horovod's TensorFlow op, summing a float32
 tensor, inside a graph): the MPI algorithm plus what the framework adds per call (queueing the op, the
 background thread's negotiation cycle, a freshly allocated output).  It is the measurement to
-calibrate the communication factor from, since that is the cost a training iteration pays.
+calibrate the communication factor from, since that is the cost a training iteration pays.  After a
+step (`compute_s`), it runs in the shape of the trainer's iteration (`HorovodIteration`).
 """
 from __future__ import annotations
 
@@ -97,6 +98,16 @@ def mpi_allreduce(comm: Any, send: Any, recv: Any) -> None:
     comm.Allreduce(send, recv, op=MPI.SUM)
 
 
+def _horovod_world(comm: Any) -> None:
+    """Horovod initialised on the world MPI already has (once), or an error when they disagree."""
+    import horovod.tensorflow as hvd
+
+    if not hvd.is_initialized():
+        hvd.init()
+    if hvd.size() != comm.Get_size():
+        raise FirescaleError(f"Horovod sees {hvd.size()} ranks but MPI {comm.Get_size()}; launch with mpirun")
+
+
 class HorovodAllreduce:
     """hvd.allreduce(op=Sum) on a TensorFlow tensor, called as the trainer calls it: inside a graph.
 
@@ -123,10 +134,7 @@ class HorovodAllreduce:
         import numpy as np
         import tensorflow as tf
 
-        if not hvd.is_initialized():
-            hvd.init()
-        if hvd.size() != comm.Get_size():
-            raise FirescaleError(f"Horovod sees {hvd.size()} ranks but MPI {comm.Get_size()}; launch with mpirun")
+        _horovod_world(comm)
         if self._inputs is None:
             if self._sizes:
                 parts = np.split(send, np.cumsum(self._sizes)[:-1])
@@ -165,6 +173,122 @@ class HorovodAllreduce:
         np.copyto(recv, np.concatenate(sums))
 
 
+class HorovodIteration:
+    """Horovod's allreduce inside an iteration shaped as the trainer's (`Trainer._whole_iteration`): on the
+    host, a batch of images and labels and the step's scalars (seed, rate, iteration, batch, stop flag)
+    become the arguments of one concrete function, which computes (square matmuls, single-threaded,
+    standing in for the forward and backward pass), sums what it computed over the ranks (one grouped
+    allreduce of the gradient tensors and the loss pair, or one tensor) and applies the sums to variables
+    (the update); and the same function with the allreduce left out, which times the rest.
+
+    The trainer's allreduce waits inside its one graph call for Horovod's next negotiation cycle
+    (model/cycle.py), and where in the cycle its request falls depends on what the rank's core does
+    between requests.  Measured here: an allreduce called apart, after a step computed outside the graph,
+    paid 1.4-2.2 ms where the trainer paid about 1 ms, and the same graph called without the host's work
+    in between paid most of a cycle where the trainer paid almost none (performance-model.md).  The
+    matmul count is sized so that the iteration without the allreduce takes about `target_s` here.
+    """
+
+    def __init__(self, send: Any, tensors: Sequence[int], target_s: float, *, batch: int = 1,
+                 input_shape: Sequence[int] = (1, 1, 1), size: int = 128, seed: int = 0) -> None:
+        import numpy as np
+        import tensorflow as tf
+
+        for set_threads in (tf.config.threading.set_intra_op_parallelism_threads,
+                            tf.config.threading.set_inter_op_parallelism_threads):
+            try:
+                set_threads(1)          # one core per rank, as the trainer runs
+            except RuntimeError:        # TensorFlow already started in this process
+                pass
+        sizes = list(tensors) or [len(send)]
+        self._grouped = bool(tensors)
+        self._inputs = [tf.constant(p) for p in np.split(send, np.cumsum(sizes)[:-1])]
+        self._weights = [tf.Variable(tf.zeros_like(t)) for t in self._inputs]
+        # a variable, not a constant: Grappler would fold matmuls of a constant when it optimises the graph
+        self._a = tf.Variable(tf.random.stateless_uniform((size, size), seed=(1, 2)))
+        rng = np.random.default_rng(seed)
+        self._batches = [(rng.random((batch, *input_shape), dtype=np.float32),
+                          rng.integers(0, 10, batch, dtype=np.int64)) for _ in range(4)]
+        self._batch, self._calls = batch, 0
+        self._result: Any = None
+        _, alone = self._trace(0)
+        base = self._fastest(alone, 15)
+        probe_matmuls = 32
+        _, alone = self._trace(probe_matmuls)
+        per = max((self._fastest(alone, 15) - base) / probe_matmuls, 1e-7)
+        self.matmuls = max(0, round((target_s - base) / per))
+        self._with, self._without = self._trace(self.matmuls)
+
+    def _trace(self, matmuls: int) -> tuple[Any, Any]:
+        """The iteration with Horovod's allreduce and without it, for `matmuls` matmuls of compute, as
+        concrete functions of the trainer's arguments."""
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        images, labels = self._batches[0]
+        specs = (tf.TensorSpec((None, *images.shape[1:]), tf.float32), tf.TensorSpec((None,), tf.int64),
+                 tf.TensorSpec((2,), tf.int64), tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64),
+                 tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.float32))
+
+        def iteration(reduce: bool) -> Any:
+            def body(images: Any, labels: Any, seed: Any, rate: Any, step: Any, batch: Any, flag: Any) -> Any:
+                # The compute depends on the batch and the gradients on the compute; both terms are 0 (the
+                # images and the matmuls are >= 0), which Grappler cannot know: it drops a product with 0.0,
+                # and the matmuls with it.
+                x = self._a + tf.minimum(tf.reduce_sum(images), 0.0)
+                for _ in range(matmuls):
+                    x = tf.linalg.matmul(x, self._a) * 1e-3
+                after = tf.minimum(tf.reduce_sum(x), 0.0)
+                grads = [t + after for t in self._inputs]
+                if self._grouped:
+                    grads.append(tf.stack([after + tf.cast(tf.size(labels), tf.float32), flag]))   # loss pair
+                if not reduce:
+                    summed = [tf.identity(g) for g in grads]
+                elif self._grouped:
+                    summed = hvd.grouped_allreduce(grads, op=hvd.Sum)
+                else:
+                    summed = [hvd.allreduce(grads[0], op=hvd.Sum, name="bench_iteration")]
+                for w, g in zip(self._weights, summed):
+                    w.assign_sub(g * rate / batch)
+                return summed
+            return tf.function(body).get_concrete_function(*specs)
+
+        return iteration(True), iteration(False)
+
+    def _call(self, fn: Any) -> Any:
+        """One iteration as the trainer makes it: the step's scalars and seed made on the host, the batch
+        passed as arrays."""
+        import tensorflow as tf
+
+        self._calls += 1
+        images, labels = self._batches[self._calls % len(self._batches)]
+        return fn(images, labels, tf.constant([1, self._calls], tf.int64), tf.constant(1e-9, tf.float32),
+                  tf.constant(self._calls, tf.int64), tf.constant(float(self._batch)), tf.constant(0.0))
+
+    def _fastest(self, fn: Any, reps: int) -> float:
+        """The fastest of `reps` calls after a first: on a shared machine, the least disturbed."""
+        self._call(fn)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            self._call(fn)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    def with_allreduce(self) -> None:
+        self._result = self._call(self._with)
+
+    def without_allreduce(self) -> None:
+        self._call(self._without)
+
+    def copy_result(self, recv: Any) -> None:
+        """The last sum into `recv` (the loss pair left out)."""
+        import numpy as np
+
+        sums = self._result[:len(self._inputs)]
+        np.copyto(recv, np.concatenate([t.numpy() for t in sums]))
+
+
 def horovod_last(algorithms: list[str]) -> list[str]:
     """The order to measure in: every MPI algorithm before Horovod's.  Once hvd.init() has run, Horovod's
     background thread runs a coordination collective every cycle for the rest of the process, on the
@@ -184,10 +308,11 @@ class AllreduceMeasurement:
 
     With a synthetic step (`compute_s` > 0, the median of the ranks' mean step time) each repetition
     computes first and then reduces, as a training iteration does; `seconds` are then the slowest
-    rank's iteration less the ranks' mean step in that same repetition: what communication costs an
-    iteration, the allreduce and waiting for the slowest rank's step.  Timing the step in each
-    repetition cancels the drift of a shared machine's speed (and of the step's own length) between
-    repetitions.
+    rank's iteration less the ranks' mean step: what communication costs an iteration, the allreduce and
+    waiting for the slowest rank's step.  The MPI algorithms time the step in each repetition, which
+    cancels the drift of a shared machine's speed (and of the step's own length) between repetitions.
+    Horovod's runs in the trainer's iteration shape (`HorovodIteration`); its step is the same iteration
+    without the allreduce, timed in blocks of repetitions that alternate with those with it.
     """
 
     algorithm: str
@@ -206,8 +331,14 @@ class AllreduceMeasurement:
     def min_s(self) -> float:
         return min(self.seconds)
 
+    @property
+    def mean_s(self) -> float:
+        """What the repetitions cost on average: after a step, Horovod's allreduce waits a varying part of its
+        negotiation cycle, and training pays the mean."""
+        return statistics.fmean(self.seconds)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "median_s": self.median_s, "min_s": self.min_s}
+        return {**asdict(self), "median_s": self.median_s, "min_s": self.min_s, "mean_s": self.mean_s}
 
 
 class SyntheticStep:
@@ -243,7 +374,8 @@ class SyntheticStep:
 
 
 def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1,
-                      compute_s: float = 0.0, tensors: Sequence[int] = ()) -> AllreduceMeasurement:
+                      compute_s: float = 0.0, tensors: Sequence[int] = (), batch: int = 1,
+                      input_shape: Sequence[int] = (1, 1, 1)) -> AllreduceMeasurement:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
     With `tensors` (element counts, e.g. a net's gradients, `NetCost.gradient_tensors`), the vector
@@ -252,7 +384,8 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
 
     The repetitions run back to back, after one barrier, as a training loop's allreduces do.  With
     `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean step time in
-    that repetition is subtracted from its slowest rank's total.
+    that repetition is subtracted from its slowest rank's total; Horovod's runs inside an iteration
+    shaped as the trainer's, fed a `batch` of `input_shape` images each time (HorovodIteration).
     """
     import numpy as np
     from mpi4py import MPI
@@ -263,6 +396,13 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     count = sum(tensors) if tensors else max(1, nbytes // 4)
     send = np.full(count, float(rank + 1), dtype=np.float32)
     recv = np.empty_like(send)
+    if algorithm == "horovod" and compute_s > 0:
+        _horovod_world(comm)
+        iteration = HorovodIteration(send, tensors, compute_s, batch=batch, input_shape=input_shape, seed=rank)
+        seconds, steps = _horovod_iterations(comm, iteration, reps, warmup)
+        iteration.copy_result(recv)
+        _check_sum(algorithm, size, recv)
+        return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps), len(tensors))
     run = HorovodAllreduce(tensors) if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
     step = SyntheticStep(compute_s) if compute_s > 0 else None
     local = np.zeros((warmup + reps, 2))      # per repetition: this rank's total and its step
@@ -284,13 +424,55 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     if isinstance(run, HorovodAllreduce):
         run.copy_result(recv)
         graph_call_s = run.graph_call_s(reps)
+    _check_sum(algorithm, size, recv)
+    return AllreduceMeasurement(algorithm, size, count * 4, [float(x) for x in seconds],
+                                float(statistics.median(steps)), len(tensors) if algorithm == "horovod" else 0,
+                                graph_call_s)
+
+
+def _check_sum(algorithm: str, size: int, recv: Any) -> None:
     expected = size * (size + 1) / 2
     if not (recv[0] == expected and recv[-1] == expected):
         raise FirescaleError(f"{algorithm} allreduce on {size} ranks gave {recv[0]} and {recv[-1]}, "
                              f"expected {expected}: the implementation is wrong")
-    return AllreduceMeasurement(algorithm, size, count * 4, [float(x) for x in seconds],
-                                float(statistics.median(steps)), len(tensors) if algorithm == "horovod" else 0,
-                                graph_call_s)
+
+
+ITERATION_BLOCK = 10    # repetitions with the allreduce, then as many without, in turn
+
+
+def _horovod_iterations(comm: Any, iteration: HorovodIteration, reps: int,
+                        warmup: int) -> tuple[list[float], list[float]]:
+    """`reps` iterations with Horovod's allreduce, in blocks that alternate with as many without it; per
+    repetition, the slowest rank's iteration less the ranks' mean median iteration without the allreduce
+    in the same block, and those means."""
+    import numpy as np
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        iteration.without_allreduce()
+        iteration.with_allreduce()
+    blocks = -(-reps // ITERATION_BLOCK)
+    with_t, without_t = np.zeros(reps), np.zeros(blocks)
+    comm.Barrier()
+    for b in range(blocks):
+        alone = []
+        for _ in range(ITERATION_BLOCK):
+            start = time.perf_counter()
+            iteration.without_allreduce()
+            alone.append(time.perf_counter() - start)
+        without_t[b] = statistics.median(alone)
+        iteration.with_allreduce()      # untimed: the ranks come out of their blocks alone at different times
+        for rep in range(b * ITERATION_BLOCK, min(reps, (b + 1) * ITERATION_BLOCK)):
+            start = time.perf_counter()
+            iteration.with_allreduce()
+            with_t[rep] = time.perf_counter() - start
+    # Gathered once, after the timed calls (see measure_allreduce).
+    slowest, summed = np.empty(reps), np.empty(blocks)
+    comm.Allreduce(with_t, slowest, op=MPI.MAX)
+    comm.Allreduce(without_t, summed, op=MPI.SUM)
+    steps = summed / comm.Get_size()
+    seconds = [float(slowest[rep] - steps[rep // ITERATION_BLOCK]) for rep in range(reps)]
+    return seconds, [float(x) for x in steps]
 
 
 @dataclass(frozen=True)

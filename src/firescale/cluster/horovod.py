@@ -1,6 +1,7 @@
 """Horovod's tuning knobs: a site's `horovod:` settings, the variables a job exports for them, what a run records."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,9 @@ KNOBS: tuple[Knob, ...] = (
 )
 KNOB_BY_KEY = {k.key: k for k in KNOBS}
 VARIABLES = tuple(k.variable for k in KNOBS)
+# Horovod's own cycle time when HOROVOD_CYCLE_TIME is not set: operations.cc (0.28.1) calls
+# parameter_manager.SetCycleTimeMs(1) before reading the variable.
+DEFAULT_CYCLE_TIME_MS = 1.0
 
 
 def horovod_environment(settings: Mapping[str, Any] | None, *, where: str = "horovod") -> dict[str, str]:
@@ -74,6 +78,25 @@ def site_horovod_environment(site: SiteProfile | Mapping[str, Any]) -> dict[str,
     """What a site's job exports for its `horovod:` settings (a SiteProfile or a validated config mapping)."""
     config = site if isinstance(site, Mapping) else site.config
     return horovod_environment(config.get("horovod"), where=f"site {config.get('name', '?')}: horovod")
+
+
+def site_cycle_time_s(site: SiteProfile | Mapping[str, Any]) -> float:
+    """Seconds between Horovod's negotiation cycles on a site's ranks: its `horovod.cycle_time_ms`, else a
+    HOROVOD_CYCLE_TIME among its environment variables (the site's knob wins, as the ranks see it),
+    else Horovod's default."""
+    config = site if isinstance(site, Mapping) else site.config
+    variables = (config.get("environment") or {}).get("variables") or {}
+    value = site_horovod_environment(config).get("HOROVOD_CYCLE_TIME", variables.get("HOROVOD_CYCLE_TIME"))
+    if value is None:
+        return DEFAULT_CYCLE_TIME_MS / 1e3
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        ms = -1.0
+    if not (ms >= 0 and math.isfinite(ms)):
+        raise FirescaleError(f"site {config.get('name', '?')}: environment variable HOROVOD_CYCLE_TIME is "
+                             f"{value!r}; it must be a number of milliseconds >= 0")
+    return ms / 1e3
 
 
 def recorded_knobs(env: Mapping[str, str]) -> dict[str, str]:

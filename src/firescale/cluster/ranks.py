@@ -22,15 +22,19 @@ from firescale.nets.spec import NetSpec
 
 @dataclass(frozen=True)
 class SiteRanks:
-    """A launcher for n ranks on one node of a site, with the environment its job scripts export."""
+    """A launcher for n ranks of a site, with the environment its job scripts export: as many ranks per node
+    as a node has devices (`per_node`; 0: all on one node), one core each."""
 
     site: str
     launcher: str
     options: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    per_node: int = 0
 
     def argv(self, ranks: int, command: Sequence[str]) -> list[str]:
-        return [str(a) for a in wrap(self.launcher, list(command), Placement(ranks, ranks, 1, 1), self.options)]
+        per_node = min(ranks, self.per_node or ranks)
+        placement = Placement(ranks, per_node, 1, -(-ranks // per_node))
+        return [str(a) for a in wrap(self.launcher, list(command), placement, self.options)]
 
     def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:
         """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed."""
@@ -45,26 +49,30 @@ class SiteRanks:
 
 
 def site_ranks(site: SiteProfile) -> SiteRanks:
-    """How `site`'s jobs start ranks, for use on this machine (root may run Open MPI here)."""
+    """How `site`'s jobs start ranks, for use on this machine (root may run Open MPI here), or, on a site with
+    a scheduler, inside an allocation of its nodes (srun with the site's MPI plugin, as its job scripts)."""
     options = list(site.config.get("launcher_options") or [])
     if site.config["launcher"] == "mpirun" and os.geteuid() == 0:
         options.append("--allow-run-as-root")
+    if site.config["launcher"] == "srun" and site.config.get("srun_mpi"):
+        options.insert(0, f"--mpi={site.config['srun_mpi']}")
     variables = (site.config.get("environment") or {}).get("variables") or {}
     env = {**{k: str(v) for k, v in variables.items()},
            **site_allreduce(site).environment(), **site_horovod_environment(site)}
-    return SiteRanks(site.name, site.config["launcher"], tuple(options), env)
+    return SiteRanks(site.name, site.config["launcher"], tuple(options), env,
+                     site.gpus_per_node if site.max_nodes > 1 else 0)
 
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
-                    *, step_s: float = 0.0, reps: int = 50, timeout: float = 600.0) -> None:
+                    *, step_s: float = 0.0, batch_per_rank: int = 1, reps: int = 100, timeout: float = 600.0) -> None:
     """Time Horovod's allreduce of `spec`'s gradients over `ranks` ranks started as the site starts them,
-    summed as the trainer sums them (one group of tensors), each after a synthetic step of `step_s`,
-    into `out` (`firescale bench allreduce --json` format): the communication measurement a
-    calibration fits."""
+    summed as the trainer sums them (one group of tensors), each inside an iteration shaped as the
+    trainer's that takes `step_s` without it (fed `batch_per_rank` images each time), into `out`
+    (`firescale bench allreduce --json` format): the communication measurement a calibration fits."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
     command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
                "--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
                "--classes", str(spec.num_classes), "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
-               "--json", str(out)]
+               "--batch-per-rank", str(batch_per_rank), "--json", str(out)]
     ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)

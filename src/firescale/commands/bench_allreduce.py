@@ -39,7 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="before each allreduce, a synthetic single-threaded TensorFlow step of about this "
                              "long; the ranks' mean step in each repetition is subtracted from its slowest rank's "
                              "total: communication as a training iteration pays it (the allreduce and waiting for "
-                             "the slowest rank); default 0")
+                             "the slowest rank); default 0.  Horovod's then runs inside an iteration shaped as "
+                             "the trainer's, fed images of the net's input each time")
+    parser.add_argument("--batch-per-rank", type=int, default=1,
+                        help="with --compute-ms: images per rank the host passes to Horovod's iteration each time, "
+                             "as the trainer passes its batch (default 1)")
     parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
@@ -66,8 +70,9 @@ def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
     return link, platform.algorithm
 
 
-def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
-    """The bytes to reduce, and with --gradients-of the net's gradient tensors (element counts) they make up."""
+def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...], tuple[int, ...]]:
+    """The bytes to reduce, with --gradients-of the net's gradient tensors (element counts) they make up,
+    and the input shape of the images fed to Horovod's iteration (the net's, else one pixel)."""
     from firescale.errors import FirescaleError
 
     given = [name for name, value in (("--sweep", args.sweep), ("--sizes-mb", args.sizes_mb),
@@ -80,11 +85,12 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...]]:
         from firescale.model.layers import net_cost
         from firescale.nets.zoo import get_net
 
-        cost = net_cost(get_net(args.gradients_of, num_classes=args.classes, input_shape=args.input), 1)
-        return [cost.weight_bytes], cost.gradient_tensors
+        spec = get_net(args.gradients_of, num_classes=args.classes, input_shape=args.input)
+        cost = net_cost(spec, 1)
+        return [cost.weight_bytes], cost.gradient_tensors, tuple(spec.input_shape)
     if args.sweep:
-        return list(SWEEP_BYTES), ()
-    return [int(mb * 1e6) for mb in (args.sizes_mb or [30.0])], ()
+        return list(SWEEP_BYTES), (), (1, 1, 1)
+    return [int(mb * 1e6) for mb in (args.sizes_mb or [30.0])], (), (1, 1, 1)
 
 
 def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMeasurement, float | None]],
@@ -126,14 +132,17 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError("--reps must be at least 1")
     if not args.compute_ms >= 0:
         raise FirescaleError(f"--compute-ms must be 0 or more, not {args.compute_ms}")
+    if args.batch_per_rank < 1:
+        raise FirescaleError(f"--batch-per-rank must be at least 1, not {args.batch_per_rank}")
     comm = MPI.COMM_WORLD
     link, site_algorithm = _link(args)
-    sizes, tensors = _sizes(args)
+    sizes, tensors, shape = _sizes(args)
     load_before = os.getloadavg()[0]
     results = []
     for algo in horovod_last(algorithms):
         for nbytes in sizes:
-            m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors)
+            m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors,
+                                  batch=args.batch_per_rank, input_shape=shape)
             model = site_algorithm if algo in ("mpi", "horovod") else algo
             predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
             results.append((m, predicted))

@@ -17,8 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_run_arguments(parser, "site whose device, link, launcher and allreduce to use")
     parser.add_argument("--batch", type=int, default=64, help="total batch, split over the ranks (default 64)")
     parser.add_argument("--allreduce-json", help="`bench allreduce --json` output to fit the communication factor "
-                                                 "(default: the workflow's probe, Horovod's allreduce after a "
-                                                 "synthetic step as long as the half-batch iteration)")
+                                                 "(default: the workflow's probe, Horovod's allreduce inside an "
+                                                 "iteration shaped as the trainer's, as long without it as the "
+                                                 "per-rank batch's)")
     parser.add_argument("--fit-comm", action="store_true",
                         help="fit the communication factor from a separate run on the most ranks (the trainer's "
                              "own allreduce time) instead of leaving the link at its peak")
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         of the given length."""
         def measure(step_s: float) -> dict:
             out = workdir / "allreduce-probe.json"
-            probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s)
+            probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s,
+                            batch_per_rank=max(1, args.batch // max(ranks)))
             return allreduce_measurement(out, algorithm, gradient_bytes)
 
         return measure
@@ -64,10 +66,11 @@ def run(args: argparse.Namespace) -> int:
         load_after = os.getloadavg()
         print(describe(cal.apply(platform_from_site(site))))
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")
-        print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'best ms':>8} {'median ms':>9} "
-              f"{'max ms':>7} {'error % (best)':>14} {'(median)':>8}")
+        print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'(wait ms)':>9} {'best ms':>8} "
+              f"{'median ms':>9} {'max ms':>7} {'error % (best)':>14} {'(median)':>8}")
         for r in rows:
             print(f"{r.ranks:>5} {r.batch_per_rank:>10} {r.predicted_s * 1e3:>12.3f} {r.comm_s * 1e3:>9.3f} "
+                  f"{r.cycle_wait_s * 1e3:>9.3f} "
                   f"{r.best_s * 1e3:>8.3f} {r.median_s * 1e3:>9.3f} {max(r.measured_s) * 1e3:>7.2f} "
                   f"{r.error_percent:>+14.1f} {r.error_median_percent:>+8.1f}"
                   + ("" if abs(r.error_percent) <= args.tolerance else "  outside"))

@@ -107,24 +107,25 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     return contended
 
 
-def _probe(args: argparse.Namespace, spec: NetSpec, algorithm: str, step_s: float) -> dict:
+def _probe(args: argparse.Namespace, spec: NetSpec, algorithm: str, step_s: float, batch: int) -> dict:
     """Run the Horovod allreduce probe on this machine with the site's launcher: the net's gradients
-    summed as the trainer sums them, each allreduce after a synthetic step of `step_s` (a measured
-    iteration's time less its allreduce); its measurement."""
+    summed as the trainer sums them, inside an iteration shaped as the trainer's that takes `step_s`
+    without the allreduce (a measured iteration's time less its allreduce) and is fed `batch` images
+    per rank; its measurement."""
     from firescale.cluster.ranks import probe_allreduce, site_ranks
 
     site = _local_site(args, "--allreduce-probe")
     cost = net_cost(spec, 1)
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         out = Path(args.workdir or tmp) / "allreduce-probe.json"
-        probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s)
+        probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s, batch_per_rank=batch)
         measurement = allreduce_measurement(out, algorithm, cost.weight_bytes)
     if not args.workdir:
         measurement["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod "
                                  f"--gradients-of {spec.name})")
     print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
           f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
-          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (median)")
+          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean)")
     return measurement
 
 
@@ -166,12 +167,13 @@ def run(args: argparse.Namespace) -> int:
         # The step before each allreduce: the smallest per-rank batch measured, as the most ranks run it.
         smallest = min(measured, key=lambda m: m.batch_per_rank) if measured else None
         step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
-        allreduce = _probe(args, spec, platform.algorithm, step_s)
+        allreduce = _probe(args, spec, platform.algorithm, step_s, smallest.batch_per_rank if smallest else 1)
     if args.comm_record:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:
             raise FirescaleError(f"{args.comm_record}: net {comm_run.net!r} is not the calibrated {spec.name!r}")
-        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm),
+        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm,
+                                          after_step_s=comm_run.iteration_s - comm_run.allreduce_s),
                      "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]

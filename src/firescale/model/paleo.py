@@ -6,9 +6,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from firescale.cluster.collectives import site_allreduce
+from firescale.cluster.horovod import site_cycle_time_s
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link, allreduce_time, canonical_algorithm, resolve_algorithm
+from firescale.model.cycle import cycle_wait
 from firescale.model.layers import NetCost, net_cost
 from firescale.model.paleo_flops import paleo_net_cost
 from firescale.nets.spec import Conv, Dropout, NetSpec, Pool, ReLU, Softmax
@@ -54,6 +56,7 @@ class Platform:
     elementwise: bool = True    # count bias and activation layers (False: leave them out, as Paleo does)
     overhead_s: float = 0.0     # fixed seconds per iteration (not in Paleo; see above)
     contention: float = 1.0     # a rank's compute time when every rank of its node computes, over alone
+    cycle_s: float = 0.0        # Horovod's negotiation cycle (model/cycle.py); 0: no cycle, as in Paleo
     accounting: str = "firescale"   # or "paleo": Paleo's own per-layer counts (model/paleo_flops.py)
 
     def __post_init__(self) -> None:
@@ -82,7 +85,8 @@ def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, p
                     site.device_memory_bandwidth,
                     1.0 if ppp_compute is None else ppp_compute)
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
-    return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model))
+    return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model),
+                    cycle_s=site_cycle_time_s(site))
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class Prediction:
     overlap: bool
     overhead_s: float = 0.0    # the platform's fixed per-iteration time, included in the iteration times
     comm_algorithm: str = ""   # the model of what runs for the whole gradient (`algorithm` resolved)
+    cycle_wait_s: float = 0.0  # the sequential iteration's wait for Horovod's negotiation cycle (model/cycle.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,7 +192,7 @@ def platform_cost(platform: Platform, spec: NetSpec, batch: int) -> NetCost:
 
 
 def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: str, algorithm: str,
-           overlap: bool, io_s: float) -> tuple[int, int, PassTimes, float, float, float, int]:
+           overlap: bool, io_s: float) -> tuple[int, int, PassTimes, float, float, float, int, float]:
     local = per_gpu_batch(batch, gpus, scaling)
     cost = platform_cost(platform, spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
@@ -196,14 +201,17 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
         times = times.scaled(contention)
     overhead = platform.overhead_s * contention
     comm = allreduce_time(algorithm, cost.weight_bytes, gpus, platform.link)
-    sequential = max(io_s, times.compute + comm) + overhead
+    work = max(io_s, times.compute + comm) + overhead
+    # Beyond Paleo: the allreduce waits for Horovod's next negotiation cycle (one device has none).
+    wait = cycle_wait(work, platform.cycle_s) if gpus > 1 else 0.0
+    sequential = work + wait
     from firescale.model.dag import wait_free_iteration  # the DAG model's overlapped schedule (Eq. 4-5)
     layer_comm = [allreduce_time(algorithm, l.weight_bytes, gpus, platform.link) if l.params else 0.0
                   for l in cost.layers]
     overlapped = wait_free_iteration(list(times.layer_forward), list(times.layer_backward), layer_comm,
                                      update=times.update, io=io_s) + overhead
     global_batch = batch if scaling == "strong" else batch * gpus
-    return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes
+    return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes, wait
 
 
 def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, batch: int, *, epochs: float = 1.0,
@@ -225,11 +233,11 @@ def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, b
         platform = calibration.apply(platform)
     algo = canonical_algorithm(algorithm or platform.algorithm)
     spec = _resolve_net(net)
-    local, global_batch, times, comm, seq, ovl, wbytes = _point(spec, platform, gpus, batch, scaling,
-                                                                algo, overlap, io_s)
+    local, global_batch, times, comm, seq, ovl, wbytes, wait = _point(spec, platform, gpus, batch, scaling,
+                                                                      algo, overlap, io_s)
     iteration = ovl if overlap else seq
     iterations = math.ceil(epochs * dataset_size / global_batch)
-    _, base_batch, _, _, base_seq, base_ovl, _ = _point(spec, platform, 1, batch, scaling, algo, overlap, io_s)
+    _, base_batch, _, _, base_seq, base_ovl, _, _ = _point(spec, platform, 1, batch, scaling, algo, overlap, io_s)
     base_iteration = base_ovl if overlap else base_seq
     # Images per second relative to one device.
     speedup = (global_batch / iteration) / (base_batch / base_iteration)
@@ -237,7 +245,7 @@ def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, b
                       times.forward, times.backward, times.update, comm, iteration, seq, ovl,
                       float(epochs), int(dataset_size), iterations, iterations * iteration, speedup,
                       wbytes, platform.device.ppp, platform.link.ppp, overlap, platform.overhead_s,
-                      resolve_algorithm(algo, wbytes, gpus, platform.link))
+                      resolve_algorithm(algo, wbytes, gpus, platform.link), wait)
 
 
 def predict_sweep(site: SiteProfile | Platform, net: NetSpec | str, gpus: list[int], batches: list[int],

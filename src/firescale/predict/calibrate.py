@@ -11,6 +11,7 @@ from typing import Any
 from firescale.atomic import atomic_write_json, load_json
 from firescale.errors import FirescaleError
 from firescale.model.comm import LIBRARY_DEFAULTS, fit_comm_ppp
+from firescale.model.cycle import allreduce_without_wait
 from firescale.model.layers import net_cost
 from firescale.model.paleo import Device, Platform, compute_times
 from firescale.nets.spec import NetSpec
@@ -61,20 +62,24 @@ def _check_ppp(ppp: float, device: Device, measured_s: float, ideal_s: float) ->
     return ppp
 
 
-def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm: str) -> dict[str, Any]:
+def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm: str,
+                       *, after_step_s: float = 0.0) -> dict[str, Any]:
     """An allreduce measurement (for `calibrate`) from a multi-rank training run: its mean allreduce time
-    for the net's gradients.  It includes what the framework adds per allreduce (Horovod's negotiation,
-    waiting for the slowest rank), which an MPI benchmark does not see."""
+    for the net's gradients, after the rest of its iteration (`after_step_s`).  It includes what the
+    framework adds per allreduce (Horovod's negotiation and its cycle, waiting for the slowest rank),
+    which an MPI benchmark does not see."""
     if ranks < 2 or allreduce_s <= 0:
         raise FirescaleError(f"fitting communication from a training run needs 2 or more ranks and a positive "
                              f"allreduce time, got {ranks} ranks and {allreduce_s} s")
-    return {"algorithm": algorithm, "bytes": net_cost(spec, 1).weight_bytes, "ranks": ranks, "seconds": allreduce_s}
+    return {"algorithm": algorithm, "measured": "horovod", "bytes": net_cost(spec, 1).weight_bytes, "ranks": ranks,
+            "seconds": allreduce_s, "after_step_s": after_step_s}
 
 
 def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None) -> dict:
     """The measurement to fit from: Horovod's own allreduce when the file has it (what training pays),
     else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
-    ranks, at the size nearest `nbytes` (else the largest)."""
+    ranks, at the size nearest `nbytes` (else the largest).  Its median, or after a step its mean: there
+    Horovod's allreduce waits a varying part of its negotiation cycle, and training pays the mean."""
     data = load_json(path, "allreduce measurements")
     runs = [r for r in data.get("measurements", []) if r.get("ranks", 1) > 1]
     fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
@@ -85,8 +90,10 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
     most = max(r["ranks"] for r in runs)
     runs = [r for r in runs if r["ranks"] == most]
     best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))
+    after_step = best.get("compute_s", 0.0)
+    seconds = best.get("mean_s", best["median_s"]) if after_step else best["median_s"]
     return {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
-            "seconds": best["median_s"], "after_step_s": best.get("compute_s", 0.0), "source": str(path)}
+            "seconds": seconds, "after_step_s": after_step, "source": str(path)}
 
 
 def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
@@ -180,9 +187,22 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
                                             int(allreduce["ranks"]), float(allreduce["seconds"]))
         except (KeyError, TypeError, ValueError):
             raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
-        ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
         comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
                        **{k: allreduce[k] for k in ("measured", "after_step_s", "source") if k in allreduce}}
+        determined = True
+        if allreduce.get("measured") == "horovod":
+            # Horovod's allreduce waited for its negotiation cycle, which the model adds per point.
+            step = float(allreduce.get("after_step_s", 0.0))
+            own, determined = allreduce_without_wait(seconds, step, platform.cycle_s)
+            comm_source.update(cycle_s=platform.cycle_s, cycle_wait_s=seconds - own, allreduce_own_s=own)
+            seconds = own
+            if not determined:
+                comm_source.update(fitted=False, allreduce_at_most_s=platform.cycle_s - step, why=(
+                    f"the measured iterations ran at one per Horovod cycle ({platform.cycle_s * 1e3:g} ms): any "
+                    f"allreduce up to {(platform.cycle_s - step) * 1e3:.3g} ms gives the same time, so the "
+                    "communication factor stays at the platform's"))
+        if determined:
+            ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
     return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead)
 
 

@@ -54,6 +54,7 @@ class CheckRow:
     comm_s: float
     measured_s: list[float]
     measured_allreduce_s: list[float]
+    cycle_wait_s: float = 0.0   # of predicted_s, the wait for Horovod's negotiation cycle (model/cycle.py)
 
     @property
     def median_s(self) -> float:
@@ -87,7 +88,7 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
 
     With `fit_comm`, a separate run on the largest rank count fits the communication factor from the
     trainer's own allreduce time; with `probe` (as the workflow calibrates), the communication
-    measurement comes from probe(step seconds), given the fastest small-batch step less its allreduce.
+    measurement comes from probe(step seconds), given the fastest small-batch iteration less its allreduce.
     Runs go round-robin, `repeats` rounds, so that a change in the machine's load touches every case;
     each calibration point takes its fastest run.
     """
@@ -123,12 +124,14 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
             f"{allreduce['seconds'] * 1e3:.3f} ms")
     if fit_comm:
         best = min(comm_runs, key=lambda m: m.iteration_s)
-        allreduce = allreduce_from_run(best.ranks, best.allreduce_s, spec, platform.algorithm)
+        allreduce = allreduce_from_run(best.ranks, best.allreduce_s, spec, platform.algorithm,
+                                       after_step_s=best.iteration_s - best.allreduce_s)
     cal = calibrate(platform, spec, fit[0][0], fit[0][1], allreduce, more_runs=fit[1:])
     model = cal.apply(platform)
     rows = []
     for r in ranks:
         pred = predict_point(model, spec, r, total_batch)
         rows.append(CheckRow(r, total_batch, total_batch // r, pred.iteration_s, pred.comm_s,
-                             [m.iteration_s for m in measured[r]], [m.allreduce_s for m in measured[r]]))
+                             [m.iteration_s for m in measured[r]], [m.allreduce_s for m in measured[r]],
+                             pred.cycle_wait_s))
     return cal, rows

@@ -1,0 +1,148 @@
+"""Horovod's negotiation cycle in the model: the wait before an allreduce, taken out of a probe, added per point.
+
+The cases that matter are an iteration whose work (compute and allreduce, without the wait) is shorter
+than a cycle, about a cycle, and longer (model/cycle.py)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+from site_helpers import site_copy  # noqa: E402
+
+from firescale.cluster.horovod import DEFAULT_CYCLE_TIME_MS, site_cycle_time_s
+from firescale.cluster.site import load_site
+from firescale.errors import FirescaleError
+from firescale.model.cycle import allreduce_without_wait, cycle_wait
+from firescale.model.layers import net_cost
+from firescale.model.paleo import platform_from_site, predict_point
+from firescale.nets.zoo import get_net
+from firescale.predict.calibrate import allreduce_measurement, calibrate
+
+MS = 1e-3
+
+
+def test_an_iteration_shorter_than_a_cycle_is_one_cycle():
+    # The next request is in before the next cycle starts: the iteration is the cycle, whatever it computes.
+    assert cycle_wait(0.3 * MS, 1 * MS) == pytest.approx(0.7 * MS)
+    assert cycle_wait(2.5 * MS, 8 * MS) == pytest.approx(5.5 * MS)
+    for work in (0.1, 0.5, 0.9):
+        assert work * MS + cycle_wait(work * MS, 1 * MS) == pytest.approx(1 * MS)
+
+
+def test_about_a_cycle_the_request_moves_from_this_cycle_to_a_later_one():
+    # Just short of a cycle, the wait is what remains of it; from a cycle on, the request falls at a
+    # uniform phase of a later cycle and waits half a cycle on average.
+    assert cycle_wait(0.999 * MS, 1 * MS) == pytest.approx(0.001 * MS)
+    assert cycle_wait(1.0 * MS, 1 * MS) == pytest.approx(0.5 * MS)
+    assert cycle_wait(1.001 * MS, 1 * MS) == pytest.approx(0.5 * MS)
+
+
+def test_an_iteration_longer_than_a_cycle_waits_half_a_cycle():
+    for work in (1.5, 2.4, 20.0, 900.0):
+        assert cycle_wait(work * MS, 1 * MS) == pytest.approx(0.5 * MS)
+    assert cycle_wait(30 * MS, 5 * MS) == pytest.approx(2.5 * MS)
+    assert cycle_wait(5 * MS, 0.0) == 0.0                 # HOROVOD_CYCLE_TIME=0: the thread never sleeps
+
+
+def test_the_wait_taken_out_of_a_measurement_is_the_one_the_model_adds():
+    # A probe after a step of 1.4 ms that paid 0.4 ms of allreduce plus its wait measures 0.9 ms; the
+    # allreduce's own 0.4 ms comes back, and adding the model's wait at the probe's step gives 0.9 again.
+    own, determined = allreduce_without_wait(0.9 * MS, 1.4 * MS, 1 * MS)
+    assert determined and own == pytest.approx(0.4 * MS)
+    assert own + cycle_wait(1.4 * MS + own, 1 * MS) == pytest.approx(0.9 * MS)
+    # Paced by the cycle (1 ms step, 8 ms cycle): any allreduce up to 7 ms measures 7 ms; not determined,
+    # and what is taken lies in that range.
+    own, determined = allreduce_without_wait(7.0 * MS, 1.0 * MS, 8 * MS)
+    assert not determined and 0 <= own <= 7.0 * MS
+    assert allreduce_without_wait(0.9 * MS, 1.4 * MS, 0.0) == (0.9 * MS, True)
+    with pytest.raises(FirescaleError, match="the cycle time must be a number of seconds >= 0, not -1"):
+        cycle_wait(1 * MS, -1)
+    with pytest.raises(FirescaleError, match="the measured allreduce must be"):
+        allreduce_without_wait(float("nan"), 1 * MS, 1 * MS)
+
+
+def test_a_sites_cycle_time_is_its_knob_else_its_variable_else_horovods_default(tmp_path):
+    assert DEFAULT_CYCLE_TIME_MS == 1.0
+    assert site_cycle_time_s(load_site("local")) == pytest.approx(1 * MS)
+    knob = load_site(site_copy(tmp_path / "k", "local", lambda d: d.update(horovod={"cycle_time_ms": 2.5})))
+    assert site_cycle_time_s(knob) == pytest.approx(2.5 * MS)
+
+    def variable(value):
+        def edit(d):
+            d["environment"]["variables"]["HOROVOD_CYCLE_TIME"] = value
+        return edit
+
+    assert site_cycle_time_s(load_site(site_copy(tmp_path / "v", "local", variable("4")))) == pytest.approx(4 * MS)
+
+    def both(d):
+        variable("4")(d)
+        d["horovod"] = {"cycle_time_ms": 0.5}
+
+    assert site_cycle_time_s(load_site(site_copy(tmp_path / "b", "local", both))) == pytest.approx(0.5 * MS)
+    bad = load_site(site_copy(tmp_path / "bad", "local", variable("fast")))
+    with pytest.raises(FirescaleError, match="site local: environment variable HOROVOD_CYCLE_TIME is 'fast'"):
+        site_cycle_time_s(bad)
+
+
+def test_a_multi_rank_point_adds_the_wait_for_the_sites_cycle_and_one_rank_none(tmp_path):
+    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    slow = load_site(site_copy(tmp_path / "slow", "local", lambda d: d.update(horovod={"cycle_time_ms": 8})))
+    for site, cycle in ((load_site("local"), 1 * MS), (slow, 8 * MS)):
+        platform = platform_from_site(site)
+        assert platform.cycle_s == pytest.approx(cycle)
+        one, two = predict_point(platform, spec, 1, 64), predict_point(platform, spec, 2, 64)
+        assert one.cycle_wait_s == 0 and one.iteration_s == pytest.approx(one.forward_s + one.backward_s + one.update_s)
+        work = two.forward_s + two.backward_s + two.update_s + two.comm_s
+        assert two.cycle_wait_s == pytest.approx(cycle_wait(work, cycle))
+        assert two.iteration_s == pytest.approx(work + two.cycle_wait_s)
+    # LeNet on 8x8 digits computes in microseconds at the peak: on the slow site the iteration is the cycle.
+    assert predict_point(platform_from_site(slow), spec, 2, 64).iteration_s == pytest.approx(8 * MS)
+
+
+def _probe(path: Path, seconds: float, step: float, nbytes: int) -> str:
+    """What `bench allreduce --algorithms horovod --compute-ms ... --json` writes (mean after a step)."""
+    path.write_text(json.dumps({"measurements": [{"algorithm": "horovod", "ranks": 2, "bytes": nbytes,
+                                                  "median_s": seconds + 0.5 * MS, "mean_s": seconds,
+                                                  "compute_s": step}]}))
+    return str(path)
+
+
+def test_calibration_takes_the_probes_wait_out_and_each_point_gets_its_own(tmp_path):
+    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    platform = platform_from_site(load_site("local"))
+    nbytes = net_cost(spec, 1).weight_bytes
+    t64, t32, step, paid = 3.8 * MS, 2.5 * MS, 2.4 * MS, 1.1 * MS
+    probe = allreduce_measurement(_probe(tmp_path / "p.json", paid, step, nbytes), platform.algorithm, nbytes)
+    assert probe["seconds"] == paid and probe["after_step_s"] == step      # the mean after a step
+    cal = calibrate(platform, spec, 64, t64, probe, more_runs=[(32, t32)])
+    src = cal.comm_source
+    assert src["cycle_s"] == pytest.approx(1 * MS) and src["fitted"]
+    assert src["allreduce_own_s"] == pytest.approx(paid - 0.5 * MS)
+    assert src["cycle_wait_s"] == pytest.approx(0.5 * MS)
+    model = cal.apply(platform)
+    point = predict_point(model, spec, 2, 64)
+    assert point.comm_s == pytest.approx(paid - 0.5 * MS, rel=1e-6)
+    assert point.cycle_wait_s == pytest.approx(0.5 * MS)
+    assert point.iteration_s == pytest.approx(t32 + paid, rel=1e-6)          # at the probe's step: as measured
+    # With an 8 ms cycle the same net's 2-rank iterations are paced by it, whatever their batch.
+    slow = platform_from_site(load_site(site_copy(tmp_path, "local",
+                                                  lambda d: d.update(horovod={"cycle_time_ms": 8}))))
+    probe = allreduce_measurement(_probe(tmp_path / "s.json", 8 * MS - 1.0 * MS, 1.0 * MS, nbytes),
+                                  slow.algorithm, nbytes)
+    cal = calibrate(slow, spec, 64, t64, probe, more_runs=[(32, t32)])
+    assert not cal.comm_source["fitted"] and cal.ppp_comm == slow.link.ppp     # a bound, not a measurement
+    assert cal.comm_source["allreduce_at_most_s"] == pytest.approx(7 * MS)
+    assert "ran at one per Horovod cycle (8 ms)" in cal.comm_source["why"]
+    model = cal.apply(slow)
+    for batch in (64, 128):
+        assert predict_point(model, spec, 2, batch).iteration_s == pytest.approx(8 * MS)
+    # An MPI benchmark has no Horovod cycle in it: nothing is taken out, the point still waits.
+    mpi = {"algorithm": "tree", "measured": "mpi", "bytes": nbytes, "ranks": 2, "seconds": 0.3 * MS}
+    cal = calibrate(platform, spec, 64, t64, mpi, more_runs=[(32, t32)])
+    assert "cycle_wait_s" not in cal.comm_source
+    point = predict_point(cal.apply(platform), spec, 2, 64)
+    assert point.comm_s == pytest.approx(0.3 * MS, rel=1e-6) and point.cycle_wait_s == pytest.approx(0.5 * MS)
