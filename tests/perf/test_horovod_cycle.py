@@ -146,3 +146,41 @@ def test_calibration_takes_the_probes_wait_out_and_each_point_gets_its_own(tmp_p
     assert "cycle_wait_s" not in cal.comm_source
     point = predict_point(cal.apply(platform), spec, 2, 64)
     assert point.comm_s == pytest.approx(0.3 * MS, rel=1e-6) and point.cycle_wait_s == pytest.approx(0.5 * MS)
+
+
+class _ScriptedRuns:
+    """A stand-in for TrainRuns (the real runs are `bench predict`'s): iteration times by (ranks, batch), in order."""
+
+    def __init__(self, times: dict[tuple[int, int], list[float]]):
+        self.times = {k: list(v) for k, v in times.items()}
+
+    def run(self, ranks: int, total_batch: int, name: str):
+        from firescale.predict.measurements import MeasuredIteration
+        t = self.times[(ranks, total_batch)].pop(0)
+        return MeasuredIteration(name, "lenet", "digits", ranks, total_batch // ranks, t, 0.0, t, 0.0, 400)
+
+
+def test_the_check_probes_once_a_round_and_takes_the_fastest_probe(tmp_path):
+    # A probe's mean moves by a third between runs as much as the trainer's does (the phase of the cycle):
+    # the check probes in every round, after that round's calibration, and fits the least disturbed probe,
+    # as it takes the fastest calibration runs.
+    from firescale.predict.validation import prediction_check
+    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    platform = platform_from_site(load_site("local"))
+    nbytes = net_cost(spec, 1).weight_bytes
+    runs = _ScriptedRuns({(1, 64): [3.9 * MS, 3.8 * MS, 3.85 * MS] * 2, (1, 32): [2.6 * MS, 2.5 * MS, 2.55 * MS],
+                          (2, 64): [3.7 * MS, 3.6 * MS, 3.65 * MS]})
+    steps: list[float] = []
+    paid = iter([1.4 * MS, 1.1 * MS, 1.3 * MS])
+
+    def probe(step_s: float) -> dict:
+        steps.append(step_s)
+        path = _probe(tmp_path / f"p{len(steps)}.json", next(paid), step_s, nbytes)
+        return allreduce_measurement(path, platform.algorithm, nbytes)
+
+    cal, rows = prediction_check(runs, spec, platform, 64, [1, 2], 3, probe=probe)
+    assert steps == pytest.approx([2.6 * MS, 2.5 * MS, 2.5 * MS])          # the fastest small run so far
+    assert cal.comm_source["seconds"] == pytest.approx(1.1 * MS)
+    two = next(r for r in rows if r.ranks == 2)
+    assert two.predicted_s == pytest.approx(2.5 * MS + 1.1 * MS, rel=1e-6)  # at the probe's step: as probed
+

@@ -41,11 +41,24 @@ class SiteRanks:
         argv = self.argv(ranks, command)
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
         if proc.returncode != 0:
-            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            lines = _without_launcher_notices((proc.stderr or proc.stdout).strip().splitlines())
             tail = "\n".join([line for line in lines if "firescale: error" in line] or lines[-5:])
             raise FirescaleError(f"{what} ({ranks} ranks on site {self.site}) failed with exit code "
                                  f"{proc.returncode}: {tail}")
         return proc.stdout
+
+
+def _without_launcher_notices(lines: list[str]) -> list[str]:
+    """A failed run's output less the launcher's own notices (Open MPI frames each between lines of dashes,
+    "Primary job terminated normally, but 1 process returned a non-zero exit code..."), so that what is
+    quoted is the rank's own error; all of it when nothing else is left."""
+    kept, inside = [], False
+    for line in lines:
+        if line.startswith("-----") and set(line.strip()) == {"-"}:
+            inside = not inside
+        elif not inside:
+            kept.append(line)
+    return kept or lines
 
 
 def site_ranks(site: SiteProfile) -> SiteRanks:

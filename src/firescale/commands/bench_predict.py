@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         """The workflow's communication measurement: Horovod's allreduce of the net's gradients after a step
         of the given length."""
         def measure(step_s: float) -> dict:
-            out = workdir / "allreduce-probe.json"
+            out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*.json')))}.json"
             probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s,
                             batch_per_rank=max(1, args.batch // max(ranks)))
             return allreduce_measurement(out, algorithm, gradient_bytes)
