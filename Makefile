@@ -1,6 +1,7 @@
 # firescale: one-command set-up, the test suite and the embedded sweep.
 #   make sweep   set up what is missing, then run the speedup sweep on the embedded `local` site
 #   make test    set up what is missing, then run the whole test suite
+#   make setup GPU=1   the GPU stack: TensorFlow with its CUDA packages, Horovod built with NCCL
 # Every step leaves a stamp in .venv/.firescale and is skipped when its stamp is newer than its inputs.
 
 SHELL := /bin/bash
@@ -12,8 +13,22 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMPS := $(VENV)/.firescale
 HOROVOD_VERSION := 0.28.1
-# tensorflow-cpu on this kind of machine; set TENSORFLOW=tensorflow==2.15.1 on a GPU site.
+# GPU=1 on a GPU site: TensorFlow with pip's CUDA libraries (pyproject.toml's `gpu` extra) and Horovod built
+# with HOROVOD_GPU_OPERATIONS=NCCL against pip's NCCL, or a site module's (firescale.cluster.horovod_build).
+# Its steps leave their own stamps (stack-gpu, horovod-gpu), so GPU=1 after a CPU set-up rebuilds them.
+GPU ?= 0
+ifeq ($(GPU),1)
+TENSORFLOW ?= tensorflow==2.15.1
+EXTRAS := test,tensorflow,gpu
+VARIANT := -gpu
+HOROVOD_BUILD_FLAGS := --gpu
+else
+# tensorflow-cpu on this kind of machine
 TENSORFLOW ?= tensorflow-cpu==2.15.1
+EXTRAS := test,tensorflow
+VARIANT :=
+HOROVOD_BUILD_FLAGS :=
+endif
 # What the stack needs from the operating system (Debian 12 names); dataset-fashion-mnist holds the
 # default sweep's data (/usr/share/datasets/fashion-mnist).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv dataset-fashion-mnist
@@ -33,13 +48,14 @@ help:
 	@echo "make sweep   set up, then run the speedup sweep on the local site"
 	@echo "make test    set up, then run the test suite"
 	@echo "make setup   only the set-up (system packages, virtualenv, Horovod, Snakemake profiles)"
+	@echo "make setup GPU=1   the same for GPU nodes: Horovod with NCCL (needs a CUDA toolkit's nvcc)"
 	@echo "make check   ruff and mypy (make test runs them first)"
 
 setup: system stack horovod package profiles
 
 system: $(STAMPS)/system
-stack: $(STAMPS)/stack
-horovod: $(STAMPS)/horovod
+stack: $(STAMPS)/stack$(VARIANT)
+horovod: $(STAMPS)/horovod$(VARIANT)
 package: $(STAMPS)/package
 
 $(STAMPS)/system:
@@ -73,26 +89,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "setuptools>=74.1,<75" wheel
 
-$(STAMPS)/stack: pyproject.toml $(STAMPS)/system | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test,tensorflow]'
+$(STAMPS)/stack$(VARIANT): pyproject.toml $(STAMPS)/system | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	$(if $(VARIANT),$(BIN)/python -m pip uninstall -q -y tensorflow-cpu)
 	$(BIN)/python -m pip install -q --no-deps "$(TENSORFLOW)"
 	@touch $@
 
-# Horovod is built from source against the venv's TensorFlow and the system Open MPI.
-$(STAMPS)/horovod: $(STAMPS)/stack
-	@if $(BIN)/python -c 'import horovod, horovod.tensorflow as h, sys; sys.exit(not (horovod.__version__ == "$(HOROVOD_VERSION)" and h.mpi_built() and h.gloo_built()))' 2>/dev/null; then \
-	  echo "firescale: horovod $(HOROVOD_VERSION) with MPI and Gloo already built"; \
-	else \
-	  echo "firescale: building horovod $(HOROVOD_VERSION) (TensorFlow, MPI, Gloo); about 4 minutes on 2 cores"; \
-	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-	  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=MPI \
-	  MAKEFLAGS="-j$$(nproc)" \
-	  $(BIN)/python -m pip install -q --no-build-isolation "horovod==$(HOROVOD_VERSION)"; \
-	fi
+# Horovod is built from source against the venv's TensorFlow and the system Open MPI (and, with GPU=1,
+# NCCL and the CUDA toolkit's nvcc); the step does nothing when the installed build is the one asked for.
+$(STAMPS)/horovod$(VARIANT): $(STAMPS)/stack$(VARIANT)
+	@$(BIN)/python -m firescale.cluster.horovod_build install --version $(HOROVOD_VERSION) $(HOROVOD_BUILD_FLAGS)
 	@touch $@
 
 # firescale itself, rebuilt when its C extension (the pixel kernel) changes.
-$(STAMPS)/package: $(STAMPS)/horovod $(wildcard src/firescale/schemas/*.json) src/firescale/_pixels.c
+$(STAMPS)/package: $(STAMPS)/horovod$(VARIANT) $(wildcard src/firescale/schemas/*.json) src/firescale/_pixels.c
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/firescale --version
 	@touch $@

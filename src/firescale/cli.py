@@ -16,6 +16,8 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
     "site": {
         "lint": ("firescale.commands.site_lint", "validate a site profile, render and check its job scripts"),
         "render": ("firescale.commands.site_render", "render one job script for a site"),
+        "check-horovod": ("firescale.commands.site_check_horovod",
+                          "check that this node's Horovod has the collective library a site needs (NCCL on GPUs)"),
     },
     "vcluster": {
         None: ("firescale.commands.vcluster", "a virtual multi-node Slurm cluster in network namespaces (root)"),
@@ -61,7 +63,7 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
 }
 
 GROUP_HELP = {
-    "site": "site profiles: lint, render job scripts",
+    "site": "site profiles: lint, render job scripts, check Horovod's build",
     "data": "datasets: ingest, verify",
     "train": "train with Horovod (run as N ranks by a launcher)",
     "predict": "performance model: layers, sweep predictions",

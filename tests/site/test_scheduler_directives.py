@@ -46,9 +46,12 @@ def test_torque_asks_with_nodes_and_ppn_and_moab_sends_the_signal(tmp_path):
 
 
 def test_the_pbs_pro_timer_signals_the_job_within_its_lead_time(tmp_path):
-    """A real run of the job body: a 12 s walltime with a 10 s lead; the ranks get SIGUSR1 about 2 s in."""
+    """A real run of the job body: a 12 s walltime with a 10 s lead; the ranks get SIGUSR1 about 2 s in.  The
+    site's device is this machine's CPU core: a GPU site's job would first refuse this machine's Horovod,
+    built without NCCL (tests/site/test_horovod_check.py)."""
     site = pbs_site(tmp_path, "pbs", launcher_options=["--oversubscribe"], environment={"variables": {}},
                     node={"gpus": 1, "cores": 1, "memory_gb": 4},
+                    device=load_site("local").config["device"],
                     walltime_signal={"signal": "USR1", "seconds_before": 10})
     run = tmp_path / "run"
     code = ("import signal, sys, time, pathlib\n"

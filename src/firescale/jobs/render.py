@@ -13,6 +13,7 @@ import jinja2
 
 from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_horovod_environment
+from firescale.cluster.horovod_build import site_gpu_operations
 from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
@@ -127,10 +128,13 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     c = site.config
     scheduler = get_scheduler(site.scheduler)
     placement = site.placement(job.ranks, job.devices_per_rank)
-    command = list(job.command)
     container = c["environment"]["container"]
-    if container:
-        command = [container["runtime"], "exec", *container["options"], container["image"], *command]
+    runtime = [container["runtime"], "exec", *container["options"], container["image"]] if container else []
+    command = [*runtime, *job.command]
+    # A GPU site's job first asks, as its ranks would run it, whether Horovod was built with NCCL.
+    gpu_operations = site_gpu_operations(site)
+    build_check = [*runtime, *c["environment"]["firescale"].split(), "site", "check-horovod",
+                   "--gpu-operations", gpu_operations] if gpu_operations else None
     srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it
     options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
     launch = wrap(site.launcher, command, placement, options)
@@ -152,6 +156,7 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "probe": shell_command(program_probe(site.launcher, command[0], placement, options)),
         "env_list": Shell(env_list) if env_list else None,
         "srun_mpi": srun_mpi,
+        "build_check": shell_command(build_check) if build_check else None,
         "walltime_timer": scheduler.walltime_timer(site, job),
         "walltime_signal": Shell(site.walltime_signal[0]),
     }

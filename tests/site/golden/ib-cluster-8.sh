@@ -160,6 +160,16 @@ if ! srun --mpi=list 2>&1 | tr -s ' \t,:' '\n' | grep -qxF -- pmix; then
   echo "firescale: $FIRESCALE_REASON" >&2
   exit 78
 fi
+# Horovod must carry NCCL for the site's GPUs (make setup GPU=1), else the job fails here, before training.
+if ! FIRESCALE_CHECK=$(firescale site check-horovod --gpu-operations NCCL 2>&1); then
+  FIRESCALE_REASON=$(printf '%s\n' "$FIRESCALE_CHECK" | sed -n 's/^firescale: error: //p' | tail -n 1)
+  if [ -z "$FIRESCALE_REASON" ]; then
+    FIRESCALE_REASON="the check of Horovod's build failed on $(hostname): ${FIRESCALE_CHECK##*$'\n'}"
+  fi
+  echo "firescale: $FIRESCALE_REASON" >&2
+  exit 78
+fi
+printf '%s\n' "$FIRESCALE_CHECK" | grep '^firescale: ' || true
 
 # --- launch 8 rank(s) on 2 node(s)
 mkdir -p -- /shared/firescale/results/demo/g8

@@ -154,6 +154,16 @@ export FIRESCALE_HOSTS_SLOTS
 # --- what every rank on every node gets: the variables set above, the venv's and modules' paths
 FIRESCALE_FORWARD="FIRESCALE_FORWARD $(firescale_forwarded | sort -u | paste -sd' ' -)"
 export FIRESCALE_FORWARD
+# Horovod must carry NCCL for the site's GPUs (make setup GPU=1), else the job fails here, before training.
+if ! FIRESCALE_CHECK=$(firescale site check-horovod --gpu-operations NCCL 2>&1); then
+  FIRESCALE_REASON=$(printf '%s\n' "$FIRESCALE_CHECK" | sed -n 's/^firescale: error: //p' | tail -n 1)
+  if [ -z "$FIRESCALE_REASON" ]; then
+    FIRESCALE_REASON="the check of Horovod's build failed on $(hostname): ${FIRESCALE_CHECK##*$'\n'}"
+  fi
+  echo "firescale: $FIRESCALE_REASON" >&2
+  exit 78
+fi
+printf '%s\n' "$FIRESCALE_CHECK" | grep '^firescale: ' || true
 
 # --- launch 8 rank(s) on 2 node(s)
 mkdir -p -- /shared/firescale/results/demo/g8
