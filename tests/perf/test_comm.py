@@ -20,7 +20,8 @@ def test_firecaffe_equations_3_and_4():
     for p in (2, 8, 32, 128):
         # Eq. 4: 2 log2(p) |W| / BW
         assert allreduce_time("tree", MB30, p, link) == pytest.approx(2 * tree_height(p) * MB30 / BW)
-        # Paleo's OneToAll, 2 (p-1) |W| / BW, is Eq. 3 (p |W| / BW) counted on a half-duplex link
+        # Eq. 3: p |W| / BW; `ps` is Paleo's OneToAll, 2 (p-1) |W| / BW (test_parameter_servers.py)
+        assert allreduce_time("firecaffe-ps", MB30, p, link) == pytest.approx(p * MB30 / BW)
         assert allreduce_time("ps", MB30, p, link) == pytest.approx(2 * (p - 1) * MB30 / BW)
     assert tree_height(3) == 2 and tree_height(128) == 7
 
@@ -51,7 +52,7 @@ def test_fitting_the_communication_percent_of_peak_recovers_it():
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(FirescaleError, match="known: ps, tree"):
+    with pytest.raises(FirescaleError, match="known: ps, firecaffe-ps, tree"):
         allreduce_time("hypercube", MB30, 4, Link(BW))
 
 

@@ -151,6 +151,8 @@ def test_calibration_takes_the_probes_wait_out_and_each_point_gets_its_own(tmp_p
 class _ScriptedRuns:
     """A stand-in for TrainRuns (the real runs are `bench predict`'s): iteration times by (ranks, batch), in order."""
 
+    overlap_allreduce = False
+
     def __init__(self, times: dict[tuple[int, int], list[float]]):
         self.times = {k: list(v) for k, v in times.items()}
 

@@ -79,7 +79,12 @@ def test_the_trainers_sequence_is_modelled_not_the_overlapped_schedule(plan):
     seq = predict_point(platform, spec, 2, 64)
     overlapped = predict_point(platform, spec, 2, 64, overlap=True)
     assert seq.iteration_s == seq.iteration_sequential_s
-    assert overlapped.iteration_s < seq.iteration_s     # the DAG model would hide part of the allreduce
+    # a CPU rank's one core runs its allreduce and its backward pass alike: the overlapped schedule hides nothing
+    assert overlapped.iteration_s == pytest.approx(seq.iteration_s)
+    from dataclasses import replace
+
+    beside = predict_point(replace(platform, comm_beside_compute=True), spec, 2, 64, overlap=True)
+    assert beside.iteration_s < seq.iteration_s     # beside the compute (a GPU's) the DAG model hides part of it
     predicted = predict_experiment(plan, "fashion-lenet", dataset_size=FASHION_TRAIN)["points"]
     two = next(p for p in predicted.values() if (p["gpus"], p["batch"]) == (2, 64))
     assert two["iteration_s"] == pytest.approx(seq.iteration_s)

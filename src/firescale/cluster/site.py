@@ -137,6 +137,26 @@ class SiteProfile:
         return float(self.config["interconnect"]["latency_us"]) * 1e-6
 
     @property
+    def intra_node_link(self) -> tuple[float, float] | None:
+        """Bytes per second and latency (s) between two devices of a node; None: the interconnect's for every hop."""
+        intra = self.config["interconnect"].get("intra_node")
+        if intra is None:
+            return None
+        return float(intra["bandwidth_gbits"]) * 1e9 / 8, float(intra["latency_us"]) * 1e-6
+
+    @property
+    def read_bandwidths(self) -> tuple[float, float]:
+        """Bytes per second one node reads the dataset at, and the shared filesystem serves all nodes (0: not given)."""
+        storage = self.config.get("storage") or {}
+        return (float(storage.get("read_gbytes_per_s", 0.0)) * 1e9,
+                float(storage.get("shared_read_gbytes_per_s", 0.0)) * 1e9)
+
+    @property
+    def host_to_device_bandwidth(self) -> float:
+        """Bytes per second of one device's copy from host memory; 0 on CPU sites and when not given."""
+        return float(self.config["device"].get("host_to_device_gbs", 0.0)) * 1e9
+
+    @property
     def paths(self) -> SitePaths:
         expand = lambda p: Path(os.path.expandvars(os.path.expanduser(p)))  # noqa: E731
         p = self.config["paths"]
@@ -223,6 +243,17 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
                "firescale resubmits them itself, from the newest snapshot and within limits.max_resubmits")
     if config["node"]["cores"] < config["node"]["gpus"]:
         yield "key 'node.cores': fewer cores than GPUs per node; each rank needs at least one core"
+    yield from _link_errors(config)
+
+
+def _link_errors(config: dict[str, Any]) -> Iterator[str]:
+    """The two-level link and data-path keys against the node they describe."""
+    if config["interconnect"].get("intra_node") is not None and config["node"]["gpus"] < 2:
+        yield ("key 'interconnect.intra_node': a node of one device has no link between two of its devices; "
+               "leave the key out or give node.gpus of 2 or more")
+    if "host_to_device_gbs" in config["device"] and config["device"]["kind"] == "cpu":
+        yield ("key 'device.host_to_device_gbs': a CPU device computes on host memory and copies nothing; "
+               "leave the key out or set device.kind to gpu")
 
 
 def site_search_path() -> list[Path]:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from firescale.errors import FirescaleError
-from firescale.model.comm import Link
+from firescale.model.comm import ALGORITHM_NAMES, Link
 from firescale.model.paleo import Device, Platform, platform_from_site
 
 
@@ -89,7 +89,8 @@ def add_platform_arguments(parser: argparse.ArgumentParser, *, device: bool = Tr
     g.add_argument("--bandwidth-gbits", type=float, help="link bandwidth, Gbit/s")
     g.add_argument("--latency-us", type=float, help="link latency, microseconds")
     g.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (default 1)")
-    g.add_argument("--algorithm", help="allreduce model: ps, tree, binary-tree, butterfly, ring, rabenseifner, "
+    g.add_argument("--algorithm", help="allreduce model: ps (Paleo's OneToAll), firecaffe-ps (FireCaffe's Eq. 3), "
+                                       "tree, binary-tree, butterfly, ring, rabenseifner, "
                                        "or a library's own choice: openmpi-default, mpich-default, nccl-default "
                                        "(with --site, 'default' is the site's library's)")
 
@@ -139,6 +140,7 @@ def describe(platform: Platform) -> str:
     return (f"{platform.name}: {d.peak_flops / 1e12:.4g} TFLOP/s x {d.ppp:.3g}, {d.memory_bandwidth / 1e9:.4g} GB/s; "
             f"link {l.bandwidth * 8 / 1e9:.4g} Gbit/s x {l.ppp:.3g}, {l.latency * 1e6:.3g} us; "
             f"allreduce {platform.algorithm}"
+            + (f" [{ALGORITHM_NAMES[platform.algorithm]}]" if platform.algorithm in ALGORITHM_NAMES else "")
             + (f"; fixed overhead {platform.overhead_s * 1e3:.4g} ms per iteration" if platform.overhead_s else ""))
 
 

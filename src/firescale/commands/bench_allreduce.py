@@ -16,6 +16,10 @@ from firescale.bench.allreduce import (
 from firescale.commands.args import add_platform_arguments, float_list, input_shape, platform_from_args
 from firescale.model.comm import Link, allreduce_time
 
+# The models each measured algorithm is predicted with, the first in `predicted_s`.  The point-to-point
+# parameter server is Paleo's OneToAll as it runs; FireCaffe's Eq. 3 is shown beside it.
+BENCH_MODELS = {"ps": ("ps", "firecaffe-ps")}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes-mb", type=float_list,
@@ -93,7 +97,17 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...], tuple[
     return [int(mb * 1e6) for mb in (args.sizes_mb or [30.0])], (), (1, 1, 1)
 
 
-def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMeasurement, float | None]],
+def _models(algorithm: str, site_algorithm: str) -> tuple[str, ...]:
+    """The cost models a measured algorithm is set beside: its own (the site's for mpi and horovod)."""
+    if algorithm in ("mpi", "horovod"):
+        return (site_algorithm,)
+    return BENCH_MODELS.get(algorithm, (algorithm,))
+
+
+Predicted = dict[str, float]   # seconds by cost model; empty without a link
+
+
+def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMeasurement, Predicted]],
            knobs: dict[str, str], load: tuple[float, float]) -> None:
     grouped = next((m.tensors for m, _ in results if m.tensors), 0)
     print(f"{ranks} ranks, {args.reps} repetitions; times are the slowest rank's"
@@ -101,12 +115,15 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
           + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
     print(f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; Horovod knobs: "
           + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults"))
-    print(f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'predicted ms':>13} "
-          f"{'meas/pred':>10}")
-    for m, pred in results:
-        ratio = f"{m.median_s / pred:.2f}" if pred else "-"
-        print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} {m.min_s * 1e3:>9.3f} "
-              f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
+    print(f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'model':>15} "
+          f"{'predicted ms':>13} {'meas/pred':>10}")
+    for m, predicted in results:
+        rows: list[tuple[str, float | None]] = list(predicted.items()) or [("-", None)]
+        for model, pred in rows:
+            ratio = f"{m.median_s / pred:.2f}" if pred else "-"
+            print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} "
+                  f"{m.min_s * 1e3:>9.3f} {model:>15} {(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} "
+                  f"{ratio:>10}")
     pairs = horovod_vs_mpi([m for m, _ in results])
     if pairs:
         print(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} {'(fastest reps)':>15} "
@@ -143,8 +160,8 @@ def run(args: argparse.Namespace) -> int:
         for nbytes in sizes:
             m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors,
                                   batch=args.batch_per_rank, input_shape=shape)
-            model = site_algorithm if algo in ("mpi", "horovod") else algo
-            predicted = allreduce_time(model, m.bytes, m.ranks, link) if link else None
+            predicted = {model: allreduce_time(model, m.bytes, m.ranks, link)
+                         for model in _models(algo, site_algorithm)} if link else {}
             results.append((m, predicted))
     if comm.Get_rank() != 0:
         return 0
@@ -158,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
             "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
             "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
                                                "ppp": link.ppp, "reduce_rate": link.reduce_rate},
-            "measurements": [{**m.to_dict(), "predicted_s": pred} for m, pred in results],
+            "measurements": [{**m.to_dict(), "predicted_s": next(iter(pred.values()), None),
+                              "predicted_by_model": pred} for m, pred in results],
             "horovod_vs_mpi": [p.to_dict() for p in horovod_vs_mpi([m for m, _ in results])]})
     return 0

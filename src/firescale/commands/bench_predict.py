@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fit-comm", action="store_true",
                         help="fit the communication factor from a separate run on the most ranks (the trainer's "
                              "own allreduce time) instead of leaving the link at its peak")
+    parser.add_argument("--overlap-allreduce", action="store_true",
+                        help="train the runs of several ranks with --overlap-allreduce and predict them with the "
+                             "DAG model's overlapped schedule")
     parser.add_argument("--tolerance", type=float, default=15.0, help="percent counted as a match (default 15)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write calibration, rows and load averages here")
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     def go(workdir: Path) -> int:
         runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
-                         site_ranks(site), reference_batch=args.batch)
+                         site_ranks(site), reference_batch=args.batch, overlap_allreduce=args.overlap_allreduce)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
                                      allreduce=allreduce, fit_comm=args.fit_comm, say=print,
@@ -76,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
                   + ("" if abs(r.error_percent) <= args.tolerance else "  outside"))
         if args.json:
             atomic_write_json(args.json, {"site": site.name, "net": spec.name, "total_batch": args.batch,
+                                          "overlap_allreduce": args.overlap_allreduce,
                                           "iterations": args.iterations, "repeats": args.repeats,
                                           "load_average": [load_before[0], load_after[0]], "cpus": os.cpu_count(),
                                           "calibration": cal.to_dict(), "rows": [r.to_dict() for r in rows]})

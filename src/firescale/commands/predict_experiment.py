@@ -65,12 +65,13 @@ def markdown_table(result: dict) -> str:
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
              f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
              + ("calibrated" if result["calibration"] else "not calibrated") + ")", "",
-             "| point | GPUs | batch | LR | epochs | iteration (ms) | time to accuracy | speedup "
-             "| memory per device (GB) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| point | GPUs | batch | LR | epochs | iteration (ms) | comm intra + inter (ms) | I/O + H2D (ms) "
+             "| time to accuracy | speedup | memory per device (GB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in result["points"].items():
         lines.append(f"| {name} | {p['gpus']} | {p['batch']} | {p['lr']:g} | {p['epochs']:.4g} "
-                     f"| {p['iteration_s'] * 1e3:.3f} | "
+                     f"| {p['iteration_s'] * 1e3:.3f} | {p['comm_intra_s'] * 1e3:.3f} + {p['comm_inter_s'] * 1e3:.3f} "
+                     f"| {p['io_s'] * 1e3:.3f} + {p['h2d_s'] * 1e3:.3f} | "
                      f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} | {_memory_cell(p)} |")
     problems = result.get("memory_problems") or []
     return "\n".join(lines + ([""] + [f"- **does not fit:** {text}" for text in problems] if problems else [])) + "\n"

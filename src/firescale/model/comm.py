@@ -1,4 +1,4 @@
-"""Allreduce cost models (parameter server, binomial and binary trees, butterfly, ring, Rabenseifner), α-β-γ."""
+"""Allreduce cost models (parameter servers, binomial and binary trees, butterfly, ring, Rabenseifner), α-β-γ."""
 from __future__ import annotations
 
 import math
@@ -13,9 +13,10 @@ from firescale.cluster.collectives import (
 )
 from firescale.errors import FirescaleError
 
-COST_MODELS = ("ps", "tree", "binary-tree", "butterfly", "ring", "rabenseifner")
+COST_MODELS = ("ps", "firecaffe-ps", "tree", "binary-tree", "butterfly", "ring", "rabenseifner")
 ALGORITHM_NAMES = {
-    "ps": "parameter server (one-to-all; FireCaffe Eq. 3)",
+    "ps": "parameter server, one message at a time (Paleo's OneToAll, 2(p-1)|W|/BW)",
+    "firecaffe-ps": "parameter server, sends beside receives (FireCaffe Eq. 3, p|W|/BW)",
     "tree": "binomial reduction tree (reduce + broadcast; FireCaffe Eq. 4)",
     "binary-tree": "binary reduction tree (reduce + broadcast, two children per node)",
     "butterfly": "butterfly / recursive doubling",
@@ -26,7 +27,10 @@ ALGORITHM_NAMES = {
     "nccl-default": "NCCL's choice: the faster of its ring and tree",
 }
 LIBRARY_DEFAULTS = tuple(DEFAULT_MODELS.values())
-_ALIASES = {"parameter_server": "ps", "onetoall": "ps", "binomial": "tree", "binomial_tree": "tree",
+# `ps` and `parameter_server` have always meant Paleo's OneToAll, which is also what Open MPI's basic_linear
+# allreduce and `bench allreduce`'s ps run; FireCaffe's Eq. 3 has its own name.
+_ALIASES = {"parameter_server": "ps", "onetoall": "ps", "one_to_all": "ps", "firecaffe_eq3": "firecaffe-ps",
+            "binomial": "tree", "binomial_tree": "tree",
             "binary": "binary-tree", "binary_tree": "binary-tree", "recursive_doubling": "butterfly"}
 
 
@@ -98,14 +102,24 @@ def tree_height(p: int) -> int:
 
 
 def parameter_server_time(nbytes: float, p: int, link: Link) -> float:
-    """Gather p-1 gradients to one node, sum them, send the sum back to p-1 nodes, one at a time.
-
-    With α = γ = 0 this is Paleo's OneToAll, 2(p-1)·n/BW; FireCaffe's Eq. 3, p·n/BW, is the same
-    traffic on a full-duplex link whose sends and receives overlap.
-    """
+    """Paleo's OneToAll: one of the p nodes gathers the other p-1 gradients one at a time, sums them,
+    and sends the sum back to each in turn; with α = γ = 0, 2(p-1)·n/BW.  This is `ps`."""
     if p <= 1:
         return 0.0
     return 2 * (p - 1) * (link.alpha + nbytes * link.beta) + (p - 1) * nbytes * link.gamma
+
+
+def firecaffe_parameter_server_time(nbytes: float, p: int, link: Link) -> float:
+    """FireCaffe's Eq. 3: a server that sends and receives at BW at once moves p workers' gradients,
+    p·n/BW with α = γ = 0.  This is `firecaffe-ps`.
+
+    FireCaffe calls it the minimum: its p counts every worker's gradient crossing the server's link, and
+    sends are taken to overlap receives, which a synchronous server, sending the sum only once it has
+    every gradient, does not do.  One rank needs no server and costs nothing, as in every model here.
+    """
+    if p <= 1:
+        return 0.0
+    return p * (link.alpha + nbytes * link.beta) + (p - 1) * nbytes * link.gamma
 
 
 def tree_allreduce_time(nbytes: float, p: int, link: Link) -> float:
@@ -156,6 +170,7 @@ def rabenseifner_allreduce_time(nbytes: float, p: int, link: Link) -> float:
 
 _MODELS = {
     "ps": parameter_server_time,
+    "firecaffe-ps": firecaffe_parameter_server_time,
     "tree": tree_allreduce_time,
     "binary-tree": binary_tree_allreduce_time,
     "butterfly": butterfly_allreduce_time,

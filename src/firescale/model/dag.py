@@ -1,4 +1,4 @@
-"""The DAG model of synchronous SGD (Shi et al.): I/O and per-layer gradient communication overlapped."""
+"""The DAG model of synchronous SGD (Shi et al.): naive S-SGD, or I/O and per-layer communication overlapped."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -14,20 +14,27 @@ class Schedule:
     comm: float              # all gradient communication, summed
     comm_exposed: float      # t_c^no: the part not hidden behind the backward pass
     update: float
-    io: float
+    io: float                # t_io: reading the batch
     iteration: float
+    h2d: float = 0.0         # t_h2d: copying the batch to the device
+    data_wait: float = 0.0   # a wait for data measured as exposed: in series, whatever the schedule
 
 
 def wait_free_schedule(forward: Sequence[float], backward: Sequence[float], comm: Sequence[float], *,
                        update: float = 0.0, io: float = 0.0, overlap: bool = True,
-                       overlap_io: bool = True) -> Schedule:
+                       overlap_io: bool = True, h2d: float = 0.0, data_wait: float = 0.0) -> Schedule:
     """Replay one iteration of L layers listed input first.
 
     The backward pass runs from layer L down to 1; with `overlap` (wait-free backprop, Eq. 4-5) the
     gradient of layer l is communicated as soon as its backward task ends, one message at a time on
     the link, while lower layers keep computing; without it all communication follows the backward
-    pass (Eq. 2).  With `overlap_io` reading the next batch runs beside the computation (Eq. 3),
-    otherwise it precedes it.
+    pass.  With `overlap_io` reading the next batch and copying it to the device run beside the
+    computation (Eq. 3), otherwise they precede it.  With neither, this is naive S-SGD (Eq. 2): I/O,
+    host-to-device copy, forward, backward, communication and update in series.
+
+    `data_wait` is not a DAG task but what a trainer measured waiting for its batch: the part of the
+    I/O its prefetching did not hide.  It is already exposed, so it is added in series and never
+    overlapped again.
     """
     n = len(forward)
     if not (len(backward) == len(comm) == n):
@@ -48,8 +55,9 @@ def wait_free_schedule(forward: Sequence[float], backward: Sequence[float], comm
         end = t_f + t_b + t_c
     exposed = end - (t_f + t_b)
     compute_path = end + update
-    iteration = max(io, compute_path) if overlap_io else io + compute_path
-    return Schedule(t_f, t_b, t_c, exposed, update, io, iteration)
+    fetch = io + h2d
+    iteration = data_wait + (max(fetch, compute_path) if overlap_io else fetch + compute_path)
+    return Schedule(t_f, t_b, t_c, exposed, update, io, iteration, h2d, data_wait)
 
 
 def wait_free_iteration(forward: Sequence[float], backward: Sequence[float], comm: Sequence[float], *,

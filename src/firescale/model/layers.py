@@ -1,6 +1,7 @@
 """Per-layer accounting of a NetSpec: forward and backward FLOPs, weights |W| and activations |D|."""
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from firescale.nets.spec import (
@@ -11,6 +12,7 @@ from firescale.nets.spec import (
     Conv,
     Dropout,
     Flatten,
+    Layer,
     LayerShape,
     NetSpec,
     Pool,
@@ -239,3 +241,27 @@ def _reads_data(spec: NetSpec, rec: LayerShape) -> bool:
         if isinstance(layer, Branches):
             return False
     return False
+
+
+def branch_bounds(spec: NetSpec, per_layer: Sequence[float]) -> tuple[float, float]:
+    """Paleo's bounds (its 3.1.2) on a quantity of `spec`'s layers, given per layer in net_cost's order.
+
+    A `Branches` block is Paleo's supernode, its branches the subgraphs between two synchronisation
+    barriers.  The lower bound runs them concurrently, so a block costs its largest branch (counted the
+    same way, recursively) and then its merge; the upper runs them in series, the sum of every layer.
+    """
+    values = iter(per_layer)
+    expected = len(infer_shapes(spec))
+    if len(per_layer) != expected:
+        raise ValueError(f"net {spec.name!r} has {expected} layers counting each branch's, not {len(per_layer)}")
+    return _concurrent(spec.layers, values), float(sum(per_layer))
+
+
+def _concurrent(layers: Sequence[Layer], values: Iterator[float]) -> float:
+    total = 0.0
+    for layer in layers:
+        if isinstance(layer, Branches):
+            branches = [_concurrent(branch, values) for branch in layer.branches]   # in infer_shapes' order
+            total += max(branches)
+        total += next(values)     # the layer itself; a block's own entry is its merge
+    return total

@@ -9,9 +9,11 @@ from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_cycle_time_s
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
-from firescale.model.comm import Link, allreduce_time, canonical_algorithm, resolve_algorithm
+from firescale.model.comm import Link, canonical_algorithm
 from firescale.model.cycle import cycle_wait
-from firescale.model.layers import NetCost, net_cost
+from firescale.model.hierarchy import NodeLinks, algorithm_label, hierarchical_choice, node_counts, two_level_allreduce
+from firescale.model.io_time import DataPath, fetch_then_compute, h2d_time, io_time
+from firescale.model.layers import NetCost, branch_bounds, net_cost
 from firescale.model.paleo_flops import paleo_net_cost
 from firescale.nets.spec import Conv, Dropout, NetSpec, Pool, ReLU, Softmax
 from firescale.nets.zoo import get_net
@@ -58,6 +60,9 @@ class Platform:
     contention: float = 1.0     # a rank's compute time when every rank of its node computes, over alone
     cycle_s: float = 0.0        # Horovod's negotiation cycle (model/cycle.py); 0: no cycle, as in Paleo
     accounting: str = "firescale"   # or "paleo": Paleo's own per-layer counts (model/paleo_flops.py)
+    links: NodeLinks = NodeLinks()  # ranks per node, the intra-node link, hierarchical allreduce (model/hierarchy.py)
+    data: DataPath = DataPath()     # read and host-to-device bandwidths for t_io and t_h2d (model/io_time.py)
+    comm_beside_compute: bool = True   # False: a rank's one core runs both its allreduce and its backward pass
 
     def __post_init__(self) -> None:
         if self.accounting not in ACCOUNTINGS:
@@ -86,7 +91,25 @@ def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, p
                     1.0 if ppp_compute is None else ppp_compute)
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
     return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model),
-                    cycle_s=site_cycle_time_s(site))
+                    cycle_s=site_cycle_time_s(site), links=site_links(site), data=site_data_path(site),
+                    comm_beside_compute=site.device_kind == "gpu")   # the trainer pins a CPU rank to one core
+
+
+def site_links(site: SiteProfile) -> NodeLinks:
+    """A site's ranks per node, its intra-node link, and whether Horovod's hierarchical allreduce runs: the
+    `horovod.hierarchical_allreduce` knob on a GPU site (Horovod 0.28.1's CPU build has no hierarchical
+    allreduce, only MPIHierarchicalAllgather, so the knob changes nothing on CPU sites)."""
+    intra = site.intra_node_link
+    knob = bool((site.config.get("horovod") or {}).get("hierarchical_allreduce", False))
+    return NodeLinks(site.gpus_per_node, None if intra is None else Link(*intra),
+                     hierarchical=knob and site.device_kind == "gpu")
+
+
+def site_data_path(site: SiteProfile) -> DataPath:
+    """A site's read and host-to-device bandwidths; the trainer reads ahead in a thread only when its
+    rank has more than one core (train/trainer.py open_stream), else inline, before each step."""
+    read, shared = site.read_bandwidths
+    return DataPath(read, shared, site.host_to_device_bandwidth, overlap_io=site.cores_per_rank > 1)
 
 
 @dataclass(frozen=True)
@@ -167,7 +190,16 @@ class Prediction:
     overlap: bool
     overhead_s: float = 0.0    # the platform's fixed per-iteration time, included in the iteration times
     comm_algorithm: str = ""   # the model of what runs for the whole gradient (`algorithm` resolved)
-    cycle_wait_s: float = 0.0  # the sequential iteration's wait for Horovod's negotiation cycle (model/cycle.py)
+    cycle_wait_s: float = 0.0  # the iteration's wait for Horovod's negotiation cycle (model/cycle.py), as `overlap`
+    # Paleo's lower bound on iteration_sequential_s: each block's branches run concurrently (the sequential
+    # iteration runs them in series, the upper bound); the same for a net without branches
+    iteration_sequential_lower_s: float = 0.0
+    # Paleo's scale-up / scale-out split of comm_s (model/hierarchy.py), and the DAG model's data tasks
+    comm_intra_s: float = 0.0  # the allreduce's steps the intra-node link bounds
+    comm_inter_s: float = 0.0  # its steps the link between nodes bounds
+    io_s: float = 0.0          # t_io: reading the rank's batch, its node's ranks sharing the read bandwidth
+    h2d_s: float = 0.0         # t_h2d: copying it to the device
+    nodes: int = 1             # nodes the point's ranks fill, ranks_per_node to a node
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -192,7 +224,8 @@ def platform_cost(platform: Platform, spec: NetSpec, batch: int) -> NetCost:
 
 
 def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: str, algorithm: str,
-           overlap: bool, io_s: float) -> tuple[int, int, PassTimes, float, float, float, int, float]:
+           overlap: bool, io_s: float, image_bytes: float
+           ) -> tuple[int, int, PassTimes, float, float, float, int, float, float, Any, tuple[float, float]]:
     local = per_gpu_batch(batch, gpus, scaling)
     cost = platform_cost(platform, spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
@@ -200,24 +233,40 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     if contention != 1.0:
         times = times.scaled(contention)
     overhead = platform.overhead_s * contention
-    comm = allreduce_time(algorithm, cost.weight_bytes, gpus, platform.link)
-    work = max(io_s, times.compute + comm) + overhead
-    # Beyond Paleo: the allreduce waits for Horovod's next negotiation cycle (one device has none).
-    wait = cycle_wait(work, platform.cycle_s) if gpus > 1 else 0.0
-    sequential = work + wait
-    from firescale.model.dag import wait_free_iteration  # the DAG model's overlapped schedule (Eq. 4-5)
-    layer_comm = [allreduce_time(algorithm, l.weight_bytes, gpus, platform.link) if l.params else 0.0
-                  for l in cost.layers]
-    overlapped = wait_free_iteration(list(times.layer_forward), list(times.layer_backward), layer_comm,
-                                     update=times.update, io=io_s) + overhead
+    parts = two_level_allreduce(algorithm, cost.weight_bytes, gpus, platform.link, platform.links)
+    comm = parts.total
+    # The DAG model's data tasks: a given io_s stands for t_io; else the site's read bandwidths give it.
+    io = io_s or io_time(local, image_bytes, gpus, platform.links.ranks_per_node, platform.data)
+    h2d = h2d_time(local, spec.input_shape, platform.data)
+
+    def in_sequence(compute: float) -> tuple[float, float]:
+        work = fetch_then_compute(io, h2d, compute + comm, platform.data.overlap_io) + overhead
+        # Beyond Paleo: the allreduce waits for Horovod's next negotiation cycle (one device has none).
+        wait = cycle_wait(work, platform.cycle_s) if gpus > 1 else 0.0
+        return work + wait, wait
+    sequential, wait = in_sequence(times.compute)
+    lower, _ = in_sequence(branch_bounds(spec, times.layer_forward)[0] + branch_bounds(spec, times.layer_backward)[0]
+                           + times.update)
+    from firescale.model.dag import wait_free_schedule  # the DAG model's overlapped schedule (Eq. 4-5)
+    layer_comm = [two_level_allreduce(algorithm, l.weight_bytes, gpus, platform.link, platform.links).total
+                  if l.params else 0.0 for l in cost.layers]
+    overlapped = wait_free_schedule(list(times.layer_forward), list(times.layer_backward), layer_comm,
+                                    update=times.update, io=io, h2d=h2d,
+                                    overlap_io=platform.data.overlap_io).iteration + overhead
+    if not platform.comm_beside_compute:   # nothing to hide behind: the core that computes also communicates
+        overlapped = sequential
+    elif gpus > 1:   # beyond the DAG model: the last gradient's request, at the end of backward, waits for a cycle too
+        overlap_wait = cycle_wait(overlapped, platform.cycle_s)
+        overlapped += overlap_wait
+        wait = overlap_wait if overlap else wait
     global_batch = batch if scaling == "strong" else batch * gpus
-    return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes, wait
+    return local, global_batch, times, comm, sequential, overlapped, cost.weight_bytes, wait, lower, parts, (io, h2d)
 
 
 def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, batch: int, *, epochs: float = 1.0,
                   dataset_size: int = IMAGENET_TRAIN_IMAGES, scaling: Literal["strong", "weak"] = "strong",
                   algorithm: str | None = None, overlap: bool = False, io_s: float = 0.0,
-                  calibration: Any = None) -> Prediction:
+                  image_bytes: float | None = None, calibration: Any = None) -> Prediction:
     """Predict one sweep point: `gpus` devices training `net` at `batch` for `epochs` over `dataset_size`.
 
     `site` is a Platform or a SiteProfile; `calibration` (a predict.calibrate.Calibration) replaces the
@@ -231,13 +280,18 @@ def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, b
     platform = site if isinstance(site, Platform) else platform_from_site(site)
     if calibration is not None:
         platform = calibration.apply(platform)
-    algo = canonical_algorithm(algorithm or platform.algorithm)
+    hierarchical, name = hierarchical_choice(algorithm or platform.algorithm, platform.links.hierarchical)
+    platform = replace(platform, links=replace(platform.links, hierarchical=hierarchical))
+    algo = canonical_algorithm(name)
     spec = _resolve_net(net)
-    local, global_batch, times, comm, seq, ovl, wbytes, wait = _point(spec, platform, gpus, batch, scaling,
-                                                                      algo, overlap, io_s)
+    # Bytes read per image: the stored image (uint8 pixels of the net's input unless the dataset says otherwise).
+    image_bytes = float(math.prod(spec.input_shape)) if image_bytes is None else image_bytes
+    (local, global_batch, times, comm, seq, ovl, wbytes, wait, lower, parts,
+     (io, h2d)) = _point(spec, platform, gpus, batch, scaling, algo, overlap, io_s, image_bytes)
     iteration = ovl if overlap else seq
     iterations = math.ceil(epochs * dataset_size / global_batch)
-    _, base_batch, _, _, base_seq, base_ovl, _, _ = _point(spec, platform, 1, batch, scaling, algo, overlap, io_s)
+    base = _point(spec, platform, 1, batch, scaling, algo, overlap, io_s, image_bytes)
+    base_batch, base_seq, base_ovl = base[1], base[4], base[5]
     base_iteration = base_ovl if overlap else base_seq
     # Images per second relative to one device.
     speedup = (global_batch / iteration) / (base_batch / base_iteration)
@@ -245,7 +299,8 @@ def predict_point(site: SiteProfile | Platform, net: NetSpec | str, gpus: int, b
                       times.forward, times.backward, times.update, comm, iteration, seq, ovl,
                       float(epochs), int(dataset_size), iterations, iterations * iteration, speedup,
                       wbytes, platform.device.ppp, platform.link.ppp, overlap, platform.overhead_s,
-                      resolve_algorithm(algo, wbytes, gpus, platform.link), wait)
+                      algorithm_label(algo, wbytes, gpus, platform.link, platform.links), wait, lower,
+                      parts.intra, parts.inter, io, h2d, node_counts(gpus, platform.links.ranks_per_node)[0])
 
 
 def predict_sweep(site: SiteProfile | Platform, net: NetSpec | str, gpus: list[int], batches: list[int],

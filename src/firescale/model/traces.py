@@ -15,6 +15,10 @@ from firescale.model.comm import Link, allreduce_time
 from firescale.model.dag import Schedule, wait_free_schedule
 
 TRACE_COLUMNS = ("layer_id", "name", "forward_us", "backward_us", "comm_us", "gradient_bytes")
+# Rows that are not layers.  `data` (the DAG paper's layer 0) holds the I/O task in its forward time: the
+# time to read a batch, which the overlapped schedule hides behind computation.  `data_wait` holds what a
+# trainer measured waiting for its batch (`train --profile-layers`): I/O already exposed, never hidden again.
+DATA_LAYER, DATA_WAIT_LAYER = "data", "data_wait"
 
 
 @dataclass(frozen=True)
@@ -96,17 +100,19 @@ def retarget_comm(trace: Sequence[LayerTrace], algorithm: str, gpus: int, link: 
 
 
 def replay_trace(trace: Sequence[LayerTrace], *, overlap: bool = True, io_us: float = 0.0,
-                 update_us: float = 0.0) -> Schedule:
+                 h2d_us: float = 0.0, update_us: float = 0.0) -> Schedule:
     """Replay a trace through the DAG model; returns the schedule in microseconds.
 
-    A layer named `data` (the DAG paper's layer 0) holds I/O in its forward time: it is taken as the
-    I/O task (overlapped with computation) rather than as computation.
+    With `overlap` the schedule is wait-free backprop with I/O beside the computation (Eq. 4-5);
+    without it, naive S-SGD with everything in series (Eq. 2).  A `data` row's forward time is added
+    to the I/O task; a `data_wait` row's is an exposed wait, in series in both schedules.
     """
-    data_io = sum(r.forward_us for r in trace if r.name == "data")
-    layers = [r for r in trace if r.name != "data"]
+    data_io = sum(r.forward_us for r in trace if r.name == DATA_LAYER)
+    data_wait = sum(r.forward_us for r in trace if r.name == DATA_WAIT_LAYER)
+    layers = [r for r in trace if r.name not in (DATA_LAYER, DATA_WAIT_LAYER)]
     return wait_free_schedule([r.forward_us for r in layers], [r.backward_us for r in layers],
-                              [r.comm_us for r in layers], update=update_us, io=io_us + data_io,
-                              overlap=overlap)
+                              [r.comm_us for r in layers], update=update_us, io=io_us + data_io, h2d=h2d_us,
+                              data_wait=data_wait, overlap=overlap, overlap_io=overlap)
 
 
 def trace_totals(trace: Sequence[LayerTrace]) -> dict[str, float]:

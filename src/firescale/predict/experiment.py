@@ -136,6 +136,8 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
 
     points = plan.points[experiment]
+    overlap = plan.overlap_allreduce(experiment)
+    image_bytes = stored_image_bytes(plan, experiment)
     baseline = next(p for p in points if p.baseline)
     budget = lambda p: p.epochs if p.epochs is not None else model.solver_epochs  # noqa: E731
 
@@ -143,7 +145,9 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         """The point's prediction, its time to accuracy and its evaluating: fixed-epoch budgets give every
         point the baseline's epochs, times the ratio of the epochs the experiment states for each."""
         pred = predict_phases(platform, model.net, p, model.epochs * budget(p) / budget(baseline),
-                              model.dataset_size, scaling="strong")   # a batch schedule: phase by phase
+                              model.dataset_size, scaling="strong",   # a batch schedule: phase by phase
+                              overlap=overlap,   # the DAG model's overlapped schedule for overlapped runs
+                              image_bytes=image_bytes)
         evaluating = evaluation_s(model, platform, p.ranks, pred.iterations, calibration,
                                   batch_ratio=baseline.batch / p.batch)
         return pred, pred.time_to_accuracy_s + evaluating, evaluating
@@ -156,7 +160,9 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
                        "iteration_s": pred.iteration_s,
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
                        "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
-                       "allreduce_model": pred.comm_algorithm}
+                       "allreduce_model": pred.comm_algorithm, "nodes": pred.nodes, "comm_s": pred.comm_s,
+                       "comm_intra_s": pred.comm_intra_s, "comm_inter_s": pred.comm_inter_s,
+                       "io_s": pred.io_s, "h2d_s": pred.h2d_s}
     fits = experiment_fits(plan, experiment, points)
     for fit in fits:
         out[fit.point]["memory"] = fit.to_dict()
@@ -166,17 +172,30 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         "experiment": experiment,
         "memory_problems": [f.problem for f in fits if f.problem],
         "allreduce": algorithm,
+        "overlap_allreduce": overlap,
         "calibration": calibration.to_dict() if calibration else None,
         "model": {**model.to_dict(), "platform": _platform_dict(platform)},
         "points": out,
     }
 
 
+def stored_image_bytes(plan: SweepPlan, experiment: str) -> float | None:
+    """Bytes a rank reads per image: the manifest's stored shape at one byte a pixel (None before ingest:
+    the net's input)."""
+    manifest, _ = plan.dataset_manifest(experiment)
+    return None if manifest is None else float(math.prod(int(v) for v in manifest["shape"]))
+
+
 def _platform_dict(platform: Platform) -> dict[str, Any]:
-    d, link = platform.device, platform.link
+    d, link, links, data = platform.device, platform.link, platform.links, platform.data
     return {"device": d.name, "peak_flops": d.peak_flops, "memory_bandwidth": d.memory_bandwidth,
             "ppp_compute": d.ppp, "link_bandwidth": link.bandwidth, "link_latency": link.latency,
-            "ppp_comm": link.ppp, "algorithm": platform.algorithm, "overhead_s": platform.overhead_s}
+            "ppp_comm": link.ppp, "algorithm": platform.algorithm, "overhead_s": platform.overhead_s,
+            "ranks_per_node": links.ranks_per_node, "hierarchical_allreduce": links.hierarchical,
+            "intra_link_bandwidth": None if links.intra is None else links.intra.bandwidth,
+            "intra_link_latency": None if links.intra is None else links.intra.latency,
+            "read_bandwidth": data.read_bandwidth, "shared_read_bandwidth": data.shared_read_bandwidth,
+            "h2d_bandwidth": data.h2d_bandwidth, "overlap_io": data.overlap_io}
 
 
 def baseline_epochs_to_target(record_path: str | Path, tolerance: float,

@@ -28,6 +28,7 @@ class TrainRuns:
     ranks: SiteRanks
     timeout: float = 900.0
     reference_batch: int | None = None   # scale base_lr linearly from this batch (keeps small batches stable)
+    overlap_allreduce: bool = False      # runs of several ranks overlap the allreduce; predicted so too
 
     def run(self, ranks: int, total_batch: int, name: str) -> MeasuredIteration:
         """One run of `iterations` timed iterations, no evaluation or snapshot; its mean iteration."""
@@ -39,6 +40,8 @@ class TrainRuns:
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
         if self.reference_batch:
             cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]
+        if self.overlap_allreduce and ranks > 1:
+            cmd.append("--overlap-allreduce")
         self.ranks.run(ranks, cmd, f"training run {name}", timeout=self.timeout)
         return read_measured_iteration(out / "result.json")
 
@@ -134,7 +137,7 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
     model = cal.apply(platform)
     rows = []
     for r in ranks:
-        pred = predict_point(model, spec, r, total_batch)
+        pred = predict_point(model, spec, r, total_batch, overlap=runs.overlap_allreduce)
         rows.append(CheckRow(r, total_batch, total_batch // r, pred.iteration_s, pred.comm_s,
                              [m.iteration_s for m in measured[r]], [m.allreduce_s for m in measured[r]],
                              pred.cycle_wait_s))

@@ -98,6 +98,7 @@ class PredictedPoint:
     time_to_accuracy_s: float
     measured_iteration_s: float
     measured_time_s: float
+    parts: dict[str, float] = field(default_factory=dict)   # PREDICTED_PARTS the predictions gave
 
     @property
     def iteration_error_pct(self) -> float | None:
@@ -225,9 +226,15 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
                 used.add(key)
                 p = predictions[key]
                 row.prediction = PredictedPoint(p["iteration_s"], p["time_to_accuracy_s"],
-                                                row.iteration_s.mean, row.time_s.mean)
+                                                row.iteration_s.mean, row.time_s.mean,
+                                                {k: p[k] for k in PREDICTED_PARTS if k in p})
         unmatched = sorted(set(predictions) - used)
     return Summary(rows, failures, tolerance, baseline, note, target_accuracy, predictions_source, unmatched)
+
+
+# The parts of a predicted iteration that `predict experiment` gives beside it: the allreduce's intra- and
+# inter-node steps, reading the batch and copying it to the device (seconds).
+PREDICTED_PARTS = ("comm_intra_s", "comm_inter_s", "io_s", "h2d_s")
 
 
 def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:
@@ -254,7 +261,8 @@ def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:
             raise FirescaleError(f"predictions {path}: {where} lacks key {needed[0]!r}")
         name = str(name or p.get("point") or f"g{int(p['gpus'])}-b{int(p['batch'])}")
         out[re.sub(r"-r\d+$", "", name)] = {"iteration_s": float(p["iteration_s"]),
-                                             "time_to_accuracy_s": float(p["time_to_accuracy_s"])}
+                                             "time_to_accuracy_s": float(p["time_to_accuracy_s"]),
+                                             **{k: float(p[k]) for k in PREDICTED_PARTS if k in p}}
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from firescale.report import formatting as cells
 from firescale.report.formatting import ReportContext
 from firescale.report.sections import Section, sections
-from firescale.report.summary import Row, Summary, stat_dict
+from firescale.report.summary import PREDICTED_PARTS, Row, Summary, stat_dict
 from firescale.sweep.points import schedule_from_name
 from firescale.sweep.records import RunRecord
 
@@ -158,7 +158,7 @@ CSV_FIELDS = ["point", "kind", "repeats", "site", "device", "gpus", "nodes", "ne
               "delta_top1_ci_low", "delta_top1_ci_high", "parity", "data_wait_s", "compute_s", "allreduce_s",
               "iteration_s",
               "predicted_iteration_s", "iteration_error_pct", "predicted_time_s", "time_error_pct",
-              "reason", "scheduler_states"]
+              *(f"predicted_{k}" for k in PREDICTED_PARTS), "reason", "scheduler_states"]
 
 
 def _mean_std(out: dict[str, Any], name: str, stat: Any) -> None:
@@ -184,7 +184,8 @@ def _csv_row(row: Row, ctx: ReportContext) -> dict[str, Any]:
     p = row.prediction
     if p is not None:
         out.update(predicted_iteration_s=p.iteration_s, iteration_error_pct=p.iteration_error_pct,
-                   predicted_time_s=p.time_to_accuracy_s, time_error_pct=p.time_error_pct)
+                   predicted_time_s=p.time_to_accuracy_s, time_error_pct=p.time_error_pct,
+                   **{f"predicted_{k}": v for k, v in p.parts.items()})
     return out
 
 
@@ -222,7 +223,7 @@ def _row_json(row: Row) -> dict[str, Any]:
         "prediction": None if row.prediction is None else {
             "iteration_s": row.prediction.iteration_s, "time_to_accuracy_s": row.prediction.time_to_accuracy_s,
             "iteration_error_pct": row.prediction.iteration_error_pct,
-            "time_error_pct": row.prediction.time_error_pct},
+            "time_error_pct": row.prediction.time_error_pct, **row.prediction.parts},
         "runs": [{"point": m.point, "reached_target": m.reached_target, "time_s": m.time_s, "tta_s": m.tta_s,
                   "epochs": m.epochs, "epochs_to_target": m.epochs_to_target,
                   "top1": m.top1, "top5": m.top5, "iteration_s": m.iteration_s} for m in row.runs],

@@ -120,6 +120,13 @@ class SweepPlan:
         return [p for p in self.points[experiment]
                 if not p.baseline and len(rates[p.gpus, p.batch, p.schedule, p.layer_plan]) > 1]
 
+    def overlap_allreduce(self, experiment: str) -> bool:
+        """Whether the experiment's runs on this site overlap each gradient's allreduce with the backward pass:
+        the site's `sites.<site>.overlap_allreduce`, else the sweep's, else not."""
+        exp = self.experiment(experiment)
+        keys = {**exp["sweep"], **(exp["sites"].get(self.site.name) or {})}
+        return bool(keys.get("overlap_allreduce", False))
+
     def net(self, experiment: str) -> str:
         """The experiment's net as `firescale train --net` takes it: a built-in name, or a net file's absolute
         path."""

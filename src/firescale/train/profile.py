@@ -6,7 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from firescale.model.traces import LayerTrace
+from firescale.model.traces import DATA_WAIT_LAYER, LayerTrace
 from firescale.nets.spec import Softmax
 from firescale.train.distributed import Rank
 from firescale.train.nets import CaffeNet
@@ -21,12 +21,14 @@ def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Rank,
                 repeats: int = 5) -> list[LayerTrace]:
     """Forward, backward and gradient-allreduce microseconds of each top-level layer on one batch.
 
-    Layer 0 is `data` with the measured mean data wait as its forward time (the DAG model's I/O task).
+    Layer 0 is `data_wait` with the measured mean data wait as its forward time: the I/O the trainer's
+    prefetching left exposed, not the time to read a batch, so a replay adds it in series rather than
+    hiding it behind computation a second time (model/traces.py).
     A layer's backward time computes the gradients of its input and its own weights from an upstream
     gradient of ones (the loss layer from the softmax cross-entropy); its comm time is a Horovod sum of
     its weight gradients over all ranks (0 on one rank).  Every rank must call this together.
     """
-    trace = [LayerTrace(0, "data", data_wait_s * 1e6, 0.0, 0.0, 0)]
+    trace = [LayerTrace(0, DATA_WAIT_LAYER, data_wait_s * 1e6, 0.0, 0.0, 0)]
     x = images
     seed = tf.constant([0, 0], tf.int64)
     for index, layer in enumerate(net.spec.layers, start=1):
