@@ -84,6 +84,7 @@ class TrainResult:
     command: list[str] = field(default_factory=list)
     layer_trace: str | None = None  # RUNDIR-relative layer-wise trace (--profile-layers)
     placement: dict[str, Any] | None = None  # a net split by layers: devices, boundaries, measured copies
+    net_file: dict[str, str] | None = None   # a Caffe net file trained: its absolute path and sha256 at the start
     format: str = RESULT_FORMAT
 
     def to_dict(self) -> dict[str, Any]:

@@ -36,8 +36,8 @@ def test_every_shipped_file_reads_in_both_phases():
     assert [layer.name for layer in train.layers] == ["mnist", "conv1", "pool1", "conv2", "pool2", "ip1", "relu1",
                                                       "ip2", "loss"]
     assert [layer.name for layer in test.layers][-2:] == ["accuracy", "loss"]
-    assert train.layers[0].settings == DataParam("examples/mnist/mnist_train_lmdb", 64, None, 0)
-    assert test.layers[0].settings == DataParam("examples/mnist/mnist_test_lmdb", 100, None, 0)
+    assert train.layers[0].settings == DataParam("examples/mnist/mnist_train_lmdb", 64, None, 0, scale=0.00390625)
+    assert test.layers[0].settings == DataParam("examples/mnist/mnist_test_lmdb", 100, None, 0, scale=0.00390625)
 
 
 def test_layers_keep_their_params_fillers_and_blobs():
@@ -49,7 +49,8 @@ def test_layers_keep_their_params_fillers_and_blobs():
     assert (s.num_output, s.kernel, s.pad, s.group, s.bias_term) == (256, (5, 5), (2, 2), 2, True)
     assert (s.weight_filler.type, s.weight_filler.std, s.bias_filler.value) == ("gaussian", 0.01, 1.0)
     assert net.layer("relu1").in_place and net.layer("relu1").bottom == ("conv1",)
-    assert net.layers[0].settings == DataParam("examples/imagenet/ilsvrc12_train_lmdb", 256, (227, 227, 3), 227)
+    assert net.layers[0].settings == DataParam("examples/imagenet/ilsvrc12_train_lmdb", 256, (227, 227, 3), 227,
+                                               mean_file="data/ilsvrc12/imagenet_mean.binaryproto", mirror=True)
     deploy = read_net(ZOO / "resnet" / "ResNet-50-deploy.prototxt")
     assert deploy.inputs == (("data", (1, 3, 224, 224)),)
     pool = deploy.layer("pool5").settings

@@ -45,9 +45,10 @@ def work(tmp_path_factory) -> Path:
 
 
 def _train(work: Path, solver: str, out: str, *extra: str) -> list[str]:
-    """`firescale train` with the net from the solver's net: line (relative to the solver file)."""
+    """`firescale train` with the net from the solver's net: line (relative to the solver file), the pixels scaled
+    by 1/255 and no mean (cifar10_quick's mean_file is Caffe's, not here)."""
     return ["train", "--dataset", str(work / "digits"), "--solver", str(work / solver), "--out", str(work / out),
-            *extra]
+            "--scale", repr(1 / 255), "--mean", "0", *extra]
 
 
 def _snap(work: Path, out: str, k: int) -> dict[str, np.ndarray]:

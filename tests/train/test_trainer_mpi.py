@@ -79,6 +79,8 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
         gradient = net_cost(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
         assert allreduce["library"] == "openmpi" and allreduce["message_bytes"] == gradient > 262144
         assert allreduce["model"] == "rabenseifner" and "Open MPI's fixed rules" in allreduce["algorithm"]
+        assert allreduce["collectives"] == {"library": "MPI", "gpu_operations": None, "mpi_enabled": True,
+                                            "gloo_enabled": False, "nccl_built": False}
     assert len(result["evals"]) == 2 and result["evals"][-1]["iter"] == 100
     assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
     # iterations 0 and 50 ran in parts, timing compute and allreduce apart; the others as one graph
@@ -186,7 +188,7 @@ def test_digits_reaches_95_percent(work, run_ranks, ranks):
     from firescale.model.traces import read_trace
 
     trace = read_trace(out / result["layer_trace"])
-    assert [r.name for r in trace][:2] == ["data", "conv1"] and trace[1].gradient_bytes == (25 * 20 + 20) * 4
+    assert [r.name for r in trace][:2] == ["data_wait", "conv1"] and trace[1].gradient_bytes == (25 * 20 + 20) * 4
     assert (trace[1].comm_us > 0) == (ranks == 2)
     assert result["reached_target"] and result["status"] == "target_reached", proc.stdout[-2000:]
     assert result["evals"][-1]["top1"] >= 0.95 and result["iterations"] < 600

@@ -135,12 +135,17 @@ class SimpleParam:
 
 @dataclass(frozen=True)
 class DataParam:
-    """Where a data layer reads (`source`), its batch, and the image shape (H, W, C) when the file says it."""
+    """Where a data layer reads (`source`), its batch, the image shape (H, W, C) when the file says it, and its
+    transform_param with Caffe's defaults (scale 1, no mean, no crop, no mirror)."""
 
     source: str = ""
     batch_size: int = 0
     shape: tuple[int, int, int] | None = None
     crop_size: int = 0
+    scale: float = 1.0
+    mean_value: tuple[float, ...] = ()
+    mean_file: str = ""
+    mirror: bool = False
 
 
 Settings = (Convolution | Pooling | InnerProductParam | LRNParam | DropoutParam | ConcatParam | EltwiseParam
@@ -319,10 +324,19 @@ def _settings(kind: str, raw: dict[str, Any], where: str) -> Settings | None:
 
 
 def _data(kind: str, raw: dict[str, Any], where: str) -> DataParam:
-    """The source, batch and (when the file gives it) image shape of a data layer."""
+    """The source, batch, transform and (when the file gives it) image shape of a data layer."""
     transform = _block(raw, "transform_param", where)
-    crop = _int(transform, "crop_size", 0, where)
+    at = f"{where} transform_param"
+    crop = _int(transform, "crop_size", 0, at)
     means = _list(transform.get("mean_value"))
+    if any(isinstance(m, bool) or not isinstance(m, (int, float)) for m in means):
+        raise FirescaleError(f"{at}: 'mean_value' is {means!r}; expected numbers, one or one per channel")
+    mean_file = str(_one(transform, "mean_file", "", at))
+    if means and mean_file:
+        raise FirescaleError(f"{at}: gives both 'mean_file' and 'mean_value'; Caffe takes one of them")
+    kept: dict[str, Any] = {"scale": _number(transform, "scale", 1.0, at),
+                            "mean_value": tuple(float(m) for m in means), "mean_file": mean_file,
+                            "mirror": bool(_bool(transform, "mirror", False, at))}
     if kind == "Input":
         shapes = _list(_block(raw, "input_param", where).get("shape"))
         if len(shapes) < 1 or not isinstance(shapes[0], dict):
@@ -337,12 +351,12 @@ def _data(kind: str, raw: dict[str, Any], where: str) -> DataParam:
         channels = 3 if _bool(p, "is_color", True, where) else 1
         h, w = _int(p, "new_height", 0, where), _int(p, "new_width", 0, where)
         shape = (crop, crop, channels) if crop else ((h, w, channels) if h and w else None)
-        return DataParam(str(_one(p, "source", "", where)), _int(p, "batch_size", 0, where), shape, crop)
+        return DataParam(str(_one(p, "source", "", where)), _int(p, "batch_size", 0, where), shape, crop, **kept)
     key = "data_param" if kind == "Data" else "hdf5_data_param"
     p = _block(raw, key, where)
     # A Data layer's records carry their own size; the file gives it only as a crop (colour unless one mean).
     shape = (crop, crop, 1 if len(means) == 1 else 3) if crop and kind == "Data" else None
-    return DataParam(str(_one(p, "source", "", where)), _int(p, "batch_size", 0, where), shape, crop)
+    return DataParam(str(_one(p, "source", "", where)), _int(p, "batch_size", 0, where), shape, crop, **kept)
 
 
 def _in_phase(raw: dict[str, Any], phase: str, where: str) -> bool:

@@ -27,6 +27,9 @@ NET_ONLY_KEYS = ("net", "net_param", "train_net", "test_net", "train_net_param",
                  "train_state", "test_state", "test_compute_loss", "solver_mode", "device_id",
                  "snapshot_diff", "debug_info", "layer_wise_reduce", "weights")
 SNAPSHOT_FORMATS = ("BINARYPROTO", "HDF5")  # SolverParameter.SnapshotFormat; BINARYPROTO is Caffe's default
+# The test net's file: its data layer's batch_size is what test_iter counts, and its learnable layers must be the
+# trained net's (train/net_file.py); one file only: with several test nets the test split is evaluated whole.
+TEST_NET_KEY = "test_net"
 
 
 @dataclass
@@ -201,6 +204,8 @@ def solver_from_mapping(raw: dict[str, Any], source: str = "solver") -> SolverCo
             else:  # several test nets (a test_state each); firescale evaluates its one test split whole
                 ignored[key] = value
                 continue
+        if key == TEST_NET_KEY and isinstance(value, list) and len(value) == 1:
+            value = value[0]   # one test net: its file is read (train/net_file.py); several: kept as given
         if key in NET_ONLY_KEYS:
             ignored[key] = value
             continue
@@ -226,8 +231,9 @@ NET_FILE_KEYS = ("net", "train_net")
 
 def ignored_note(config: SolverConfig) -> str:
     """One sentence naming the solver keys firescale read but does not use, or '' when there are none (the
-    net file's `net:`/`train_net:` is used by `train` and said apart)."""
-    keys = sorted(k for k in config.ignored if k not in NET_FILE_KEYS)
+    net file's `net:`/`train_net:` and one `test_net:` are used by `train` and said apart)."""
+    used = (*NET_FILE_KEYS, *([TEST_NET_KEY] if isinstance(config.ignored.get(TEST_NET_KEY), str) else []))
+    keys = sorted(k for k in config.ignored if k not in used)
     if not keys:
         return ""
     return ("solver keys ignored (firescale takes the data from --dataset and the devices from the site): "

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a solver key (repeatable), e.g. --set base_lr=0.02")
     parser.add_argument("--out", required=True, type=Path, help="run directory: result.json, mllog.txt, snapshots/")
     batch = parser.add_mutually_exclusive_group()
-    batch.add_argument("--batch-per-rank", type=int, help="images per rank per iteration (default 64)")
+    batch.add_argument("--batch-per-rank", type=int, help="images per rank per iteration (default: a net file's "
+                                                          "TRAIN data layer batch_size, as Caffe's per GPU, else 64)")
     batch.add_argument("--total-batch", type=int, help="images per iteration over all ranks (split evenly)")
     parser.add_argument("--reference-batch", type=int,
                         help="the batch base_lr was tuned for (default: the per-rank batch with --batch-per-rank, "
@@ -64,11 +65,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-every", type=int, default=50, metavar="N",
                         help="time data wait, compute and allreduce apart on every Nth iteration (and the first), "
                              "the host waiting after each part; the others run as one graph (default 50; 1: all)")
+    parser.add_argument("--overlap-allreduce", action="store_true",
+                        help="start each gradient's allreduce as soon as backward produces it (wait-free "
+                             "backprop, as Horovod's DistributedGradientTape) instead of one grouped allreduce "
+                             "after the whole backward pass; the iterations timed in parts stay grouped")
     parser.add_argument("--data-format", choices=("lmdb", "hdf5"), help="which copy of the dataset to read")
-    parser.add_argument("--scale", type=float, default=1 / 255, help="pixel scale after mean subtraction")
-    parser.add_argument("--mean", type=_mean, help="per-channel mean values (comma-separated) or a mean file")
-    parser.add_argument("--crop", type=int, help="crop size (random in training, centre in test)")
-    parser.add_argument("--mirror", action="store_true", help="random horizontal flips in training")
+    parser.add_argument("--scale", type=float, help="pixel scale after mean subtraction (default: a net file's "
+                                                    "TRAIN data layer transform_param, as Caffe's, else 1/255)")
+    parser.add_argument("--mean", type=_mean, help="per-channel mean values (comma-separated) or a mean file "
+                                                   "(default: a net file's transform_param, else none)")
+    parser.add_argument("--crop", type=int, help="crop size, random in training, centre in test (default: a net "
+                                                 "file's transform_param crop_size, else none)")
+    parser.add_argument("--mirror", action=argparse.BooleanOptionalAction,
+                        help="random horizontal flips in training (default: a net file's transform_param, else no)")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank (default 1)")
     parser.add_argument("--layer-plan", type=Path, metavar="FILE",
                         help="split each replica's layers over devices by the dist blocks in FILE (a solver "
@@ -79,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
     from firescale.train.scaling import parse_batch_schedule
     from firescale.train.trainer import TrainOptions, run_training
 
-    if args.batch_per_rank is None and args.total_batch is None:
-        args.batch_per_rank = 64
     if args.snapshot is not None and args.weights is not None:
         raise FirescaleError("give --snapshot to resume training or --weights to fine-tune, not both (as Caffe says)")
     if args.threads < 1:
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         snapshot=args.snapshot, weights=args.weights,
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
-        split_every=args.split_every, layer_plan=args.layer_plan,
+        split_every=args.split_every, layer_plan=args.layer_plan, overlap_allreduce=args.overlap_allreduce,
         batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )

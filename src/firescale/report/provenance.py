@@ -48,7 +48,8 @@ def _distinct(values: list[Any]) -> list[Any]:
 def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: str | Path,
                        command: list[str], net_file: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything needed to say where the numbers came from, as a JSON-ready dict; `net_file` is the path and
-    sha256 of the experiment's Caffe net file (None for a built-in net)."""
+    sha256 of the experiment's Caffe net file now (None for a built-in net), `net_file_runs` the sha256s the runs
+    recorded when they started (result.json's net_file)."""
     trained = [r for r in records if r.train is not None]
     run_versions: dict[str, list[str]] = {}
     for record in trained:
@@ -65,6 +66,7 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
             "command": shlex.join(train.command) if train and train.command else "",
             "job_ids": [str(s.get("job_id")) for s in record.submissions if s.get("job_id") is not None],
             "queue_s": record.queue_s,
+            "net_file_sha256": train.net_file["sha256"] if train and train.net_file else None,
         })
     return {
         "git": git_state(repo),
@@ -73,10 +75,23 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
         "versions_runs": {k: _distinct(v) for k, v in sorted(run_versions.items())},
         "site": site,
         "net_file": net_file,
+        "net_file_runs": _distinct([t.net_file["sha256"] for t in (r.train for r in trained) if t and t.net_file]),
         "dataset_manifest_sha256": _distinct([r.train.dataset_manifest_sha256 for r in trained]),
         "datasets": _distinct([r.train.dataset for r in trained]),
         "runs": runs,
     }
+
+
+def _net_file_runs(prov: dict[str, Any]) -> list[str]:
+    """The net file's sha256 as the runs recorded it, against the file read for the report."""
+    hashes, now = prov.get("net_file_runs") or [], (prov.get("net_file") or {}).get("sha256")
+    if len(hashes) > 1:
+        return [f"net file sha256 DIFFERS between runs: {', '.join(hashes)}"]
+    if not hashes:
+        return []
+    same = "" if now is None else (" (the same file)" if hashes[0] == now else
+                                   " (the file has CHANGED since the runs)")
+    return [f"net file sha256 in the runs: {hashes[0]}{same}"]
 
 
 def provenance_lines(prov: dict[str, Any]) -> list[str]:
@@ -90,6 +105,7 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
     if prov.get("net_file"):
         lines.append(f"net file: {prov['net_file']['path']}, sha256 {prov['net_file']['sha256']} "
                      f"(read when this report was made)")
+    lines.extend(_net_file_runs(prov))
     manifests = prov["dataset_manifest_sha256"]
     if len(manifests) > 1:
         lines.append(f"dataset manifest sha256 DIFFERS between runs: {', '.join(manifests)}")

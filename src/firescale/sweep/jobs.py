@@ -55,6 +55,8 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
         argv += ["--layer-plan", str(plan.resolve(point.layer_plan))]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
+    if plan.overlap_allreduce(experiment):
+        argv.append("--overlap-allreduce")
     argv.append("--resume")
     return argv
 

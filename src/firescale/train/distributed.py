@@ -40,6 +40,15 @@ class Rank:
             return list(tensors)
         return list(self.hvd.grouped_allreduce(list(tensors), op=self.hvd.Sum))
 
+    def sum_each(self, tensors: Sequence[Any]) -> list[Any]:
+        """Element-wise sums over all ranks, one Horovod allreduce (op=Sum) per tensor and no group: inside a
+        graph each is handed to Horovod as soon as its tensor exists (the op is not stateful, so nothing
+        orders it after the others), as DistributedGradientTape does, and early ones run while the rest
+        of the graph computes.  Horovod still fuses those that reach one of its cycles together."""
+        if self.size == 1:
+            return list(tensors)
+        return [self.hvd.allreduce(t, op=self.hvd.Sum) for t in tensors]
+
     def sum_numbers(self, values: Sequence[float]) -> np.ndarray:
         """Sums over all ranks of a few float64 numbers (exact for counts)."""
         import tensorflow as tf
@@ -145,10 +154,11 @@ def mpi_implementation() -> str:
 
 
 def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
-                       gradient_bytes: int | None = None) -> dict[str, Any]:
+                       gradient_bytes: int | None = None, overlap: bool = False) -> dict[str, Any]:
     """Which allreduce summed the gradients: what the job asked for (FIRESCALE_ALLREDUCE), the library that
     carried them (NCCL, Open MPI, MPICH or Gloo) and the algorithm its settings select, decoded by the
-    same vocabulary that set them (firescale.cluster.collectives), with the cost model of it."""
+    same vocabulary that set them (firescale.cluster.collectives), with the cost model of it; and whether
+    each gradient's allreduce overlapped the backward pass (`overlap`) or one grouped one followed it."""
     env = dict(os.environ if env is None else env)
     hvd = rank.hvd
     controller = "mpi" if hvd.mpi_enabled() else ("gloo" if hvd.gloo_enabled() else "none")
@@ -178,6 +188,7 @@ def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
         "algorithm": used.algorithm,
         "model": used.model,
         "tree": used.tree,
+        "overlap": bool(overlap),
     }
 
 

@@ -1,4 +1,4 @@
-"""Evaluation on the whole test set, sharded over ranks and summed: top-1, top-5 (Caffe's rule) and loss."""
+"""Evaluation on the test set (its first N images), sharded over ranks and summed: top-1, top-5 (Caffe's rule), loss."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -54,13 +54,24 @@ def make_eval_step(net: Callable[..., tf.Tensor], num_classes: int,
     return step
 
 
+def rank_share(images: int, rank: int, size: int) -> int:
+    """How many of the first `images` test records rank `rank` of `size` reads: records rank, rank+size, ..."""
+    return len(range(rank, images, size))
+
+
 def evaluate(step: Callable[..., tf.Tensor], batches: Iterable[tuple[tf.Tensor, tf.Tensor]],
-             sum_over_ranks: Callable[[list[float]], np.ndarray], max_batches: int | None = None) -> EvalSums:
-    """Run `step` over this rank's test batches, then sum the totals over all ranks."""
+             sum_over_ranks: Callable[[list[float]], np.ndarray], max_images: int | None = None) -> EvalSums:
+    """Run `step` over this rank's test batches (their first `max_images` images, when given), then sum the totals
+    over all ranks."""
     totals = np.zeros(4, np.float64)
-    for i, (images, labels) in enumerate(batches):
-        if max_batches is not None and i >= max_batches:
+    left = max_images
+    for images, labels in batches:
+        if left is not None and left <= 0:
             break
+        if left is not None and left < int(labels.shape[0]):
+            images, labels = images[:left], labels[:left]
         totals += step(images, labels).numpy()
+        if left is not None:
+            left -= int(labels.shape[0])
     loss_sum, top1, top5, count = sum_over_ranks(totals.tolist())
     return EvalSums(float(loss_sum), float(top1), float(top5), float(count))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from firescale.caffe.net import DATA_TYPES, BatchNormParam, CaffeNetFile, ParamSpec, read_net
-from firescale.caffe.solver import NET_FILE_KEYS, SolverConfig
+from firescale.caffe.solver import NET_FILE_KEYS, TEST_NET_KEY, SolverConfig
 from firescale.errors import FirescaleError
 from firescale.nets.spec import FC, Branches, Conv, Layer, NetSpec
 from firescale.train.caffe_weights import caffe_names
@@ -34,15 +34,56 @@ def choose_net(net: str | None, solver_cfg: SolverConfig, solver_file: Path) -> 
         if written and Path(written).name != Path(net).name:
             return ChosenNet(net, f"--net {net} is trained; the solver's {key}: {written!r} is set aside")
         return ChosenNet(net)
-    if not written:
+    if not written or key is None:
         raise FirescaleError(f"{solver_file}: no --net and no net: line in the solver; give --net NAME or "
                              f"--net path/to/train_val.prototxt, or a net: \"path\" in the solver")
+    path = _solver_file_path(solver_file, key, written)
+    return ChosenNet(str(path), f"the solver's {key}: {written!r} is trained: {path}")
+
+
+def _solver_file_path(solver_file: Path, key: str, written: str) -> Path:
+    """A net file a solver names: relative to the solver file's folder, else to the working directory as Caffe
+    resolves it; neither: an error naming both."""
     beside, here = Path(solver_file).parent / written, Path(written)
     for path in (beside, here):
         if path.is_file():
-            return ChosenNet(str(path), f"the solver's {key}: {written!r} is trained: {path}")
+            return path
     raise FirescaleError(f"{solver_file}: {key}: {written!r} names no file ({beside} beside the solver, or {here} "
                          f"from the working directory); expected a Caffe net file")
+
+
+def test_net_path(solver_cfg: SolverConfig, solver_file: Path) -> Path | None:
+    """The solver's one `test_net:` file, found as its `net:` is; None without one (several test nets, each
+    with its own test_iter, are not read: the test split is evaluated whole, as the solver module says)."""
+    written = solver_cfg.ignored.get(TEST_NET_KEY)
+    return _solver_file_path(solver_file, TEST_NET_KEY, written) if isinstance(written, str) else None
+
+
+test_net_path.__test__ = False  # type: ignore[attr-defined]  # a function, not a pytest test, where imported
+
+
+def check_test_net(spec: NetSpec, test_net: Path) -> None:
+    """Refuse a solver's test_net whose learnable layers (names and blob shapes) differ from the trained net's:
+    Caffe shares the trained weights with the test net by layer name, and firescale evaluates the trained net."""
+    from firescale.nets.caffe_file import spec_from_net
+    from firescale.train.caffe_weights import caffe_layouts
+
+    trained = spec.source or repr(spec.name)
+    try:
+        other = spec_from_net(read_net(test_net, "TEST"), input_shape=spec.input_shape, name=spec.name)
+        theirs = {name: [b.caffe_shape for b in blobs] for name, blobs in caffe_layouts(other).items()}
+    except FirescaleError as exc:
+        raise FirescaleError(f"{test_net}: the solver's test_net is not a net firescale can evaluate on the trained "
+                             f"net {trained}'s input: {exc}") from None
+    ours = {name: [b.caffe_shape for b in blobs] for name, blobs in caffe_layouts(spec).items()}
+    if ours == theirs:
+        return
+    name = next(n for n in [*ours, *theirs] if ours.get(n) != theirs.get(n))
+    def shown(blobs: list[tuple[int, ...]] | None) -> str:
+        return "absent" if blobs is None else " and ".join("x".join(map(str, b)) for b in blobs)
+    raise FirescaleError(f"{test_net}: the solver's test_net differs from the trained net {trained} in the learnable "
+                         f"layer {name!r} (blobs {shown(theirs.get(name))} against {shown(ours.get(name))}); expected "
+                         f"the same learnable layers, which Caffe shares between the nets by name")
 
 
 @dataclass(frozen=True)
@@ -57,13 +98,16 @@ class NetFileSettings:
     data: str
 
 
-def net_file_settings(spec: NetSpec) -> NetFileSettings | None:
+def net_file_settings(spec: NetSpec, test_net: Path | None = None) -> NetFileSettings | None:
     """The settings of the Caffe file `spec` was read from (None for a built-in net); refuses a TEST phase whose
-    net differs from the TRAIN phase's, since both are trained and evaluated as one net."""
+    net differs from the TRAIN phase's, since both are trained and evaluated as one net.  With a solver's
+    `test_net` (see `check_test_net`) that file's TEST phase is the test net instead."""
     if not spec.source:
         return None
-    train, test = read_net(spec.source, "TRAIN"), read_net(spec.source, "TEST")
-    _same_net(spec, test)
+    train = read_net(spec.source, "TRAIN")
+    test = read_net(test_net, "TEST") if test_net is not None else read_net(spec.source, "TEST")
+    if test_net is None:
+        _same_net(spec, test)
     names = {caffe: ours for ours, caffe in caffe_names(spec).items()}
     fractions = {names[layer.name]: layer.settings.moving_average_fraction for layer in train.layers
                  if isinstance(layer.settings, BatchNormParam) and layer.name in names}

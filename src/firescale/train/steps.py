@@ -72,11 +72,15 @@ def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, 
 
 
 def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...],
-                     sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]]) -> TrainSteps:
+                     sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]], *,
+                     sum_each: Callable[[list[tf.Tensor]], list[tf.Tensor]] | None = None) -> TrainSteps:
     """Trace the iteration, grad, apply and evaluation steps of `net` for images of `image_shape` (H, W, C);
     the update takes the images it averages over (the effective batch) as an argument, since it may
     change, and the learning rate as a tensor, so that neither retraces.  `sum_over_ranks` is the
-    grouped allreduce (Rank.sum), which the iteration step runs inside its graph."""
+    grouped allreduce (Rank.sum), which the iteration step runs inside its graph after the whole backward
+    pass.  With `sum_each` (Rank.sum_each) the iteration step overlaps instead: one allreduce per gradient,
+    none waiting for another, so that the graph hands each to Horovod as soon as backward has produced its
+    gradient (wait-free backprop), and each layer's update runs as soon as its sum is back."""
     x_spec = tf.TensorSpec((None, *image_shape), tf.float32)
     y_spec = tf.TensorSpec((None,), tf.int64)
     scalar = tf.TensorSpec((), tf.float32)
@@ -86,7 +90,8 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
     def iteration_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor, rate: tf.Tensor,
                        iteration: tf.Tensor, batch: tf.Tensor, stop_flag: tf.Tensor) -> tf.Tensor:
         loss_sum, grads = loss_and_gradients(net, images, labels, dropout_seed)
-        summed, loss_and_flag = sum_learnt(net, sum_over_ranks, list(grads), tf.stack([loss_sum, stop_flag]))
+        summed, loss_and_flag = sum_learnt(net, sum_each or sum_over_ranks, list(grads),
+                                           tf.stack([loss_sum, stop_flag]))
         apply_update(solver, summed, rate, iteration, batch)
         return loss_and_flag
 

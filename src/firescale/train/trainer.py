@@ -59,14 +59,16 @@ class TrainOptions:
     eval_batch: int = 256
     profile_layers: bool = False
     data_format: str | None = None
-    scale: float = 1 / 255
+    # The transform; None: not given, so the net file's TRAIN data layer says it, else 1/255 and none (data_layers)
+    scale: float | None = None
     mean: tuple[float, ...] | str | None = None
     crop: int | None = None
-    mirror: bool = False
+    mirror: bool | None = None
     threads: int = 1
     layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
     batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
     split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
+    overlap_allreduce: bool = False  # each gradient's allreduce as backward produces it (the whole iterations)
     command: list[str] = field(default_factory=list)
 
 
@@ -128,6 +130,9 @@ def run_training(opts: TrainOptions) -> int:
     try:
         clock = SegmentClock()
         solver_cfg = load_solver(opts.solver, opts.overrides)  # bad solver files fail before MPI starts
+        if opts.overlap_allreduce and solver_cfg.iter_size != 1:
+            raise FirescaleError(f"--overlap-allreduce needs the solver's iter_size to be 1, not {solver_cfg.iter_size}"
+                                 ": accumulated micro-batches send their sum once, after the last one")
         target = _resolve_target(opts)
         plan = read_layer_plan(opts.layer_plan or opts.solver)
         if opts.layer_plan and plan is None:
@@ -173,8 +178,16 @@ class Training:
             raise FirescaleError(f"--split-every must be at least 1, not {opts.split_every}")
         if opts.eval_batch < rank.size:
             raise FirescaleError(f"--eval-batch {opts.eval_batch} must be at least the {rank.size} ranks")
-        self.schedule = plan_schedule(rank.size, opts.batch_schedule, batch_per_rank=opts.batch_per_rank,
-                                      total_batch=opts.total_batch, iter_size=solver_cfg.iter_size,
+        from firescale.train.data_layers import first_batch, read_data_layers
+        from firescale.train.net_file import choose_net, test_net_path
+
+        self.chosen = choose_net(opts.net, solver_cfg, opts.solver)
+        self.test_net = test_net_path(solver_cfg, opts.solver)
+        self.data_layers = read_data_layers(self.chosen.name, self.test_net)
+        batch_per_rank, total_batch, self.batch_note = first_batch(self.data_layers, opts.batch_per_rank,
+                                                                   opts.total_batch, rank.size)
+        self.schedule = plan_schedule(rank.size, opts.batch_schedule, batch_per_rank=batch_per_rank,
+                                      total_batch=total_batch, iter_size=solver_cfg.iter_size,
                                       reference_batch=opts.reference_batch, lr_scaling=opts.lr_scaling,
                                       warmup_iters=opts.warmup_iters, base_lr=solver_cfg.base_lr,
                                       warmup_start_lr=opts.warmup_start_lr)
@@ -199,28 +212,34 @@ class Training:
         """Open the datasets, build the net from its spec with Caffe's fillers, and its solver."""
         import tensorflow as tf
 
-        from firescale.data.readers import Transform, open_dataset
+        from firescale.data.readers import open_dataset
         from firescale.data.transforms import BatchTransformer
         from firescale.nets.zoo import get_net
-        from firescale.train.net_file import blob_multipliers, check_classes, choose_net, net_file_settings
+        from firescale.train.data_layers import data_transform, test_images
+        from firescale.train.net_file import blob_multipliers, check_classes, check_test_net, net_file_settings
         from firescale.train.nets import build_net
         from firescale.train.solvers import CaffeSolver
 
-        opts, cfg = self.opts, self.solver_cfg
+        opts, cfg, chosen = self.opts, self.solver_cfg, self.chosen
         tf.random.set_seed(self.seed)
-        self.transform = Transform(scale=opts.scale, mean=opts.mean, crop=opts.crop, mirror=opts.mirror)
+        self.transform, transform_notes = data_transform(self.data_layers, scale=opts.scale, mean=opts.mean,
+                                                         crop=opts.crop, mirror=opts.mirror)
         self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
         self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
         self.image_shape = tuple(BatchTransformer(self.transform, self.train_ds.shape).out_shape)
-        chosen = choose_net(opts.net, cfg, opts.solver)
         # A Caffe file keeps its own classes (the dataset's must agree); a built-in net takes the dataset's.
         self.spec = get_net(chosen.name, input_shape=self.image_shape)
         if self.spec.source:
             check_classes(self.spec, self.train_ds.num_classes, opts.dataset)
         else:
             self.spec = get_net(chosen.name, num_classes=self.train_ds.num_classes, input_shape=self.image_shape)
-        self.net_file = net_file_settings(self.spec)
-        for line in (chosen.note, self.net_file.data if self.net_file else ""):
+        if self.test_net is not None:
+            check_test_net(self.spec, self.test_net)
+        self.net_file = net_file_settings(self.spec, self.test_net)
+        self.eval_images, eval_note = test_images(cfg.test_iter, self.data_layers, opts.eval_batch,
+                                                  self.test_ds.num_records)
+        for line in (chosen.note, self.net_file.data if self.net_file else "", self.batch_note, *transform_notes,
+                     eval_note):
             if line:
                 _say(self.rank, line)
         self.placement = self._place()
@@ -318,7 +337,8 @@ class Training:
         rank = self.rank
         self.open_stream(self.start_iter)
         self.eval_per_rank = self.opts.eval_batch // rank.size
-        self.steps = make_train_steps(self.net, self.solver, self.image_shape, rank.sum)
+        self.steps = make_train_steps(self.net, self.solver, self.image_shape, rank.sum,
+                                      sum_each=rank.sum_each if self.opts.overlap_allreduce else None)
         warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed,
                 self.net.params + self.solver.history + self.solver.update_history)
         import tensorflow as tf
@@ -328,7 +348,11 @@ class Training:
         self.hostnames = rank.gather_object(socket.gethostname())
         self.run_versions = versions(rank.hvd) if rank.is_root else {}
         gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in learnt)
-        self.allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes)
+        self.allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes,
+                                                 overlap=self.opts.overlap_allreduce)
+        from firescale.cluster.horovod_build import collectives_record  # the library that summed the gradients
+
+        self.allreduce_info["collectives"] = collectives_record(rank.hvd, rank.device)
         self._log_constants()
 
     def open_stream(self, iteration: int) -> None:
@@ -355,7 +379,7 @@ class Training:
         for key, value in ((c.GLOBAL_BATCH_SIZE, plan.effective_batch), (c.OPT_NAME, cfg.type),
                            (c.OPT_BASE_LR, cfg.base_lr * plan.lr_scale), (c.OPT_WEIGHT_DECAY, cfg.weight_decay),
                            (c.OPT_LR_WARMUP_STEPS, plan.warmup_iters), (c.SEED, self.seed),
-                           (c.TRAIN_SAMPLES, self.train_ds.num_records), (c.EVAL_SAMPLES, self.test_ds.num_records)):
+                           (c.TRAIN_SAMPLES, self.train_ds.num_records), (c.EVAL_SAMPLES, self.eval_images)):
             log.event(key, value)
         log.end(c.INIT_STOP)
         if self.placement is not None:
@@ -364,7 +388,8 @@ class Training:
         _say(self.rank, f"firescale train: {self.spec.name} on {self.opts.dataset} ({self.train_ds.num_records} train, "
                         f"{self.test_ds.num_records} test), {self.rank.size} ranks x batch {plan.batch_per_rank} "
                         f"(x iter_size {plan.iter_size}) = {plan.effective_batch}, {cfg.type} base_lr {cfg.base_lr} "
-                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}, "
+                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}"
+                        + (" overlapped with backward" if self.opts.overlap_allreduce else "") + ", "
                         f"target {self.target_source}"
                         + (f", resumed at iteration {self.start_iter}" if self.start_iter else ""))
         if ignored_note(cfg):
@@ -486,9 +511,10 @@ class Training:
 
     # ------------------------------------------------------------ evaluate
     def evaluate(self) -> EvalPoint:
-        """The whole test set, sharded over the ranks; logged, printed and written to result.json."""
+        """The test set's first `eval_images` (all of it without test_iter), sharded over the ranks; logged, printed
+        and written to result.json."""
         from firescale.data.readers import test_batches
-        from firescale.train.evaluation import evaluate
+        from firescale.train.evaluation import evaluate, rank_share
 
         c, it = self.log.constants, self.iteration
         num_train = self.train_ds.num_records
@@ -501,7 +527,8 @@ class Training:
             self.rank.broadcast_variables(self.net.statistics)
         batches = test_batches(self.test_ds, self.transform, rank=self.rank.rank, size=self.rank.size,
                                batch=self.eval_per_rank)
-        sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers, self.solver_cfg.test_iter)
+        sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers,
+                        rank_share(self.eval_images, self.rank.rank, self.rank.size))
         self.clock.eval_s += now() - t0
         point = EvalPoint(iter=it, epoch=epoch, wall_s=self.clock.run_s(),
                           top1=sums.top1, top5=sums.top5, loss=sums.loss)
@@ -567,7 +594,9 @@ class Training:
             per_iteration=self.totals().mean(self.opts.split_every), allreduce=self.allreduce_info,
             hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
             status=status,
-            command=list(self.opts.command))
+            command=list(self.opts.command),
+            net_file={"path": str(Path(self.net_file.source).resolve()), "sha256": self.net_file.sha256}
+            if self.net_file else None)
 
     # ------------------------------------------------------------ finish
     def finish(self, status: str, stop: StopRequest) -> int:
