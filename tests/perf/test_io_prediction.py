@@ -3,10 +3,10 @@ and both in `predict experiment` and the report."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from firescale.cluster.site import load_site
 from firescale.errors import FirescaleError
@@ -14,7 +14,9 @@ from firescale.model.io_time import DataPath, fetch_then_compute, h2d_time, io_t
 from firescale.model.paleo import platform_from_site, predict_point
 from firescale.report.summary import load_predictions
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+from site_helpers import REPO, site_copy  # noqa: E402
+
 IMAGE = 224 * 224 * 3   # bytes of one stored 224x224 RGB image
 
 
@@ -49,22 +51,13 @@ def test_bad_bandwidths_are_refused():
         DataPath(read_bandwidth=-1.0)
 
 
-def _site(tmp_path: Path, name: str, edit) -> Path:
-    data = yaml.safe_load((REPO / "site" / name / "site.yaml").read_text())
-    edit(data)
-    path = tmp_path / name / "site.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def _storage(d: dict) -> None:
     d["storage"] = {"read_gbytes_per_s": 0.3673, "shared_read_gbytes_per_s": 1.1}   # the DAG paper's SSD and NFS
     d["device"]["host_to_device_gbs"] = 12.0
 
 
 def test_a_gpu_site_with_storage_predicts_io_and_copy_behind_the_compute(tmp_path):
-    site = load_site(_site(tmp_path, "ib-cluster", _storage))
+    site = load_site(site_copy(tmp_path, "ib-cluster", _storage))
     platform = platform_from_site(site)
     assert platform.data == DataPath(0.3673e9, 1.1e9, 12e9, overlap_io=True)   # 10 cores a rank: a reader thread
     p = predict_point(site, "alexnet", 8, 1024)
@@ -81,7 +74,7 @@ def test_a_gpu_site_with_storage_predicts_io_and_copy_behind_the_compute(tmp_pat
 
 
 def test_a_one_core_rank_reads_in_line_so_io_adds_to_the_iteration(tmp_path):
-    site = load_site(_site(tmp_path, "local", lambda d: d.update(storage={"read_gbytes_per_s": 0.5})))
+    site = load_site(site_copy(tmp_path, "local", lambda d: d.update(storage={"read_gbytes_per_s": 0.5})))
     assert not platform_from_site(site).data.overlap_io
     with_io, without = predict_point(site, "lenet", 2, 64), predict_point(load_site("local"), "lenet", 2, 64)
     assert with_io.io_s == pytest.approx(2 * 32 * 28 * 28 / 0.5e9, rel=1e-12) and with_io.h2d_s == 0.0
@@ -108,7 +101,7 @@ def test_predict_experiment_gives_each_point_its_parts(tmp_path):
     def two_level(d: dict) -> None:
         _storage(d)
         d["interconnect"]["intra_node"] = {"name": "NVLink 2", "bandwidth_gbits": 1200, "latency_us": 2}
-    plan = load_plan(_site(tmp_path, "ib-cluster", two_level), REPO / "workflow" / "config.yaml")
+    plan = load_plan(site_copy(tmp_path, "ib-cluster", two_level), REPO / "workflow" / "config.yaml")
     result = predict_experiment(plan, "nin-imagenet")
     points = result["points"]
     assert result["model"]["platform"]["ranks_per_node"] == 4

@@ -3,10 +3,10 @@ shipped sites without the new key predicting what they did with one link."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from head_predictions import FIELDS, grid
 
 from firescale.cluster.site import load_site
@@ -15,7 +15,9 @@ from firescale.model.comm import COST_MODELS, LIBRARY_DEFAULTS, Link, allreduce_
 from firescale.model.hierarchy import NodeLinks, two_level_allreduce
 from firescale.model.paleo import platform_from_site, predict_point
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+from site_helpers import REPO, site_copy  # noqa: E402
+
 # Hand-derived cases: 2 nodes of 4 ranks; α 10 µs and 1 GB/s between nodes, α 1 µs and 10 GB/s within one.
 INTER = Link(1e9, 10e-6)
 INTRA = Link(10e9, 1e-6)
@@ -94,21 +96,12 @@ def test_shipped_sites_predict_what_they_did_with_one_link():
         assert {k: after[k] for k in fields} == {k: before[k] for k in fields}, where
 
 
-def _site(tmp_path: Path, name: str, edit) -> Path:
-    data = yaml.safe_load((REPO / "site" / name / "site.yaml").read_text())
-    edit(data)
-    path = tmp_path / name / "site.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def _nvlink(d: dict) -> None:
     d["interconnect"]["intra_node"] = {"name": "NVLink 2", "bandwidth_gbits": 1200, "latency_us": 2}
 
 
 def test_a_site_with_an_intra_node_link_splits_each_points_allreduce(tmp_path):
-    site = load_site(_site(tmp_path, "ib-cluster", _nvlink))
+    site = load_site(site_copy(tmp_path, "ib-cluster", _nvlink))
     platform = platform_from_site(site)
     assert platform.links == NodeLinks(4, Link(150e9, 2e-6))
     one_node, two_nodes = (predict_point(site, "alexnet", g, 1024) for g in (4, 8))
@@ -124,11 +117,11 @@ def test_the_hierarchical_knob_switches_a_gpu_site_but_not_a_cpu_one(tmp_path):
     def knob(d: dict) -> None:
         _nvlink(d)
         d["horovod"] = {"hierarchical_allreduce": True}
-    gpu = predict_point(load_site(_site(tmp_path, "ib-cluster", knob)), "alexnet", 8, 1024)
+    gpu = predict_point(load_site(site_copy(tmp_path, "ib-cluster", knob)), "alexnet", 8, 1024)
     assert gpu.comm_algorithm == "hierarchical(tree)"
-    flat = predict_point(load_site(_site(tmp_path / "flat", "ib-cluster", _nvlink)), "alexnet", 8, 1024)
+    flat = predict_point(load_site(site_copy(tmp_path / "flat", "ib-cluster", _nvlink)), "alexnet", 8, 1024)
     assert flat.comm_algorithm == "tree" and gpu.comm_s < flat.comm_s
-    cpu = load_site(_site(tmp_path, "local", lambda d: d.update(horovod={"hierarchical_allreduce": True})))
+    cpu = load_site(site_copy(tmp_path, "local", lambda d: d.update(horovod={"hierarchical_allreduce": True})))
     assert not platform_from_site(cpu).links.hierarchical     # Horovod's MPI build has no hierarchical allreduce
     named = predict_point(load_site("ib-cluster"), "alexnet", 8, 1024, algorithm="hierarchical-ring")
     assert named.comm_algorithm == "hierarchical(ring)" and named.algorithm == "ring"
@@ -147,7 +140,7 @@ def test_the_hierarchical_knob_switches_a_gpu_site_but_not_a_cpu_one(tmp_path):
     ("ib-cluster", lambda d: d.update(storage={"read_gbytes_per_s": 0}), "key 'storage.read_gbytes_per_s'"),
 ])
 def test_bad_link_and_storage_keys_are_named_in_one_sentence(tmp_path, name, edit, expected):
-    path = _site(tmp_path, name, edit)
+    path = site_copy(tmp_path, name, edit)
     with pytest.raises(FirescaleError) as info:
         load_site(path)
     assert str(path) in str(info.value) and expected in str(info.value), str(info.value)

@@ -173,6 +173,16 @@ class HorovodAllreduce:
         np.copyto(recv, np.concatenate(sums))
 
 
+def _one_thread(tf: Any) -> None:
+    """TensorFlow on one thread, one core per rank as the trainer runs (left as it is once TensorFlow started)."""
+    for set_threads in (tf.config.threading.set_intra_op_parallelism_threads,
+                        tf.config.threading.set_inter_op_parallelism_threads):
+        try:
+            set_threads(1)
+        except RuntimeError:        # TensorFlow already started in this process
+            pass
+
+
 class HorovodIteration:
     """Horovod's allreduce inside an iteration shaped as the trainer's (`Trainer._whole_iteration`): on the
     host, a batch of images and labels and the step's scalars (seed, rate, iteration, batch, stop flag)
@@ -194,12 +204,7 @@ class HorovodIteration:
         import numpy as np
         import tensorflow as tf
 
-        for set_threads in (tf.config.threading.set_intra_op_parallelism_threads,
-                            tf.config.threading.set_inter_op_parallelism_threads):
-            try:
-                set_threads(1)          # one core per rank, as the trainer runs
-            except RuntimeError:        # TensorFlow already started in this process
-                pass
+        _one_thread(tf)
         sizes = list(tensors) or [len(send)]
         self._grouped = bool(tensors)
         self._inputs = [tf.constant(p) for p in np.split(send, np.cumsum(sizes)[:-1])]
@@ -348,12 +353,7 @@ class SyntheticStep:
     def __init__(self, target_s: float, size: int = 128) -> None:
         import tensorflow as tf
 
-        for set_threads in (tf.config.threading.set_intra_op_parallelism_threads,
-                            tf.config.threading.set_inter_op_parallelism_threads):
-            try:
-                set_threads(1)          # one core per rank, as the trainer runs
-            except RuntimeError:        # TensorFlow already started in this process
-                pass
+        _one_thread(tf)
         self._a = tf.random.stateless_uniform((size, size), seed=(1, 2))
         self.matmuls = 1
         one = min(self.timed() for _ in range(15))
