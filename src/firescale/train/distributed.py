@@ -14,6 +14,7 @@ import numpy as np
 
 from firescale.cluster.collectives import decode_allreduce
 from firescale.cluster.horovod import recorded_knobs
+from firescale.cluster.horovod_build import collectives_record
 from firescale.errors import FirescaleError
 
 
@@ -189,6 +190,7 @@ def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
         "model": used.model,
         "tree": used.tree,
         "overlap": bool(overlap),
+        "collectives": collectives_record(hvd, rank.device),   # Horovod's own facts for the library
     }
 
 

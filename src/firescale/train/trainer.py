@@ -350,9 +350,6 @@ class Training:
         gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in learnt)
         self.allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes,
                                                  overlap=self.opts.overlap_allreduce)
-        from firescale.cluster.horovod_build import collectives_record  # the library that summed the gradients
-
-        self.allreduce_info["collectives"] = collectives_record(rank.hvd, rank.device)
         self._log_constants()
 
     def open_stream(self, iteration: int) -> None:
