@@ -11,10 +11,10 @@ from firescale.cluster.horovod_build import collective_library
 pytestmark = [pytest.mark.mpi]
 
 PROBE = """
-import json, horovod.tensorflow as hvd
+import json, pathlib, sys, horovod.tensorflow as hvd
 from firescale.cluster.horovod_build import collectives_record
 hvd.init()
-print("record", hvd.rank(), json.dumps(collectives_record(hvd, "CPU:0")), flush=True)
+pathlib.Path(sys.argv[1], f"record-{hvd.rank()}.json").write_text(json.dumps(collectives_record(hvd, "CPU:0")))
 """
 
 
@@ -25,10 +25,11 @@ def test_horovod_s_order_picks_the_library():
     assert collective_library(device="CPU:0", mpi_enabled=False, gloo_enabled=False, nccl_built=False) == "none"
 
 
-def test_two_ranks_on_gloo_record_gloo(run_ranks):
-    """MPI starts the ranks and Gloo sums (the MPI case is the trainer's record, tests/train/test_trainer_mpi.py)."""
-    proc = run_ranks(2, [sys.executable, "-c", PROBE], env={"HOROVOD_CPU_OPERATIONS": "GLOO"}, timeout=180)
-    records = [json.loads(line.split(" ", 2)[2]) for line in proc.stdout.splitlines() if line.startswith("record")]
+def test_two_ranks_on_gloo_record_gloo(run_ranks, tmp_path):
+    """MPI starts the ranks and Gloo sums (the MPI case is the trainer's record, tests/train/test_trainer_mpi.py).
+    Each rank writes its own file: the two ranks' lines on one standard output can interleave."""
+    run_ranks(2, [sys.executable, "-c", PROBE, str(tmp_path)], env={"HOROVOD_CPU_OPERATIONS": "GLOO"}, timeout=180)
+    records = [json.loads((tmp_path / f"record-{r}.json").read_text()) for r in range(2)]
     assert len(records) == 2
     for record in records:
         assert record == {"library": "Gloo", "gpu_operations": None, "mpi_enabled": True, "gloo_enabled": True,
