@@ -5,14 +5,17 @@ than a cycle, about a cycle, and longer (model/cycle.py)."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
 from site_helpers import site_copy  # noqa: E402
 
+from firescale.bench.allreduce import ITERATION_BLOCK, allreduce_costs
 from firescale.cluster.horovod import DEFAULT_CYCLE_TIME_MS, site_cycle_time_s
 from firescale.cluster.site import load_site
 from firescale.errors import FirescaleError
@@ -186,3 +189,16 @@ def test_the_check_probes_once_a_round_and_takes_the_fastest_probe(tmp_path):
     two = next(r for r in rows if r.ranks == 2)
     assert two.predicted_s == pytest.approx(2.5 * MS + 1.1 * MS, rel=1e-6)  # at the probe's step: as probed
 
+
+
+def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_rank():
+    # Two ranks in step over a block: each spends 3.6 ms on two repetitions, split differently (where one
+    # repetition ends depends on when the rank's thread wakes).  The loop runs at 1.8 ms an iteration, 0.6 ms
+    # more than the 1.2 ms step; the slowest rank per repetition would say 0.8 ms.
+    reps = ITERATION_BLOCK
+    with_t = np.array([[2.0e-3, 1.6e-3] * (reps // 2), [1.6e-3, 2.0e-3] * (reps // 2)])
+    without_t = np.array([[1.2e-3], [1.2e-3]])
+    seconds, steps = allreduce_costs(with_t, without_t)
+    assert steps == [pytest.approx(1.2e-3)]
+    assert seconds == [pytest.approx(0.6e-3)] * reps
+    assert statistics.fmean(seconds) == pytest.approx(with_t.sum(axis=1).mean() / reps - 1.2e-3)
