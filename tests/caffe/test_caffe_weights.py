@@ -35,7 +35,7 @@ def test_layouts_are_caffes_shapes():
 
 def test_conversion_is_a_permutation_exact_both_ways():
     rng = np.random.default_rng(5)
-    for spec in (SMALL, get_net("lenet", num_classes=10, input_shape=(8, 8, 1)),
+    for spec in (SMALL, get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)),
                  get_net("alexnet", num_classes=5, input_shape=(67, 67, 3))):
         layouts = caffe_layouts(spec)
         weights = _random(layouts, rng)
@@ -106,11 +106,11 @@ def test_layers_copy_by_name_as_caffes_copy_trained_layers_from():
 
 
 def test_a_caffe_lenet_on_digits_refuses_ip1_naming_file_layer_blob_and_shape():
-    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     with pytest.raises(FirescaleError) as err:
         net_from_caffe(spec, read_caffemodel(LENET), LENET)
-    assert str(err.value) == (f"{LENET}: layer 'ip1' blob 0 (weights) has shape (500, 800), but net 'lenet' expects "
-                              "(500, 200); rename the layer to learn it from its filler instead")
+    assert str(err.value) == (f"{LENET}: layer 'ip1' blob 0 (weights) has shape (500, 800), but net 'lenet_same' "
+                              "expects (500, 200); rename the layer to learn it from its filler instead")
 
 
 def test_a_layer_with_another_number_of_blobs_is_refused():

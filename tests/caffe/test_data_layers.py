@@ -55,7 +55,7 @@ def test_the_train_layers_batch_size_is_the_batch_per_rank_unless_the_command_li
     _, _, note = first_batch(layers, None, 64, 4)
     assert note.endswith("the TRAIN data layer 'd' batch_size: 100 (per GPU in Caffe) is set aside for "
                          "--total-batch 64 (16 per rank)")
-    assert first_batch(read_data_layers("lenet"), None, None, 2) == (64, None, "")   # a net written in Python
+    assert first_batch(read_data_layers("lenet_same"), None, None, 2) == (64, None, "")   # a net written in Python
     assert first_batch(read_data_layers("cifar10_quick"), None, None, 2)[0] == 100    # Caffe's shipped file
 
 
@@ -74,7 +74,7 @@ def test_the_files_transform_applies_unless_an_option_sets_it_aside(tmp_path):
     # Caffe's defaults where the file says nothing: scale 1, no mean; a built-in net: 1/255
     bare = read_data_layers(str(_net(tmp_path, 'data_param { batch_size: 8 }', name="bare.prototxt")))
     assert data_transform(bare, scale=None, mean=None, crop=None, mirror=None) == (Transform(scale=1.0), [])
-    assert data_transform(read_data_layers("lenet"), scale=None, mean=None, crop=None, mirror=None) == \
+    assert data_transform(read_data_layers("lenet_same"), scale=None, mean=None, crop=None, mirror=None) == \
         (Transform(scale=1 / 255), [])
 
 
@@ -104,7 +104,7 @@ def test_test_iter_counts_batches_of_the_test_nets_batch_size(tmp_path):
                       "(Caffe would wrap around)")
     assert test_images(None, layers, 256, 1000) == (1000, "")
     # no TEST data layer (a built-in net, or one without a batch_size): test_iter batches of --eval-batch
-    images, note = test_images(3, read_data_layers("lenet"), 256, 1000)
+    images, note = test_images(3, read_data_layers("lenet_same"), 256, 1000)
     assert images == 768 and note.endswith("test_iter 3 x --eval-batch 256 (no TEST data layer gives a batch_size)")
     no_batch = read_data_layers(str(_net(tmp_path, "", test="", name="nobatch.prototxt")))
     assert test_images(2, no_batch, 50, 1000)[0] == 100

@@ -33,7 +33,7 @@ EXPERIMENTS = """\
 site: local
 experiments:
   fashion-lenet:
-    net: lenet
+    net: lenet_same
     dataset: {name: fashion-mnist, source: "idx:/usr/share/datasets/fashion-mnist"}
     solver: workflow/solvers/lenet-fashion.prototxt
     batch: {mode: total, baseline: 64}

@@ -71,15 +71,15 @@ def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_b
     from firescale.nets.zoo import get_net
 
     out = tmp_path / "grads.json"
-    proc = run_ranks(2, ["bench", "allreduce", "--gradients-of", "lenet", "--input", "28,28,1", "--classes", "10",
+    proc = run_ranks(2, ["bench", "allreduce", "--gradients-of", "lenet_same", "--input", "28,28,1", "--classes", "10",
                          "--reps", "3", "--algorithms", "mpi,horovod", "--json", str(out)], timeout=240, cwd=repo)
-    cost = net_cost(get_net("lenet", num_classes=10, input_shape=(28, 28, 1)), 1)
+    cost = net_cost(get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1)), 1)
     data = json.loads(out.read_text())
-    assert data["gradients_of"] == "lenet"
+    assert data["gradients_of"] == "lenet_same"
     by = {m["algorithm"]: m for m in data["measurements"]}
     assert by["horovod"]["bytes"] == by["mpi"]["bytes"] == cost.weight_bytes
     assert by["horovod"]["tensors"] == len(cost.gradient_tensors) == 8 and by["mpi"]["tensors"] == 0
-    assert "Horovod sums lenet's 8 gradients and the loss as one group" in proc.stdout
+    assert "Horovod sums lenet_same's 8 gradients and the loss as one group" in proc.stdout
 
 
 def test_a_nets_gradient_tensors_are_the_trainers_parameters():
@@ -90,7 +90,7 @@ def test_a_nets_gradient_tensors_are_the_trainers_parameters():
     from firescale.nets.zoo import get_net
     from firescale.train.nets import build_net
 
-    for spec in (get_net("lenet", num_classes=10, input_shape=(28, 28, 1)), get_net("nin")):
+    for spec in (get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1)), get_net("nin")):
         params = build_net(spec, 1).params
         assert net_cost(spec, 1).gradient_tensors == tuple(int(np.prod(p.shape)) for p in params), spec.name
 
@@ -117,7 +117,7 @@ def test_bad_benchmark_options_are_refused(repo):
 
     for args, message in ((["--compute-ms", "-1"], "--compute-ms must be 0 or more"),
                           (["--algorithms", "ps,gossip"], "unknown gossip"),
-                          (["--sweep", "--gradients-of", "lenet"],
+                          (["--sweep", "--gradients-of", "lenet_same"],
                            "give one of --sweep, --sizes-mb and --gradients-of"),
                           (["--input", "28,28,1"], "--input and --classes describe the net of --gradients-of"),
                           (["--gradients-of", "resnet"], "unknown net 'resnet'")):
@@ -125,8 +125,8 @@ def test_bad_benchmark_options_are_refused(repo):
                               capture_output=True, text=True, cwd=repo, timeout=120)
         assert proc.returncode == 1 and message in proc.stderr, proc.stderr
     # every command's --input is read the same way, and a malformed one is named before anything runs
-    for command in (["bench", "allreduce", "--gradients-of", "lenet"], ["predict", "layers", "lenet"],
-                    ["predict", "calibrate", "--net", "lenet", "--batch", "64", "--iteration-s", "0.02"]):
+    for command in (["bench", "allreduce", "--gradients-of", "lenet_same"], ["predict", "layers", "lenet_same"],
+                    ["predict", "calibrate", "--net", "lenet_same", "--batch", "64", "--iteration-s", "0.02"]):
         for bad in ("28x28", "28,28", "28,0,1"):
             proc = subprocess.run([sys.executable, "-m", "firescale", *command, "--input", bad],
                                   capture_output=True, text=True, cwd=repo, timeout=120)

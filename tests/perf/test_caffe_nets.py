@@ -15,7 +15,7 @@ from firescale.model.paleo_flops import paleo_net_cost
 from firescale.nets.caffe_file import load_net_file
 from firescale.nets.device_plan import arch_devices, record_devices
 from firescale.nets.spec import BatchNorm, Branches, Conv, Scale, infer_shapes
-from firescale.nets.zoo import get_net
+from firescale.nets.zoo import CAFFE_NETS, NET_NAMES, get_net
 from firescale.resources import caffe_zoo_file
 
 ZOO = Path(str(caffe_zoo_file("")))
@@ -46,7 +46,7 @@ def test_parameter_counts_equal_caffes():
 def test_googlenet_without_and_with_its_auxiliary_heads():
     deploy = load_net_file(ZOO / "bvlc_googlenet" / "deploy.prototxt")
     train = load_net_file(ZOO / "bvlc_googlenet" / "train_val.prototxt")
-    # The Python-written GoogLeNet was built from the paper's table, not from this file: the same count.
+    # The Python-written GoogLeNet is this file without its auxiliary heads (SAME_AS_FILES below).
     assert net_cost(deploy, 1).params == net_cost(train, 1).params == net_cost(get_net("googlenet"), 1).params \
         == 6_998_552
     assert "the heads loss1/loss, loss2/loss" in train.notes[0]
@@ -78,37 +78,42 @@ def test_resnet50_counts_learnt_parameters_and_batchnorm_statistics_apart():
     assert scale.params == 128 and scale.blobs == (64, 64)
 
 
-def test_vgg16_and_the_python_zoo_beside_the_files():
+def test_vgg16_and_vgg19_parameter_counts():
     assert net_cost(get_net("vgg16"), 1).params == 138_357_544
     assert net_cost(get_net("vgg19"), 1).params == 143_667_240
-    alexnet = load_net_file(ZOO / "bvlc_alexnet" / "train_val.prototxt")
-    assert alexnet.layers == get_net("alexnet").layers          # layer for layer, fillers included
 
 
-def _differences(zoo: str, relative: str, **kw) -> list[tuple[str, str, str]]:
-    ours = infer_shapes(get_net(zoo))
-    theirs = infer_shapes(load_net_file(ZOO / relative, **kw))
-    assert len(ours) == len(theirs)
-    out = []
-    for a, b in zip(ours, theirs):
-        la, lb = replace(a.layer, name=""), replace(b.layer, name="")
-        if a.name != b.name or (la != lb and not isinstance(la, Branches)):
-            out.append((a.name, b.name, "same" if la == lb else f"{la} != {lb}"))
-    return out
+# The nets written in Python that share a name with a Caffe file, and that file (lenet is the file itself).
+SAME_AS_FILES = {"alexnet": ("bvlc_alexnet/train_val.prototxt", None),
+                 "googlenet": ("bvlc_googlenet/train_val.prototxt", None),
+                 "lenet": ("mnist/lenet_train_test.prototxt", (28, 28, 1))}
 
 
-def test_the_python_lenet_and_googlenet_differ_from_caffes_files_only_here():
-    lenet = _differences("lenet", "mnist/lenet_train_test.prototxt", input_shape=(28, 28, 1))
-    assert [(a, b) for a, b, _ in lenet] == [("conv1", "conv1"), ("conv2", "conv2")]
-    assert all("pad=2" in d and "pad=0" in d for _, _, d in lenet)          # firescale pads so that 8x8 digits fit
-    googlenet = _differences("googlenet", "bvlc_googlenet/train_val.prototxt")
-    assert googlenet == [
-        ("conv1/relu", "conv1/relu_7x7", "same"), ("conv2/relu_reduce", "conv2/relu_3x3_reduce", "same"),
-        ("conv2/relu", "conv2/relu_3x3", "same"),
-        ("pool5/7x7_s1", "pool5/7x7_s1", "Pool(name='', mode='avg', kernel=2, stride=2, pad=0, global_pool=True, "
-         "rounding='ceil') != Pool(name='', mode='avg', kernel=7, stride=1, pad=0, global_pool=False, "
-         "rounding='ceil')"),
-        ("pool5/drop", "pool5/drop_7x7_s1", "same"), ("loss", "loss3/loss3", "same")]
+def test_every_net_named_as_a_caffe_file_equals_it_layer_for_layer():
+    assert [n for n in NET_NAMES if n not in CAFFE_NETS] == ["lenet_same", "nin", "alexnet", "googlenet", "vgg19",
+                                                             "vgg16"]
+    for name, (relative, shape) in SAME_AS_FILES.items():
+        ours, theirs = get_net(name), load_net_file(ZOO / relative, input_shape=shape)
+        # names, kernels, pads, strides, groups, fillers and every inception branch; GoogLeNet without the two
+        # auxiliary heads, which the file's loader leaves out too (test_googlenet_without_and_with_...)
+        assert ours.layers == theirs.layers, name
+        assert (ours.input_shape, ours.num_classes) == (theirs.input_shape, theirs.num_classes), name
+        assert [r.output_shape for r in infer_shapes(ours)] == [r.output_shape for r in infer_shapes(theirs)], name
+    assert get_net("googlenet").source == "" and get_net("lenet").source.endswith("lenet_train_test.prototxt")
+
+
+def test_lenet_same_is_caffes_lenet_padded_in_its_two_convolutions():
+    same, caffes = get_net("lenet_same"), get_net("lenet")
+    padded = [layer.name for layer, theirs in zip(same.layers, caffes.layers) if layer != theirs]
+    assert padded == ["conv1", "conv2"] and len(same.layers) == len(caffes.layers)
+    unpadded = tuple(replace(layer, pad=0) if isinstance(layer, Conv) else layer for layer in same.layers)
+    assert unpadded == caffes.layers
+    assert all(isinstance(layer, Conv) and layer.pad == 2 for layer in same.layers if layer.name in padded)
+    # so that 8x8 digits fit, where Caffe's LeNet refuses them
+    assert infer_shapes(get_net("lenet-same", input_shape=(8, 8, 1)))[-1].output_shape == (1, 1, 10)
+    with pytest.raises(FirescaleError, match=r"lenet_train_test\.prototxt: net 'LeNet' layer 'conv2': its input "
+                                             r"2x2 is too small for its 5x5 kernel"):
+        get_net("lenet", input_shape=(8, 8, 1))
 
 
 def test_dag_nets_go_through_every_consumer():
@@ -190,6 +195,19 @@ def test_bad_nets_are_refused_in_one_sentence(tmp_path):
     with pytest.raises(FirescaleError, match=r"lenet_train_test\.prototxt: the data layer 'mnist' \(Data\) does not "
                                              r"give the image size \(no crop_size or shape\); expected the input"):
         load_net_file(ZOO / "mnist" / "lenet_train_test.prototxt")
+
+
+def test_predict_layers_of_lenet_is_caffes_and_of_lenet_same_the_padded_one(capsys):
+    from firescale.cli import main
+
+    assert main(["predict", "layers", "lenet", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "lenet: input (28, 28, 1) (H, W, C), 10 classes, batch 1, from " in out
+    assert "total: 431,080 parameters," in out
+    assert main(["predict", "layers", "lenet_same", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "lenet_same: input (28, 28, 1) (H, W, C), 10 classes, batch 1\n" in out
+    assert "total: 1,256,080 parameters," in out    # its ip1 reads 7x7x50, not 4x4x50: 500·(2450 - 800) more
 
 
 def test_predict_layers_takes_a_file_and_prints_the_total(tmp_path):

@@ -92,7 +92,7 @@ def test_a_sites_cycle_time_is_its_knob_else_its_variable_else_horovods_default(
 
 
 def test_a_multi_rank_point_adds_the_wait_for_the_sites_cycle_and_one_rank_none(tmp_path):
-    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     slow = load_site(site_copy(tmp_path / "slow", "local", lambda d: d.update(horovod={"cycle_time_ms": 8})))
     for site, cycle in ((load_site("local"), 1 * MS), (slow, 8 * MS)):
         platform = platform_from_site(site)
@@ -115,7 +115,7 @@ def _probe(path: Path, seconds: float, step: float, nbytes: int) -> str:
 
 
 def test_calibration_takes_the_probes_wait_out_and_each_point_gets_its_own(tmp_path):
-    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     platform = platform_from_site(load_site("local"))
     nbytes = net_cost(spec, 1).weight_bytes
     t64, t32, step, paid = 3.8 * MS, 2.5 * MS, 2.4 * MS, 1.1 * MS
@@ -162,7 +162,7 @@ class _ScriptedRuns:
     def run(self, ranks: int, total_batch: int, name: str):
         from firescale.predict.measurements import MeasuredIteration
         t = self.times[(ranks, total_batch)].pop(0)
-        return MeasuredIteration(name, "lenet", "digits", ranks, total_batch // ranks, t, 0.0, t, 0.0, 400)
+        return MeasuredIteration(name, "lenet_same", "digits", ranks, total_batch // ranks, t, 0.0, t, 0.0, 400)
 
 
 def test_the_check_probes_once_a_round_and_takes_the_fastest_probe(tmp_path):
@@ -170,7 +170,7 @@ def test_the_check_probes_once_a_round_and_takes_the_fastest_probe(tmp_path):
     # the check probes in every round, after that round's calibration, and fits the least disturbed probe,
     # as it takes the fastest calibration runs.
     from firescale.predict.validation import prediction_check
-    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     platform = platform_from_site(load_site("local"))
     nbytes = net_cost(spec, 1).weight_bytes
     runs = _ScriptedRuns({(1, 64): [3.9 * MS, 3.8 * MS, 3.85 * MS] * 2, (1, 32): [2.6 * MS, 2.5 * MS, 2.55 * MS],

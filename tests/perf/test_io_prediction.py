@@ -76,7 +76,7 @@ def test_a_gpu_site_with_storage_predicts_io_and_copy_behind_the_compute(tmp_pat
 def test_a_one_core_rank_reads_in_line_so_io_adds_to_the_iteration(tmp_path):
     site = load_site(site_copy(tmp_path, "local", lambda d: d.update(storage={"read_gbytes_per_s": 0.5})))
     assert not platform_from_site(site).data.overlap_io
-    with_io, without = predict_point(site, "lenet", 2, 64), predict_point(load_site("local"), "lenet", 2, 64)
+    with_io, without = predict_point(site, "lenet_same", 2, 64), predict_point(load_site("local"), "lenet_same", 2, 64)
     assert with_io.io_s == pytest.approx(2 * 32 * 28 * 28 / 0.5e9, rel=1e-12) and with_io.h2d_s == 0.0
     assert without.io_s == 0.0
     assert with_io.iteration_sequential_s - with_io.cycle_wait_s == pytest.approx(

@@ -17,11 +17,11 @@ def _measure(spec, batch, **solver):
 
 @pytest.fixture(scope="module")
 def lenet_measured():
-    return _measure(get_net("lenet"), 64, momentum=0.9, weight_decay=0.0005)
+    return _measure(get_net("lenet_same"), 64, momentum=0.9, weight_decay=0.0005)
 
 
 def test_lenet_matches_tensorflows_allocations_layer_by_layer(lenet_measured):
-    model = net_memory(get_net("lenet"), 64, "SGD", device_kind="cpu")
+    model = net_memory(get_net("lenet_same"), 64, "SGD", device_kind="cpu")
     rows = compare(model, lenet_measured)
     assert [r.name for r in rows] == ["conv1", "pool1", "conv2", "pool2", "ip1 (+relu1)", "ip2", "loss"]
     for row in rows:
@@ -54,7 +54,7 @@ def test_grouped_convolution_lrn_and_dropout_match_and_the_peak_is_an_upper_boun
 
 
 def test_history_and_update_buffers_follow_the_solver_type():
-    spec = get_net("lenet")
+    spec = get_net("lenet_same")
     sgd, adam = net_memory(spec, 8, "SGD"), net_memory(spec, 8, "Adam", weight_decay=False)
     ip1 = sgd.layer("ip1")
     assert ip1.weights == (7 * 7 * 50 * 500 + 500) * 4
@@ -78,7 +78,7 @@ def test_the_solvers_history_blobs_are_what_the_model_counts():
 
 
 def test_peaks_per_device_add_boundary_copies():
-    memory = net_memory(get_net("lenet"), 64, "SGD")
+    memory = net_memory(get_net("lenet_same"), 64, "SGD")
     whole = device_peaks(memory, [0] * len(memory.layers))
     split = device_peaks(memory, [0, 0, 1, 1, 1, 1, 1, 1])  # conv2 onwards on device 1
     assert len(whole) == 1 and len(split) == 2

@@ -112,17 +112,18 @@ def test_the_seeds_dist_blocks_and_the_yaml_form_read_the_same(tmp_path):
     solver = tmp_path / "s.yaml"
     solver.write_text("base_lr: 0.01\nmax_iter: 10\ndist:\n  train:\n    - [{name: conv2, device: 1}]\n")
     assert load_solver(solver).max_iter == 10
-    assert arch_devices(read_layer_plan(solver).train[0], get_net("lenet"), "s") == [0, 0, 1, 1, 1, 1, 1, 1]
+    assert arch_devices(read_layer_plan(solver).train[0], get_net("lenet_same"), "s") == [0, 0, 1, 1, 1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("arch, message", [
-    ([("conv9", 1)], "layer_assign names layer 'conv9', which net 'lenet' does not have (its layers: conv1, pool1,"),
-    ([("ip1", 1), ("conv2", 0)], "layer_assign 'conv2' comes after 'ip1', which runs later in net 'lenet'"),
+    ([("conv9", 1)], "layer_assign names layer 'conv9', which net 'lenet_same' does not have (its layers: conv1, "
+                     "pool1,"),
+    ([("ip1", 1), ("conv2", 0)], "layer_assign 'conv2' comes after 'ip1', which runs later in net 'lenet_same'"),
 ])
 def test_a_plan_naming_an_unknown_layer_or_out_of_order_is_refused(arch, message):
     plan = plan_from_mapping({"train": [[{"name": n, "device": d} for n, d in arch]]}, "p.yaml")
     with pytest.raises(FirescaleError, match="^p.yaml: arch 0: " + message.replace("(", r"\(").replace(")", r"\)")):
-        arch_devices(plan.train[0], get_net("lenet"), "p.yaml: arch 0")
+        arch_devices(plan.train[0], get_net("lenet_same"), "p.yaml: arch 0")
 
 
 def test_bad_plans_are_refused_in_one_sentence():

@@ -55,7 +55,7 @@ def _probe_file(path: Path, nbytes: int) -> Path:
 
 
 def test_two_rank_points_are_the_measured_per_rank_iteration_plus_the_measured_allreduce(plan, tmp_path):
-    spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1))
     platform = platform_from_site(plan.site)
     nbytes = net_cost(spec, 1).weight_bytes
     probe = allreduce_measurement(str(_probe_file(tmp_path / "probe.json", nbytes)), platform.algorithm, nbytes)
@@ -74,7 +74,7 @@ def test_two_rank_points_are_the_measured_per_rank_iteration_plus_the_measured_a
 
 
 def test_the_trainers_sequence_is_modelled_not_the_overlapped_schedule(plan):
-    spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1))
     platform = experiment_platform(plan.site)
     seq = predict_point(platform, spec, 2, 64)
     overlapped = predict_point(platform, spec, 2, 64, overlap=True)
@@ -95,7 +95,7 @@ def test_measured_contention_slows_the_compute_of_multi_rank_points_only(plan, t
 
     from firescale.predict.calibrate import load_calibration, save_calibration
 
-    spec = get_net("lenet", num_classes=10, input_shape=(28, 28, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1))
     platform = platform_from_site(plan.site)
     nbytes = net_cost(spec, 1).weight_bytes
     probe = allreduce_measurement(str(_probe_file(tmp_path / "probe.json", nbytes)), platform.algorithm, nbytes)
@@ -150,10 +150,10 @@ def _paced_by_the_cycle(repo, tmp_path, cycle: float, env: dict) -> None:
                                lambda d: d.update(horovod={"cycle_time_ms": cycle * 1e3})))
     ranks = site_ranks(site)
     assert ranks.env["HOROVOD_CYCLE_TIME"] == "50"
-    runs = TrainRuns(tmp_path / "digits", "lenet", repo / "workflow" / "solvers" / "lenet-digits.yaml", 100,
+    runs = TrainRuns(tmp_path / "digits", "lenet_same", repo / "workflow" / "solvers" / "lenet-digits.yaml", 100,
                      tmp_path / "runs", ranks, timeout=300, reference_batch=128)
     alone = runs.run(1, 64, "r1-b64")
-    spec = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     probe_allreduce(ranks, 2, spec, tmp_path / "probe.json", step_s=0.0005, batch_per_rank=64, reps=30)
     platform = platform_from_site(site)
     assert platform.cycle_s == pytest.approx(cycle)

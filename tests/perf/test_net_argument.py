@@ -38,7 +38,7 @@ def test_every_command_refuses_an_unknown_net_or_a_missing_file_naming_both_choi
                 main(_argv(command, bad))
             err = capsys.readouterr().err
             assert stop.value.code == 2, (command, err)
-            assert "expected a net: one of lenet, nin" in err and "cifar10_quick" in err, (command, err)
+            assert "expected a net: one of lenet_same, nin" in err and "cifar10_quick" in err, (command, err)
             assert f"or a Caffe net file (path/to/train_val.prototxt) that exists, not {bad!r} ({why})" in err, \
                 (command, err)
 

@@ -36,9 +36,9 @@ def test_caffe_shapes_of_the_imagenet_nets():
     assert _shape(get_net("vgg19"), "pool5") == (7, 7, 512)
 
 
-def test_lenet_fits_8x8_digits_and_28x28():
-    assert _shape(get_net("lenet", input_shape=(8, 8, 1)), "pool2") == (2, 2, 50)
-    assert _shape(get_net("lenet"), "pool2") == (7, 7, 50)
+def test_lenet_same_fits_8x8_digits_and_28x28():
+    assert _shape(get_net("lenet_same", input_shape=(8, 8, 1)), "pool2") == (2, 2, 50)
+    assert _shape(get_net("lenet_same"), "pool2") == (7, 7, 50)
 
 
 def test_firecaffe_initialisations_are_recorded():

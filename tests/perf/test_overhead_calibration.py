@@ -16,7 +16,7 @@ from firescale.predict.calibrate import calibrate, fit_compute_and_overhead, loa
 from firescale.predict.measurements import read_measured_iteration, short_run_command
 from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult
 
-DIGITS_LENET = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+DIGITS_LENET = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
 TRUTH = Platform("local", Device("cpu", 7.68e10, 1e10, ppp=0.35), Link(5e9, 5e-7, ppp=0.8), "tree", overhead_s=0.0025)
 START = Platform("local", Device("cpu", 7.68e10, 1e10), Link(5e9, 5e-7), "tree")
 
@@ -63,14 +63,15 @@ def _train_result(batch_per_rank: int, iteration_ms: float, ranks: int = 1) -> d
     """A trainer result as `firescale train` writes it (the fields results.TrainResult defines)."""
     third = iteration_ms / 3e3
     return TrainResult(
-        net="lenet", dataset="/nonexistent/digits", dataset_manifest_sha256="", ranks=ranks, solver={"type": "SGD"},
+        net="lenet_same", dataset="/nonexistent/digits", dataset_manifest_sha256="", ranks=ranks,
+        solver={"type": "SGD"},
         batch={"ranks": ranks, "batch_per_rank": batch_per_rank, "total_batch": batch_per_rank * ranks,
                "iter_size": 1, "effective_batch": batch_per_rank * ranks},
         seed=1, data_seed=1, target_top1=None, target_source="none", reached_target=False, time_to_accuracy_s=None,
         train_time_s=1.0, iterations=300, epochs=10.0, images_per_s=1000.0,
         per_iteration=IterationSplit(third, third, third, 300), allreduce={}, hostnames=["vm"], versions={},
         evals=[EvalPoint(300, 10.0, 1.0, 0.9, 1.0, 0.3)], segments=[Segment(0, 300, 1.0, 1.0, 0.0, 1, "finished")],
-        status="finished", command=["firescale", "train", "--dataset", "/nonexistent/digits", "--net", "lenet",
+        status="finished", command=["firescale", "train", "--dataset", "/nonexistent/digits", "--net", "lenet_same",
                                     "--solver", "s.yaml", "--out", "/x", "--total-batch", "64", "--resume"],
     ).to_dict()
 
@@ -134,7 +135,7 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
 
     proc = env_run("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
-    proc = env_run("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet", "--solver",
+    proc = env_run("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
                    repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
                    "--out", tmp_path / "base",
                    "--set", "max_iter=100", "--set", "test_interval=0", "--set", "snapshot=0")
@@ -194,7 +195,7 @@ def test_an_unphysical_fit_keeps_the_device_at_its_peak_and_the_rest_as_overhead
 
 
 def test_the_allreduce_probe_is_refused_where_it_would_run_on_a_login_node(repo, tmp_path):
-    base = [sys.executable, "-m", "firescale", "predict", "calibrate", "--net", "lenet", "--batch", "64",
+    base = [sys.executable, "-m", "firescale", "predict", "calibrate", "--net", "lenet_same", "--batch", "64",
             "--iteration-s", "0.5", "--out", str(tmp_path / "c.json")]
     proc = subprocess.run([*base, "--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True,
                           cwd=repo)

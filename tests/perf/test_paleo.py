@@ -81,7 +81,7 @@ def test_strong_and_weak_scaling_and_overlap():
 
 def test_sweep_cli_writes_json(repo, tmp_path):
     out = tmp_path / "sweep.json"
-    proc = subprocess.run([sys.executable, "-m", "firescale", "predict", "sweep", "--net", "lenet",
+    proc = subprocess.run([sys.executable, "-m", "firescale", "predict", "sweep", "--net", "lenet_same",
                            "--input", "8,8,1", "--dataset-size", "1437", "--epochs", "10", "--gpus", "1,2",
                            "--batch", "64", "--peak-tflops", "0.0768", "--memory-gbs", "10",
                            "--bandwidth-gbits", "40", "--latency-us", "0.5", "--json", str(out)],
@@ -95,18 +95,18 @@ def test_sweep_cli_writes_json(repo, tmp_path):
 
 def test_calibration_recovers_the_factors_and_round_trips(tmp_path):
     truth = Platform("t", Device("d", 1e12, 1e11, ppp=0.3), Link(1e9, 1e-6, ppp=0.6), "tree")
-    measured = predict_point(truth, "lenet", 1, 64).iteration_s
+    measured = predict_point(truth, "lenet_same", 1, 64).iteration_s
     start = Platform("t", Device("d", 1e12, 1e11), Link(1e9, 1e-6), "tree")
     nbytes = 1e7
     from firescale.model.comm import allreduce_time
     seconds = allreduce_time("tree", nbytes, 4, truth.link)
-    cal = calibrate(start, "lenet", 64, measured, {"algorithm": "tree", "bytes": nbytes, "ranks": 4,
+    cal = calibrate(start, "lenet_same", 64, measured, {"algorithm": "tree", "bytes": nbytes, "ranks": 4,
                                                     "seconds": seconds})
     assert cal.ppp_compute == pytest.approx(0.3, rel=1e-6)
     assert cal.ppp_comm == pytest.approx(0.6, rel=1e-6)
     path = save_calibration(tmp_path / "calibration.json", cal)
     again = load_calibration(path)
-    assert predict_point(start, "lenet", 4, 256, calibration=again).iteration_s == pytest.approx(
-        predict_point(truth, "lenet", 4, 256).iteration_s)
+    assert predict_point(start, "lenet_same", 4, 256, calibration=again).iteration_s == pytest.approx(
+        predict_point(truth, "lenet_same", 4, 256).iteration_s)
     with pytest.raises(FirescaleError, match="faster than the peak"):
-        calibrate(start, "lenet", 64, measured / 10)
+        calibrate(start, "lenet_same", 64, measured / 10)

@@ -48,7 +48,7 @@ def local_site(repo, tmp_path_factory):
 
 def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, digits_config):
     cal = tmp_path / "calibration.json"
-    save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet"}, {"fitted": False}, overhead_s=0.002,
+    save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet_same"}, {"fitted": False}, overhead_s=0.002,
                                       eval_s=0.05))
     out, md = tmp_path / "predict.json", tmp_path / "predict.md"
     proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
@@ -146,7 +146,7 @@ def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_mod
     from firescale.predict.experiment import ExperimentModel, evaluation_s
 
     platform = platform_from_site(load_site(local_site))
-    model = ExperimentModel(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1438, "test", 4.0, "test",
+    model = ExperimentModel(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1438, "test", 4.0, "test",
                             test_interval=50, test_size=359)
     forward = compute_times(net_cost(model.net, 180), platform.device).forward     # ceil(359 / 2) per device
     assert evaluation_s(model, platform, 2, 101) == pytest.approx(3 * forward)       # at 50, 100 and the end
@@ -186,7 +186,7 @@ def test_a_site_left_to_its_library_predicts_what_the_library_picks(tmp_path, lo
     path.write_text(yaml.safe_dump(site))
     platform = platform_from_site(load_site(path))
     assert platform.algorithm == "openmpi-default"
-    net = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    net = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     nbytes = net_cost(net, 1).weight_bytes
     picked = openmpi_default_allreduce(2, nbytes)
     expected = {"ring": "ring", "segmented_ring": "ring", "rabenseifner": "rabenseifner",

@@ -38,6 +38,6 @@ def test_a_plan_over_a_device_is_refused_and_unequal_devices_are_planned(tmp_pat
 
 
 def test_measure_prints_the_model_beside_tensorflow():
-    proc = _memory("lenet", "--batch", "16", "--device-kind", "cpu", "--measure", "--solver-type", "Adam")
+    proc = _memory("lenet_same", "--batch", "16", "--device-kind", "cpu", "--measure", "--solver-type", "Adam")
     assert proc.returncode == 0, proc.stderr
     assert "| ip1 (+relu1) |" in proc.stdout and "Peak in use during forward and backward" in proc.stdout

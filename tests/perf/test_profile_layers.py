@@ -14,7 +14,7 @@ from firescale.train.timing import median_seconds
 
 
 def test_profile_a_small_lenet(tmp_path):
-    spec = get_net("lenet", input_shape=(8, 8, 1))
+    spec = get_net("lenet_same", input_shape=(8, 8, 1))
     net = build_net(spec, seed=1)
     images = tf.constant(np.random.default_rng(0).random((16, 8, 8, 1), dtype=np.float32))
     labels = tf.constant(np.arange(16) % 10, tf.int32)

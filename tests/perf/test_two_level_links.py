@@ -147,8 +147,8 @@ def test_bad_link_and_storage_keys_are_named_in_one_sentence(tmp_path, name, edi
 
 
 def test_one_link_sites_split_by_where_their_ranks_are():
-    on_one_node = predict_point(load_site("local"), "lenet", 2, 64)
-    one_rank_a_node = predict_point(load_site("vcluster"), "lenet", 2, 64)
+    on_one_node = predict_point(load_site("local"), "lenet_same", 2, 64)
+    one_rank_a_node = predict_point(load_site("vcluster"), "lenet_same", 2, 64)
     assert on_one_node.nodes == 1 and on_one_node.comm_inter_s == 0.0
     assert on_one_node.comm_intra_s == on_one_node.comm_s > 0
     assert one_rank_a_node.nodes == 2 and one_rank_a_node.comm_intra_s == 0.0

@@ -35,5 +35,5 @@ def edited() -> Callable[..., RunRecord]:
 
 @pytest.fixture
 def ctx() -> ReportContext:
-    return ReportContext(experiment="digits-lenet", site="local", device="x86-64 CPU core", net="lenet",
+    return ReportContext(experiment="digits-lenet", site="local", device="x86-64 CPU core", net="lenet_same",
                          description="Test & check: 50% of $x_1$ {a} #1 ~ ^ \\ literal")

@@ -102,7 +102,7 @@ def test_cells_as_printed(records, ctx):
 
 def test_markdown_rows_and_failure_details(records, ctx):
     text = to_markdown(summarize(records, TOL), ctx, ["git commit: abc"])
-    assert ("| g2-b64 (2 repeats) | 2 × x86-64 CPU core (local, 1 node) | lenet | 10.0 ± 0.0 | 64 | 0.05 | "
+    assert ("| g2-b64 (2 repeats) | 2 × x86-64 CPU core (local, 1 node) | lenet_same | 10.0 ± 0.0 | 64 | 0.05 | "
             "70.0 ± 14.1 s | 1.46 ± 0.29× | — | 72.9 ± 14.7% | 50.0 ± 14.1 s | 95.5 ± 2.1% | 99.9 ± 0.1% | "
             "+0.5 ± 2.1 pts | — | "
             "MATCHES |") in text

@@ -140,7 +140,7 @@ def _weights(path: Path) -> dict[str, np.ndarray]:
 
 def _train(tmp_path: Path, max_iter: int) -> list[str]:
     """One rank's argv: LeNet on digits with the shipped solver, two ranks of 32, one evaluation at max_iter."""
-    return [sys.executable, "-m", "firescale", "train", "--dataset", str(tmp_path / "digits"), "--net", "lenet",
+    return [sys.executable, "-m", "firescale", "train", "--dataset", str(tmp_path / "digits"), "--net", "lenet_same",
             "--solver", str(REPO / "workflow" / "solvers" / "lenet-digits.yaml"), "--total-batch", "64",
             "--target", "0.5", "--set", f"max_iter={max_iter}", "--set", f"test_interval={max_iter}",
             "--set", "snapshot=0", "--set", "display=500"]

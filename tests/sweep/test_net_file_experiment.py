@@ -91,7 +91,7 @@ def test_a_missing_or_unusable_net_file_is_refused_when_the_sweep_is_planned(tmp
     assert str(refused.value).startswith(
         f"workflow/config.yaml: experiment {EXAMPLE}: key 'net' names the net file 'nets/mine.prototxt', but "
         f"{tmp_path / 'nets' / 'mine.prototxt'} does not exist; give a Caffe net file (.prototxt) relative to the "
-        f"project folder {tmp_path} or as an absolute path, or a built-in net: lenet, nin")
+        f"project folder {tmp_path} or as an absolute path, or a built-in net: lenet_same, nin")
     bad = _project(tmp_path, "nets/bad.prototxt", QUICK.replace('type: "Pooling"', 'type: "SPP"', 1))
     with pytest.raises(FirescaleError) as refused:
         SweepPlan.build(bad, experiments=[EXAMPLE], base=tmp_path, source="workflow/config.yaml")

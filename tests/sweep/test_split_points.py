@@ -93,7 +93,7 @@ def test_a_plan_naming_a_layer_the_net_lacks_is_refused_when_planning(tmp_path):
                    'layer_assign { name: "conv9" device: 1 } } }')
     with pytest.raises(FirescaleError) as info:
         plan(config("ib-cluster", [{"gpus": 2, "batch": 16, "layer_plan": str(bad)}]))
-    assert "layer_assign names layer 'conv9', which net 'lenet' does not have" in str(info.value)
+    assert "layer_assign names layer 'conv9', which net 'lenet_same' does not have" in str(info.value)
     assert "key 'sites.ib-cluster.points[0].layer_plan'" in str(info.value)
 
 

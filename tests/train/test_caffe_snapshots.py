@@ -23,7 +23,7 @@ from firescale.train.checkpoint import (
     write_snapshot,
 )
 
-SPEC = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+SPEC = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
 
 
 def _snapshot(iteration: int, second_history: bool = False) -> Snapshot:
@@ -117,9 +117,9 @@ def test_files_that_do_not_belong_together_are_refused(tmp_path):
     with pytest.raises(FirescaleError, match="is at iteration 6 but its run state lenet_iter_5.firescale.json at 5"):
         read_snapshot(tmp_path / "lenet_iter_5.solverstate", SPEC)
     write_snapshot(tmp_path, "third", _snapshot(7), SPEC)
-    bigger = get_net("lenet", num_classes=10, input_shape=(12, 12, 1))   # a snapshot of another net
+    bigger = get_net("lenet_same", num_classes=10, input_shape=(12, 12, 1))   # a snapshot of another net
     with pytest.raises(FirescaleError, match=r"third_iter_7.caffemodel: layer 'ip1' blob 0 \(weights\) has shape "
-                                             r"\(500, 200\), but net 'lenet' expects \(500, 450\)"):
+                                             r"\(500, 200\), but net 'lenet_same' expects \(500, 450\)"):
         read_snapshot(tmp_path / "third_iter_7.solverstate", bigger)
 
 

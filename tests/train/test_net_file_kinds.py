@@ -185,7 +185,7 @@ def test_lr_and_decay_mults_come_from_the_net_file_and_the_solver_tables_win():
     assert blob_multipliers(v1, CaffeNet(v1, seed=1).infos, net_file_settings(v1), SolverConfig(),
                             Path("s")) == ([1.0, 2.0] * 4, [1.0] * 8)
     # a built-in net: 1 and 1 on every blob (as before net files), unless the solver's tables say otherwise
-    lenet = get_net("lenet", num_classes=10, input_shape=(8, 8, 1))
+    lenet = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     built_in = CaffeNet(lenet, seed=1)
     assert blob_multipliers(lenet, built_in.infos, None, SolverConfig(), Path("s")) == ([1.0] * 8, [1.0] * 8)
 

@@ -13,7 +13,7 @@ SOLVER = {"type": "SGD", "base_lr": 0.01, "max_iter": 100, "momentum": 0.9, "dis
 
 
 def settings(**changes):
-    base = dict(net="lenet", dataset_sha256="abc", solver=dict(SOLVER), seed=1, target_top1=None,
+    base = dict(net="lenet_same", dataset_sha256="abc", solver=dict(SOLVER), seed=1, target_top1=None,
                 batch={"ranks": 2, "total_batch": 64}, transform={"scale": 1 / 255, "mean": None})
     for key, value in changes.items():
         if key in ("solver", "batch"):
@@ -51,15 +51,16 @@ def test_a_different_setting_is_refused_and_named(change, named):
 
 def test_a_snapshot_without_settings_is_refused():
     with pytest.raises(FirescaleError, match="records no training settings"):
-        check_same_trajectory({"net": "lenet"}, settings(), "old.npz")
+        check_same_trajectory({"net": "lenet_same"}, settings(), "old.npz")
 
 
 @pytest.mark.slow
 def test_train_refuses_to_continue_a_snapshot_with_another_learning_rate(tmp_path):
     def train(*extra):
         return subprocess.run([sys.executable, "-m", "firescale", "train", "--dataset", str(tmp_path / "digits"),
-                               "--net", "lenet", "--solver", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"),
-                               "--total-batch", "32", *extra], capture_output=True, text=True, timeout=300)
+                               "--net", "lenet_same", "--solver", str(tmp_path / "s.yaml"), "--out",
+                               str(tmp_path / "run"), "--total-batch", "32", *extra], capture_output=True, text=True,
+                              timeout=300)
 
     subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
                    check=True, capture_output=True)

@@ -55,7 +55,7 @@ def test_a_sweep_point_warms_up_from_the_baselines_rate():
 
 def _result(evals):
     return TrainResult(
-        net="lenet", dataset="d", dataset_manifest_sha256="abc", ranks=2, solver={}, batch={}, seed=1,
+        net="lenet_same", dataset="d", dataset_manifest_sha256="abc", ranks=2, solver={}, batch={}, seed=1,
         data_seed=1, target_top1=0.9, target_source="t", reached_target=True, time_to_accuracy_s=2.0,
         train_time_s=3.0, iterations=10, epochs=0.5, images_per_s=100.0,
         per_iteration=IterationSplit(0.001, 0.01, 0.002, 10), allreduce={"algorithm": "ring"}, hostnames=["h"],
@@ -75,7 +75,7 @@ def test_result_round_trip_baseline_and_time_to_accuracy(tmp_path):
 
 def test_bad_result_names_the_key(tmp_path):
     path = tmp_path / "r.json"
-    path.write_text('{"net": "lenet"}')
+    path.write_text('{"net": "lenet_same"}')
     with pytest.raises(FirescaleError, match="missing key"):
         read_result(path)
     with pytest.raises(FirescaleError, match="cannot read"):
@@ -109,12 +109,12 @@ def test_fillers_follow_caffe():
     from firescale.nets.zoo import get_net
     from firescale.train.nets import build_net
 
-    net = build_net(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), seed=5)
+    net = build_net(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), seed=5)
     w = net.param("conv1/weights").numpy()
     bound = math.sqrt(3.0 / (1 * 5 * 5))  # xavier: uniform +-sqrt(3 / fan_in)
     assert w.shape == (5, 5, 1, 20) and np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
     assert not net.param("conv1/bias").numpy().any()
-    again = build_net(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), seed=5)
+    again = build_net(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), seed=5)
     assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(net.params, again.params))
     nin = build_net(get_net("nin", num_classes=10, input_shape=(64, 64, 3)), seed=1)
     assert np.std(nin.param("cccp1/weights").numpy()) == pytest.approx(0.01, rel=0.05)  # FireCaffe 7.1

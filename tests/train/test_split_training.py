@@ -112,7 +112,7 @@ PLACED = textwrap.dedent("""
     from firescale.nets.zoo import get_net
     from firescale.train.nets import build_net
     from firescale.train.steps import loss_and_gradients
-    spec = get_net("lenet")
+    spec = get_net("lenet_same")
     placement = ["/device:CPU:0"] * 2 + ["/device:CPU:1"] * 4 + ["/device:CPU:0"] * 2
     graph = tf.Graph()
     with graph.as_default():

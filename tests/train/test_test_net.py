@@ -58,8 +58,9 @@ def test_a_test_net_whose_learnable_layers_differ_is_refused_naming_both_files(t
     # other names for the data layers: the learnable layers are what must agree
     _files(tmp_path, TINY.read_text().replace('name: "data"', 'name: "input"'))
     check_test_net(spec, test)
-    with pytest.raises(FirescaleError, match=r"differs from the trained net 'lenet' in the learnable layer 'conv1'"):
-        check_test_net(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), test)
+    with pytest.raises(FirescaleError, match=r"differs from the trained net 'lenet_same' in the learnable layer "
+                                             r"'conv1'"):
+        check_test_net(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), test)
     assert solver.is_file()
 
 

@@ -67,10 +67,10 @@ def test_training_starts_from_caffes_weights(work):
     weights = write_caffemodel(work / "start.caffemodel", blobs, "LeNet")
     out = work / "run"
     proc = subprocess.run([sys.executable, "-m", "firescale", "train", "--dataset", str(work / "digits"), "--net",
-                           "lenet", "--solver", str(work / "s.yaml"), "--out", str(out), "--total-batch", "32",
+                           "lenet_same", "--solver", str(work / "s.yaml"), "--out", str(out), "--total-batch", "32",
                            "--weights", str(weights)], capture_output=True, text=True, timeout=300, env=ENV)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert (f"weights from {weights}: copied conv1, conv2, ip1, ip2; layers of the file not in net 'lenet', "
+    assert (f"weights from {weights}: copied conv1, conv2, ip1, ip2; layers of the file not in net 'lenet_same', "
             "ignored: fc_other") in proc.stdout
 
     ds = open_dataset(work / "digits", "test")
@@ -93,8 +93,9 @@ def test_a_truncated_weights_file_is_refused_and_nothing_is_written(work):
     cut = work / "cut.caffemodel"
     cut.write_bytes(CAFFE_LENET.read_bytes()[:100_000])
     proc = subprocess.run([sys.executable, "-m", "firescale", "train", "--dataset", str(work / "digits"), "--net",
-                           "lenet", "--solver", str(work / "s.yaml"), "--out", str(work / "cut-run"), "--total-batch",
-                           "32", "--weights", str(cut)], capture_output=True, text=True, timeout=300, env=ENV)
+                           "lenet_same", "--solver", str(work / "s.yaml"), "--out", str(work / "cut-run"),
+                           "--total-batch", "32", "--weights", str(cut)], capture_output=True, text=True, timeout=300,
+                          env=ENV)
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("firescale: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr

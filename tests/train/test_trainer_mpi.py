@@ -76,7 +76,7 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
         from firescale.model.layers import net_cost
         from firescale.nets.zoo import get_net
 
-        gradient = net_cost(get_net("lenet", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
+        gradient = net_cost(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
         assert allreduce["library"] == "openmpi" and allreduce["message_bytes"] == gradient > 262144
         assert allreduce["model"] == "rabenseifner" and "Open MPI's fixed rules" in allreduce["algorithm"]
         assert allreduce["collectives"] == {"library": "MPI", "gpu_operations": None, "mpi_enabled": True,

@@ -17,7 +17,7 @@ def ingest_digits(root: Path) -> Path:
 
 def train_args(work: Path, out: str, solver: str, *extra: str) -> list[str]:
     """`firescale train` of LeNet on work/digits with work/SOLVER into work/OUT."""
-    return ["train", "--dataset", str(work / "digits"), "--net", "lenet", "--solver", str(work / solver),
+    return ["train", "--dataset", str(work / "digits"), "--net", "lenet_same", "--solver", str(work / solver),
             "--out", str(work / out), *extra]
 
 

@@ -6,7 +6,7 @@ solver, no per-step host copy.  It shares with the trainer only what must be the
 comparison: the rank set-up (init_rank: one core per rank, one thread, deterministic ops), the net
 (build_net) and Caffe's update rule (CaffeSolver); run it as ranks of a launcher:
 
-    mpirun -np 2 python -m firescale.bench.bare_loop --dataset D --net lenet --solver S --batch-per-rank 64 \
+    mpirun -np 2 python -m firescale.bench.bare_loop --dataset D --net lenet_same --solver S --batch-per-rank 64 \
         --iterations 400 --json out.json
 """
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _max_over_ranks(rank: Any, value: float) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m firescale.bench.bare_loop", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", type=Path, required=True)
-    parser.add_argument("--net", default="lenet")
+    parser.add_argument("--net", default="lenet_same")
     parser.add_argument("--solver", type=Path, required=True)
     parser.add_argument("--batch-per-rank", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=400)

@@ -58,7 +58,8 @@ def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) 
 
     parser.add_argument("--dataset", required=True, type=Path,
                         help="dataset folder with manifest.json, e.g. DATA/digits")
-    parser.add_argument("--net", type=net_name, default="lenet", help=f"network: {NET_HELP} (default lenet)")
+    parser.add_argument("--net", type=net_name, default="lenet_same",
+                        help=f"network: {NET_HELP} (default lenet_same, which fits every shipped dataset)")
     parser.add_argument("--solver", type=Path, default=Path("workflow/solvers/lenet-digits.yaml"),
                         help="solver (default workflow/solvers/lenet-digits.yaml)")
     parser.add_argument("--site", default="local", help=site_help)

@@ -19,9 +19,9 @@ def _mean(text: str) -> tuple[float, ...] | str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, type=Path,
                         help="dataset folder (manifest.json + train/test LMDB or HDF5), e.g. DATA/digits")
-    parser.add_argument("--net", help="a built-in net (lenet, nin, alexnet, googlenet, vgg19, cifar10_quick, ...) or "
-                                      "a Caffe net file (path/to/train_val.prototxt); default: the solver's net: line, "
-                                      "relative to the solver file")
+    parser.add_argument("--net", help="a built-in net (lenet, lenet_same, nin, alexnet, googlenet, cifar10_quick, ...) "
+                                      "or a Caffe net file (path/to/train_val.prototxt); default: the solver's net: "
+                                      "line, relative to the solver file")
     parser.add_argument("--solver", required=True, type=Path,
                         help="solver in Caffe keys: SOLVER.yaml or solver.prototxt")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -1,6 +1,7 @@
-"""The built-in nets as NetSpecs, looked up by name: five written in Python, VGG-16, Caffe's own files, or a path."""
+"""The built-in nets as NetSpecs, looked up by name: the ones written in Python, Caffe's own files, or a path."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,8 +27,9 @@ from firescale.nets.spec import (
 from firescale.resources import caffe_zoo_file
 
 
-def _lenet(num_classes: int) -> tuple[Layer, ...]:
-    # Caffe's LeNet with "same" padding in the convolutions so that 8x8 digits fit as well as 28x28.
+def _lenet_same(num_classes: int) -> tuple[Layer, ...]:
+    # Caffe's LeNet with "same" padding in the convolutions so that 8x8 digits fit as well as 28x28; Caffe's own
+    # LeNet (no padding, 28x28 only) is `lenet`, its file in CAFFE_NETS.
     return (
         Conv("conv1", 20, 5, pad=2), Pool("pool1", "max", 2, 2),
         Conv("conv2", 50, 5, pad=2), Pool("pool2", "max", 2, 2),
@@ -84,13 +86,14 @@ def _inception(name: str, c1: int, r3: int, c3: int, r5: int, c5: int, proj: int
 
 
 def _googlenet(num_classes: int) -> tuple[Layer, ...]:
-    # Inception v1 as bvlc_googlenet, without the two auxiliary classifiers; FireCaffe 7.1: xavier, bias 0.2.
+    # Inception v1 as bvlc_googlenet/train_val.prototxt, layer for layer and name for name, without the two
+    # auxiliary classifiers (as the file's loader leaves them out); its fillers are FireCaffe 7.1's: xavier, bias 0.2.
     b = constant(0.2)
     return (
-        Conv("conv1/7x7_s2", 64, 7, stride=2, pad=3, bias_init=b), ReLU("conv1/relu"),
+        Conv("conv1/7x7_s2", 64, 7, stride=2, pad=3, bias_init=b), ReLU("conv1/relu_7x7"),
         Pool("pool1/3x3_s2", "max", 3, 2), LRN("pool1/norm1"),
-        Conv("conv2/3x3_reduce", 64, 1, bias_init=b), ReLU("conv2/relu_reduce"),
-        Conv("conv2/3x3", 192, 3, pad=1, bias_init=b), ReLU("conv2/relu"), LRN("conv2/norm2"),
+        Conv("conv2/3x3_reduce", 64, 1, bias_init=b), ReLU("conv2/relu_3x3_reduce"),
+        Conv("conv2/3x3", 192, 3, pad=1, bias_init=b), ReLU("conv2/relu_3x3"), LRN("conv2/norm2"),
         Pool("pool2/3x3_s2", "max", 3, 2),
         _inception("inception_3a", 64, 96, 128, 16, 32, 32),
         _inception("inception_3b", 128, 128, 192, 32, 96, 64),
@@ -103,8 +106,8 @@ def _googlenet(num_classes: int) -> tuple[Layer, ...]:
         Pool("pool4/3x3_s2", "max", 3, 2),
         _inception("inception_5a", 256, 160, 320, 32, 128, 128),
         _inception("inception_5b", 384, 192, 384, 48, 128, 128),
-        Pool("pool5/7x7_s1", "avg", global_pool=True), Dropout("pool5/drop", 0.4),
-        FC("loss3/classifier", num_classes, XAVIER, ZERO), Softmax(),
+        Pool("pool5/7x7_s1", "avg", 7, 1), Dropout("pool5/drop_7x7_s1", 0.4),
+        FC("loss3/classifier", num_classes, XAVIER, ZERO), Softmax("loss3/loss3"),
     )
 
 
@@ -131,7 +134,7 @@ def _vgg16(num_classes: int) -> tuple[Layer, ...]:
 
 _NETS = {
     # name: (builder, default input (H, W, C), default classes, initialisation scheme)
-    "lenet": (_lenet, (28, 28, 1), 10, "xavier weights, zero biases (Caffe LeNet)"),
+    "lenet_same": (_lenet_same, (28, 28, 1), 10, "xavier weights, zero biases (Caffe LeNet)"),
     "nin": (_nin, (224, 224, 3), 1000, "gaussian std 0.01 for 1x1 and 0.05 for others, zero biases "
                                        "(FireCaffe 7.1)"),
     "alexnet": (_alexnet, (227, 227, 3), 1000, "gaussian std 0.01 (fc6/fc7 0.005), biases 0 or 0.1 "
@@ -144,6 +147,7 @@ _NETS = {
 # Caffe's own files shipped in nets/caffe_zoo (its README gives each one's origin and licence): the name,
 # the file, and the input (H, W, C) when the file's data layer does not say it.
 CAFFE_NETS: dict[str, tuple[str, Shape | None]] = {
+    "lenet": ("mnist/lenet_train_test.prototxt", (28, 28, 1)),
     "caffenet": ("bvlc_reference_caffenet/train_val.prototxt", None),
     "resnet50": ("resnet/ResNet-50-deploy.prototxt", None),
     "cifar10_quick": ("cifar10/cifar10_quick_train_test.prototxt", (32, 32, 3)),
@@ -157,9 +161,14 @@ def _key(name: str) -> str:
     return name.lower().replace("-", "").replace("_", "")
 
 
+def _named(names: Iterable[str], name: str) -> str | None:
+    """The one of `names` that `name` spells (any case, '-' and '_' optional), or None."""
+    return {_key(n): n for n in names}.get(_key(name))
+
+
 def is_known_net(name: str) -> bool:
     """Whether `name` is one of NET_NAMES, spelt as `get_net` accepts it (any case, '-' and '_' optional)."""
-    return _key(name) in _NETS or _key(name) in {_key(n) for n in CAFFE_NETS}
+    return _named(_NETS, name) is not None or _named(CAFFE_NETS, name) is not None
 
 
 def is_net_file(name: str) -> bool:
@@ -175,20 +184,20 @@ def get_net(name: str, num_classes: int | None = None, input_shape: Shape | None
     if is_net_file(name):
         shape = _shape(name, input_shape)
         return load_net_file(Path(name), input_shape=shape, num_classes=_classes(name, num_classes))
-    key = _key(name)
-    files = {_key(n): n for n in CAFFE_NETS}
-    if key in files:
-        path, default = CAFFE_NETS[files[key]]
+    file_net = _named(CAFFE_NETS, name)
+    if file_net is not None:
+        path, default = CAFFE_NETS[file_net]
         spec = load_net_file(caffe_zoo_file(path), input_shape=_shape(name, input_shape) or default,
                              num_classes=_classes(name, num_classes))
-        return replace(spec, name=files[key])
-    if key not in _NETS:
+        return replace(spec, name=file_net)
+    python_net = _named(_NETS, name)
+    if python_net is None:
         raise FirescaleError(f"unknown net {name!r}; known nets: {', '.join(NET_NAMES)}, or a Caffe net file "
                              f"(path/to/train_val.prototxt)")
-    builder, default_shape, default_classes, init = _NETS[key]
+    builder, default_shape, default_classes, init = _NETS[python_net]
     classes = _classes(name, num_classes) or default_classes
     shape = _shape(name, input_shape) or default_shape
-    spec = NetSpec(key, shape, classes, builder(classes), init)
+    spec = NetSpec(python_net, shape, classes, builder(classes), init)
     infer_shapes(spec)  # fail now, with the layer named, if the input is too small
     return spec
 
