@@ -114,3 +114,44 @@ def test_predict_experiment_gives_each_point_its_parts(tmp_path):
     # NiN reads ImageNet's stored 224x224 crops (no manifest here: the net's input) over the shared NFS
     assert many["io_s"] == pytest.approx(32 * (many["batch"] // 32) * 224 * 224 * 3 / 1.1e9, rel=1e-12)
     assert "| comm intra + inter (ms) | I/O + H2D (ms) |" in markdown_table(result)
+
+
+def test_a_calibrated_read_bandwidth_is_each_nodes_and_the_sites_own_key_wins(tmp_path):
+    """`bench io` reads on one node: the calibrated bandwidth is B_io per node, each node its own; the
+    shared filesystem's aggregate stays the site's key, and a site's own read_gbytes_per_s wins."""
+    from firescale.predict.calibrate import Calibration, load_calibration, save_calibration
+
+    cal = Calibration("ib-cluster", 0.5, 0.5, {}, {}, read_bandwidth=2e9, io_source={"format": "lmdb"})
+    applied = cal.apply(platform_from_site(load_site("ib-cluster")))          # no storage key
+    assert applied.data.read_bandwidth == 2e9 and applied.data.shared_read_bandwidth == 0.0
+    batch, stored = 1024 // 8, 227 * 227 * 3
+    # Two nodes of 4: each node's 4 ranks share its 2 GB/s; the nodes do not share anything.
+    assert predict_point(applied, "alexnet", 8, 1024).io_s == pytest.approx(4 * batch * stored / 2e9, rel=1e-12)
+    shared_only = load_site(site_copy(tmp_path / "shared", "ib-cluster", lambda d: d.update(
+        storage={"shared_read_gbytes_per_s": 1.1})))
+    both = cal.apply(platform_from_site(shared_only)).data
+    assert (both.read_bandwidth, both.shared_read_bandwidth) == (2e9, 1.1e9)
+    sited = platform_from_site(load_site(site_copy(tmp_path / "sited", "ib-cluster", _storage)))
+    assert cal.apply(sited).data == sited.data
+    # The calibration file keeps it; a negative one is refused by name.
+    path = save_calibration(tmp_path / "calibration.json", cal)
+    assert load_calibration(path).read_bandwidth == 2e9 and load_calibration(path).io_source == {"format": "lmdb"}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "read_bandwidth": -1.0}))
+    with pytest.raises(FirescaleError, match=r"calibration.json: read_bandwidth must be a number >= 0"):
+        load_calibration(path)
+
+
+def test_the_format_of_a_bench_io_record_is_the_trainers_unless_chosen(tmp_path):
+    from firescale.predict.calibrate import read_bandwidth_measurement
+
+    record = {"dataset": "d", "batch": 8, "readers": {"hdf5": {"raw_sequential": {"MB_per_s": 300.0}},
+                                                      "lmdb": {"raw_sequential": {"MB_per_s": 200.0}}}}
+    path = tmp_path / "bench-io.json"
+    path.write_text(json.dumps(record))
+    assert read_bandwidth_measurement(path)[0] == 200e6                       # LMDB, as the trainer reads
+    assert read_bandwidth_measurement(path, "hdf5")[0] == 300e6
+    del record["readers"]["lmdb"]
+    path.write_text(json.dumps(record))
+    assert read_bandwidth_measurement(path)[1]["format"] == "hdf5"            # its only format
+    with pytest.raises(FirescaleError, match=r"bench-io.json: 'readers' has no 'lmdb'; it measured hdf5"):
+        read_bandwidth_measurement(path, "lmdb")

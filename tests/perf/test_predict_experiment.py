@@ -194,3 +194,93 @@ def test_a_site_left_to_its_library_predicts_what_the_library_picks(tmp_path, lo
     two = predict_point(platform, net, 2, 64)
     assert two.algorithm == "openmpi-default" and two.comm_algorithm == expected
     assert two.comm_s == predict_point(platform, net, 2, 64, algorithm=expected).comm_s
+
+
+def test_a_read_bandwidth_from_bench_io_gives_t_io_unless_the_site_gives_one(tmp_path, local_site, digits_config,
+                                                                              capsys):
+    """`bench io` on the ingested digits -> `predict calibrate --io-record` -> `predict experiment`: each
+    point's t_io is its node's batch bytes over the stored bandwidth; a site's storage.read_gbytes_per_s wins."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from firescale.cli import main
+    from firescale.predict.calibrate import load_calibration
+    from firescale.predict.experiment import predict_experiment
+    from firescale.sweep.plan import load_plan
+
+    dataset = Path(yaml.safe_load(local_site.read_text())["paths"]["datasets"]) / "digits"
+    bench = tmp_path / "bench-io.json"
+    assert main(["bench", "io", "--dataset", str(dataset), "--batch", "16", "--seconds", "0.05", "--no-wait",
+                 "--json", str(bench)]) == 0
+    record = json.loads(bench.read_text())
+    measured = record["readers"]["lmdb"]["raw_sequential"]["MB_per_s"] * 1e6   # the trainer reads LMDB
+    cal_path = tmp_path / "calibration.json"
+    net = yaml.safe_load(digits_config.read_text())["experiments"]["digits-lenet"]["net"]
+    assert main(["predict", "calibrate", "--site", str(local_site), "--net", net, "--input", "8,8,1",
+                 "--classes", "10", "--batch", "64", "--iteration-s", "0.01", "--io-record", str(bench),
+                 "--out", str(cal_path)]) == 0
+    assert "stored as one node's read bandwidth" in capsys.readouterr().out
+    stored = json.loads(cal_path.read_text())
+    assert stored["read_bandwidth"] == measured > 0
+    assert {k: stored["io_source"][k] for k in ("source", "dataset", "format", "batch", "measured_at")} == {
+        "source": str(bench), "dataset": str(dataset), "format": "lmdb", "batch": 16,
+        "measured_at": record["measured_at"]}
+
+    def predict(site: Path, name: str) -> dict:
+        out = tmp_path / f"{name}.json"
+        assert main(["predict", "experiment", str(site), "--experiment", "digits-lenet", "--config",
+                     str(digits_config), "--calibration", str(cal_path), "--json", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    def expected_io(result: dict, bandwidth: float) -> dict:
+        """Eq. 6 by hand: the ranks of one node each read their batch of 8x8x1 stored bytes, at the node's rate."""
+        per_node = result["model"]["platform"]["ranks_per_node"]
+        return {name: pytest.approx(min(p["gpus"], per_node) * (p["batch"] // p["gpus"]) * 64 / bandwidth,
+                                    rel=1e-12) for name, p in result["points"].items()}
+
+    calibrated = predict(local_site, "calibrated")
+    assert calibrated["model"]["platform"]["read_bandwidth_source"] == "calibration"
+    assert calibrated["model"]["platform"]["read_bandwidth"] == measured
+    assert {n: p["io_s"] for n, p in calibrated["points"].items()} == expected_io(calibrated, measured)
+    assert f"read {measured / 1e9:.4g} GB/s a node from the calibration" in capsys.readouterr().out
+    # local's ranks read in line with their step, so t_io adds to the iteration.
+    plan = load_plan(local_site, digits_config)
+    without = predict_experiment(plan, "digits-lenet", calibration=replace(load_calibration(cal_path),
+                                                                           read_bandwidth=0.0))
+    assert without["model"]["platform"]["read_bandwidth_source"] is None
+    for name, p in calibrated["points"].items():
+        assert without["points"][name]["io_s"] == 0.0
+        assert p["iteration_s"] - without["points"][name]["iteration_s"] == pytest.approx(p["io_s"], rel=1e-6)
+
+    site = yaml.safe_load(local_site.read_text())
+    site["storage"] = {"read_gbytes_per_s": 0.5}
+    (tmp_path / "local").mkdir()
+    with_storage = tmp_path / "local" / "site.yaml"
+    with_storage.write_text(yaml.safe_dump(site))
+    sited = predict(with_storage, "sited")
+    assert sited["model"]["platform"]["read_bandwidth_source"] == "site"
+    assert {n: p["io_s"] for n, p in sited["points"].items()} == expected_io(sited, 0.5e9)
+
+
+@pytest.mark.parametrize("record, says", [
+    ({"format": "firescale.bench.allreduce/1", "measurements": []}, "not a `firescale bench io --json` record "
+                                                                     "(no key 'dataset')"),
+    ([1, 2], "not a `firescale bench io --json` record"),
+    ({"dataset": "d", "batch": 8, "readers": {"lmdb": {"shuffled": {"MB_per_s": 9.0}}}},
+     "no key 'readers.lmdb.raw_sequential.MB_per_s'"),
+    ({"dataset": "d", "batch": 8, "readers": {"lmdb": {"raw_sequential": {"MB_per_s": 0.0}}}},
+     "readers.lmdb.raw_sequential.MB_per_s must be a number > 0 (MB per second), not 0.0"),
+    ({"dataset": "d", "batch": 8, "readers": {"hdf5": {"raw_sequential": {"MB_per_s": -3}}}},
+     "readers.hdf5.raw_sequential.MB_per_s must be a number > 0"),
+])
+def test_a_bad_bench_io_record_is_refused_and_nothing_is_written(tmp_path, capsys, record, says):
+    from firescale.cli import main
+
+    bench = tmp_path / "bench-io.json"
+    bench.write_text(json.dumps(record))
+    out = tmp_path / "calibration.json"
+    assert main(["predict", "calibrate", "--site", "local", "--net", "alexnet", "--batch", "64", "--iteration-s", "100",
+                 "--io-record", str(bench), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"firescale: error: {bench}: ") and says in err and err.count("\n") == 1
+    assert not out.exists()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +170,7 @@ def bench_io(dataset: str | Path, *, batch: int = 256, seconds: float = 3.0, spl
     shape = tuple(manifest["shape"])
     record_bytes = int(np.prod(shape))
     out: dict = {"dataset": str(dataset), "split": split, "batch": batch, "seconds": seconds,
+                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                  "pixels_kernel": PIXELS_KERNEL,
                  "record_shape": list(shape), "record_bytes": record_bytes, "readers": {}, "data_wait": {},
                  "targets": {"reader_fraction_of_raw": READER_TARGET, "wait_fraction": WAIT_TARGET}}

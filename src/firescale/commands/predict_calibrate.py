@@ -1,4 +1,4 @@
-"""`firescale predict calibrate`: fit percent-of-peak factors and the per-iteration overhead, and store them."""
+"""`firescale predict calibrate`: fit percent-of-peak factors, the overhead and a read bandwidth; store them."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +25,7 @@ from firescale.predict.calibrate import (
     allreduce_from_run,
     allreduce_measurement,
     calibrate,
+    read_bandwidth_measurement,
     save_calibration,
 )
 from firescale.predict.measurements import MeasuredIteration, contention, read_measured_iteration, short_run
@@ -58,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "scheduler; on a cluster run `firescale bench allreduce --algorithms horovod` in a "
                              "job and pass --allreduce-json); with --short-run, the short run is also started on "
                              "RANKS cores at once, to measure how much slower ranks sharing a node compute")
+    parser.add_argument("--io-record", metavar="BENCH_IO.json",
+                        help="JSON written by `firescale bench io --json`: stores its raw sequential read as one "
+                             "node's read bandwidth, which gives t_io on a site whose storage has no "
+                             "read_gbytes_per_s (the site's key wins)")
+    parser.add_argument("--io-format", choices=("lmdb", "hdf5"),
+                        help="the format of --io-record to take (default: lmdb when measured, as the trainer reads)")
     parser.add_argument("--out", help=f"where to write it (default: the site's results dir/{CALIBRATION_FILE})")
     add_platform_arguments(parser)
 
@@ -129,8 +136,16 @@ def _probe(args: argparse.Namespace, spec: NetSpec, algorithm: str, step_s: floa
     return measurement
 
 
+def _read_bandwidth(args: argparse.Namespace) -> tuple[float, dict] | None:
+    """--io-record's read bandwidth and what it was read from (None without it)."""
+    if args.io_format and not args.io_record:
+        raise FirescaleError("--io-format picks a format of --io-record: give --io-record too")
+    return read_bandwidth_measurement(args.io_record, args.io_format) if args.io_record else None
+
+
 def run(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
+    io = _read_bandwidth(args)   # before anything runs or is written: a bad record stops here
     measured = [read_measured_iteration(p) for p in args.record]
     contended = None
     for m in measured:
@@ -180,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     if contended is not None:
         cal = replace(cal, contention=contended["factor"])
         cal.compute_source["contention"] = contended
+    if io is not None:
+        cal = replace(cal, read_bandwidth=io[0], io_source=io[1])
     evaluated = next((m for m in measured if m.evaluations), None)
     if evaluated is not None:
         cal = replace(cal, eval_s=evaluated.eval_s / evaluated.evaluations)
@@ -195,8 +212,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"measured: {m.source}: batch {m.batch_per_rank} per rank, {m.iteration_s * 1e3:.3f} ms per iteration "
               f"(data {m.data_wait_s * 1e3:.3f}, compute {m.compute_s * 1e3:.3f}, allreduce "
               f"{m.allreduce_s * 1e3:.3f}) over {m.iterations} iterations")
+    if io is not None:
+        print(_describe_read(io, platform.data.read_bandwidth, inline=not platform.data.overlap_io))
     print(describe(cal.apply(platform)))
     print(f"{spec.name} {spec.input_shape}: compute percent of peak {cal.ppp_compute:.4g}, communication "
           f"{cal.ppp_comm:.4g}, fixed overhead {cal.overhead_s * 1e3:.4g} ms per iteration, "
           f"{cal.eval_s * 1e3:.4g} ms per evaluation -> {out}")
     return 0
+
+
+def _describe_read(io: tuple[float, dict], site_read: float, *, inline: bool) -> str:
+    """What --io-record gave, and whether predictions will use it."""
+    bandwidth, source = io
+    text = (f"measured: {source['source']}: raw sequential read of {source['format']} ({source['file']}) at "
+            f"{bandwidth / 1e6:.4g} MB/s, stored as one node's read bandwidth")
+    if site_read > 0:
+        return text + f"; the site's storage.read_gbytes_per_s ({site_read / 1e9:.4g} GB/s) wins in predictions"
+    if inline:
+        return text + ("; note: this site's ranks read in line with their step, so the measured iterations "
+                       "already hold their reading and t_io from it adds to them")
+    return text

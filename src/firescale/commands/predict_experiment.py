@@ -64,7 +64,7 @@ def markdown_table(result: dict) -> str:
     m = result["model"]
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
              f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
-             + ("calibrated" if result["calibration"] else "not calibrated") + ")", "",
+             + ("calibrated" if result["calibration"] else "not calibrated") + _read_note(m["platform"]) + ")", "",
              "| point | GPUs | batch | LR | epochs | iteration (ms) | comm intra + inter (ms) | I/O + H2D (ms) "
              "| time to accuracy | speedup | memory per device (GB) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -75,6 +75,14 @@ def markdown_table(result: dict) -> str:
                      f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} | {_memory_cell(p)} |")
     problems = result.get("memory_problems") or []
     return "\n".join(lines + ([""] + [f"- **does not fit:** {text}" for text in problems] if problems else [])) + "\n"
+
+
+def _read_note(platform: dict) -> str:
+    """The node's read bandwidth behind t_io, and where it came from (site or calibration), if any."""
+    source = platform.get("read_bandwidth_source")
+    if not source:
+        return ""
+    return f", read {platform['read_bandwidth'] / 1e9:.4g} GB/s a node from the {source}"
 
 
 def _memory_cell(point: dict) -> str:

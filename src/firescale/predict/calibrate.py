@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ class Calibration:
     `eval_s` is one evaluation of the test set on one device, as the baseline measured it (0: not measured).
     `contention` is a rank's compute time with every rank of its node computing over its time alone,
     measured with the net's own short run (predict.measurements.contention; 1: not measured).
+    `read_bandwidth` is the bytes per second one node read the dataset at, by `bench io`'s raw read
+    (0: not measured), and `io_source` what it was read from (`read_bandwidth_measurement`).
     """
 
     site: str
@@ -38,12 +40,18 @@ class Calibration:
     overhead_s: float = 0.0
     eval_s: float = 0.0
     contention: float = 1.0
+    read_bandwidth: float = 0.0
+    io_source: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, platform: Platform) -> Platform:
-        """The platform with these factors (and this overhead and contention) in place of its own."""
+        """The platform with these factors (and this overhead and contention) in place of its own, and
+        this read bandwidth as its node's when it has none: a site's `storage.read_gbytes_per_s` wins."""
+        data = platform.data
+        if self.read_bandwidth > 0 and data.read_bandwidth == 0:
+            data = replace(data, read_bandwidth=self.read_bandwidth)
         return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
                        link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s,
-                       contention=self.contention)
+                       contention=self.contention, data=data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +102,46 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
     seconds = best.get("mean_s", best["median_s"]) if after_step else best["median_s"]
     return {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
             "seconds": seconds, "after_step_s": after_step, "source": str(path)}
+
+
+def read_bandwidth_measurement(path: str | Path, fmt: str | None = None) -> tuple[float, dict[str, Any]]:
+    """One node's read bandwidth (bytes/s) from a `firescale bench io --json` record, and what it was read
+    from: the raw sequential read of `fmt`, by default of the format the trainer reads (LMDB when the
+    record has it, else its only one)."""
+    data = load_json(path, "bench io record")
+    if not isinstance(data, dict):
+        raise FirescaleError(f"{path}: not a `firescale bench io --json` record (a JSON object with 'readers')")
+    for key in ("dataset", "batch", "readers"):
+        if key not in data:
+            raise FirescaleError(f"{path}: not a `firescale bench io --json` record (no key {key!r})")
+    readers = data["readers"]
+    if not isinstance(readers, dict) or not readers:
+        raise FirescaleError(f"{path}: 'readers' must map each measured format to its rates, not {readers!r}")
+    if fmt is None:
+        if "lmdb" not in readers and len(readers) > 1:
+            raise FirescaleError(f"{path} measured {', '.join(sorted(readers))}: choose one with --io-format")
+        fmt = "lmdb" if "lmdb" in readers else next(iter(readers))
+    if fmt not in readers:
+        raise FirescaleError(f"{path}: 'readers' has no {fmt!r}; it measured {', '.join(sorted(readers))}")
+    entry = readers[fmt]
+    raw = entry.get("raw_sequential") if isinstance(entry, dict) else None
+    if not isinstance(raw, dict) or "MB_per_s" not in raw:
+        raise FirescaleError(f"{path}: not a `firescale bench io --json` record (no key "
+                             f"'readers.{fmt}.raw_sequential.MB_per_s')")
+    rate = raw["MB_per_s"]
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (rate > 0 and math.isfinite(rate)):
+        raise FirescaleError(f"{path}: readers.{fmt}.raw_sequential.MB_per_s must be a number > 0 (MB per "
+                             f"second), not {rate!r}")
+    source: dict[str, Any] = {"source": str(path), "measured": "bench io: raw sequential read on one node",
+                              "dataset": data["dataset"], "format": fmt, "split": data.get("split"),
+                              "batch": data["batch"], "seconds": data.get("seconds"), "file": entry.get("file"),
+                              "file_bytes": entry.get("file_bytes"), "raw_MB_per_s": rate}
+    shuffled = entry.get("shuffled")
+    if isinstance(shuffled, dict) and "MB_per_s" in shuffled:
+        source["reader_shuffled_MB_per_s"] = shuffled["MB_per_s"]
+    if "measured_at" in data:
+        source["measured_at"] = data["measured_at"]
+    return float(rate) * 1e6, source
 
 
 def fit_compute_ppp(net: NetSpec | str, batch: int, measured_iteration_s: float, device: Device,
@@ -222,7 +270,8 @@ def load_calibration(path: str | Path) -> Calibration:
         cal = Calibration(str(data["site"]), float(data["ppp_compute"]), float(data["ppp_comm"]),
                           dict(data.get("compute_source", {})), dict(data.get("comm_source", {})),
                           float(data.get("overhead_s", 0.0)), float(data.get("eval_s", 0.0)),
-                          float(data.get("contention", 1.0)))
+                          float(data.get("contention", 1.0)), float(data.get("read_bandwidth", 0.0)),
+                          dict(data.get("io_source", {})))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a calibration needs site, ppp_compute and ppp_comm") from None
     for key in ("ppp_compute", "ppp_comm"):
@@ -234,4 +283,7 @@ def load_calibration(path: str | Path) -> Calibration:
         value = getattr(cal, key)
         if not (value >= 0 and math.isfinite(value)):
             raise FirescaleError(f"{path}: {key} must be a number >= 0 (seconds), not {value}")
+    if not (cal.read_bandwidth >= 0 and math.isfinite(cal.read_bandwidth)):
+        raise FirescaleError(f"{path}: read_bandwidth must be a number >= 0 (bytes per second), "
+                             f"not {cal.read_bandwidth}")
     return cal
