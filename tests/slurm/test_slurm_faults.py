@@ -2,7 +2,10 @@
 
 The walltime test trains LeNet with two Horovod ranks in a two-minute job that Slurm signals 60 s before
 its end: the job snapshots, the runner resubmits it (it waits in the queue behind another job), it
-resumes, and its final weights equal those of an uninterrupted run bit for bit.
+resumes, and its final weights equal those of an uninterrupted run bit for bit.  The job's reads are
+slowed to a storage speed (`train --read-limit-mbs`), so that its wall time passes on a few thousand
+iterations in sleep rather than on both cores; the uninterrupted run reads at full speed, which also
+shows that the limit changes no bit of the weights.
 """
 from __future__ import annotations
 
@@ -160,14 +163,15 @@ def _train_here(tmp_path: Path, name: str, max_iter: int) -> dict:
     return json.loads((tmp_path / name / "result.json").read_text())
 
 
-def _iterations_for(tmp_path: Path, seconds: float) -> int:
-    """How many iterations take `seconds` of training on this machine now (a short measured run).  The
-    probe's mean iteration, not its training time: 300 iterations' time includes tracing the graph and the
-    evaluations, which made a fast machine's run several times shorter than sized (done before the signal)."""
-    probe = _train_here(tmp_path, "probe", 300)
-    split = probe["per_iteration"]
-    per_iteration = split["data_wait_s"] + split["compute_s"] + split["allreduce_s"]
-    return max(1500, int(seconds / per_iteration))
+# The walltime run: MAX_ITER iterations whose reads take at least 150 s in all.  Each rank reads 32 digits
+# of 8 x 8 x 1 bytes an iteration; at READ_LIMIT_MBS that is 75 ms, whatever the machine's load (which
+# only adds compute to it).  Horovod's background thread negotiates every cycle, also while its rank
+# sleeps in a read: at Horovod's 1 ms cycle the two ranks' threads took 91% of a core here waiting for
+# each other (Open MPI yields in a loop), at the site's 10 ms 15%.
+MAX_ITER = 2000
+RANK_BATCH_BYTES = 32 * 8 * 8 * 1
+READ_LIMIT_MBS = MAX_ITER * RANK_BATCH_BYTES / 150 / 1e6
+CYCLE_TIME_MS = 10
 
 
 @pytest.mark.slow
@@ -175,13 +179,13 @@ def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupte
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
                    check=True, capture_output=True)
-    # The job is signalled 30-60 s after it starts (Slurm may signal up to 30 s early): sized for 150 s of
-    # training on the probe's load, the run outlasts the signal even when the probe ran twice as slow as the
-    # job (the other test worker busy then, idle later).
-    max_iter = _iterations_for(tmp_path, 150)
-    site = slurm_here(tmp_path, walltime_signal={"signal": "USR1", "seconds_before": 60})
-    script = _job(tmp_path, site, [*_train(tmp_path, max_iter), "--out", str(tmp_path / "run"), "--resume"], 120,
-                  env=RANK_ENV)
+    # The job is signalled 30-60 s after it starts (Slurm may signal up to 30 s early): with at least 150 s of
+    # reads in its training, the run outlasts the signal however idle or loaded the machine is.
+    max_iter = MAX_ITER
+    site = slurm_here(tmp_path, walltime_signal={"signal": "USR1", "seconds_before": 60},
+                      horovod={"cycle_time_ms": CYCLE_TIME_MS})
+    script = _job(tmp_path, site, [*_train(tmp_path, max_iter), "--out", str(tmp_path / "run"), "--resume",
+                                   "--read-limit-mbs", repr(READ_LIMIT_MBS)], 120, env=RANK_ENV)
     lines: list[str] = []
 
     def log(line: str) -> None:
@@ -207,9 +211,14 @@ def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupte
     assert all(s["status"] == "interrupted" for s in segments[:-1])
     assert [s["start_iter"] for s in segments[1:]] == [s["end_iter"] for s in segments[:-1]]
     assert 0 < segments[0]["end_iter"] < max_iter
+    # Under the limit: recorded, and the mean iteration waited at least a batch's bytes / the limit for data.
+    assert result["read_limit_mbs"] == READ_LIMIT_MBS
+    assert result["allreduce"]["horovod_knobs"]["HOROVOD_CYCLE_TIME"] == str(CYCLE_TIME_MS)
+    assert result["per_iteration"]["data_wait_s"] >= RANK_BATCH_BYTES / (READ_LIMIT_MBS * 1e6)
 
-    reference = _train_here(tmp_path, "reference", max_iter)
+    reference = _train_here(tmp_path, "reference", max_iter)   # without the limit
     assert reference["iterations"] == result["iterations"] == max_iter and len(reference["segments"]) == 1
+    assert reference["read_limit_mbs"] is None
     # snapshots are named after the solver file, as Caffe does
     ours = _weights(tmp_path / "run" / "snapshots" / f"lenet-digits_iter_{max_iter}.solverstate")
     theirs = _weights(tmp_path / "reference" / "snapshots" / f"lenet-digits_iter_{max_iter}.solverstate")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -14,6 +15,17 @@ def _mean(text: str) -> tuple[float, ...] | str:
         return tuple(float(v) for v in text.split(","))
     except ValueError:
         return text
+
+
+def _mb_per_s(text: str) -> float:
+    """--read-limit-mbs: a finite number of MB per second above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected MB per second, a number above 0, not {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "backprop, as Horovod's DistributedGradientTape) instead of one grouped allreduce "
                              "after the whole backward pass; the iterations timed in parts stay grouped")
     parser.add_argument("--data-format", choices=("lmdb", "hdf5"), help="which copy of the dataset to read")
+    parser.add_argument("--read-limit-mbs", type=_mb_per_s, metavar="MB_PER_S",
+                        help="emulate slower storage: each training read of this rank takes at least its stored "
+                             "record bytes / MB_PER_S (the rank sleeps for the rest after the read; the weights "
+                             "do not change); recorded in result.json as read_limit_mbs")
     parser.add_argument("--scale", type=float, help="pixel scale after mean subtraction (default: a net file's "
                                                     "TRAIN data layer transform_param, as Caffe's, else 1/255)")
     parser.add_argument("--mean", type=_mean, help="per-channel mean values (comma-separated) or a mean file "
@@ -101,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
         split_every=args.split_every, layer_plan=args.layer_plan, overlap_allreduce=args.overlap_allreduce,
+        read_limit_mbs=args.read_limit_mbs,
         batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )

@@ -67,6 +67,7 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
             "job_ids": [str(s.get("job_id")) for s in record.submissions if s.get("job_id") is not None],
             "queue_s": record.queue_s,
             "net_file_sha256": train.net_file["sha256"] if train and train.net_file else None,
+            "read_limit_mbs": train.read_limit_mbs if train else None,
         })
     return {
         "git": git_state(repo),
@@ -126,6 +127,8 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
         lines.append(f"{run['point']}: seed {run['seed']}, data seed {run['data_seed']}, hosts "
                      f"{', '.join(run['hostnames']) or 'none recorded'}"
                      + (f", jobs {', '.join(run['job_ids'])}" if run["job_ids"] else "") + queue
+                     + (f", reads limited to {run['read_limit_mbs']:g} MB/s per rank (--read-limit-mbs)"
+                        if run.get("read_limit_mbs") else "")
                      + (f"; command: {run['command']}" if run["command"] else ""))
     lines.append(f"report command: {prov['report_command']}")
     return lines

@@ -264,3 +264,17 @@ def check_same_trajectory(meta: dict[str, Any], settings: dict[str, Any], snapsh
     differences = "; ".join(diffs) or "its hash differs"
     raise FirescaleError(f"snapshot {snapshot} was written with other settings ({differences}); "
                          "resume only with the settings it was written with, or train in a new --out folder")
+
+
+def _with_limit(limit: float | None) -> str:
+    return "without --read-limit-mbs" if limit is None else f"with --read-limit-mbs {limit:g}"
+
+
+def check_same_read_limit(meta: dict[str, Any], read_limit_mbs: float | None, snapshot: str | Path) -> None:
+    """Refuse to resume under another --read-limit-mbs than the snapshot's run had: the weights would be the
+    same, but the run's times would mix two storage speeds under one record."""
+    before = meta.get("read_limit_mbs")
+    if before != read_limit_mbs:
+        raise FirescaleError(f"snapshot {snapshot} was written by a run {_with_limit(before)} and this one runs "
+                             f"{_with_limit(read_limit_mbs)}; resume with the read limit it had, so that its times "
+                             "are those of one storage speed, or train in a new --out folder")

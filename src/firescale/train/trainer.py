@@ -15,6 +15,7 @@ from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
 from firescale.train.checkpoint import (
     Snapshot,
+    check_same_read_limit,
     check_same_trajectory,
     latest_snapshot,
     read_snapshot,
@@ -69,6 +70,7 @@ class TrainOptions:
     batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
     split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
     overlap_allreduce: bool = False  # each gradient's allreduce as backward produces it (the whole iterations)
+    read_limit_mbs: float | None = None  # each training read takes at least its stored bytes / this many MB/s
     command: list[str] = field(default_factory=list)
 
 
@@ -308,6 +310,7 @@ class Training:
     def _read_snapshot(self, name: str) -> dict[str, Any]:
         snap = read_snapshot(name, self.spec)
         check_same_trajectory(snap.meta, self.trajectory, name)
+        check_same_read_limit(snap.meta, self.opts.read_limit_mbs, name)
         for var, info in zip(self.net.params, self.net.infos):
             var.assign(snap.weights[info.name])
         self.solver.load_state_arrays(snap.solver_state)
@@ -357,14 +360,17 @@ class Training:
         from firescale.data.prefetch import PrefetchedBatches
         from firescale.data.readers import batches_per_read, iter_train_arrays, prefetch_depth
         from firescale.data.shard import rank_positions
+        from firescale.data.throttle import limit_reads
 
         self.plan = self.schedule.plan_at(iteration)
         start, batch = self.schedule.samples_before(iteration), self.plan.batch_per_rank
         rank_positions(start, batch * self.rank.size, self.rank.rank, self.rank.size)  # bad positions fail here
         if self.train_stream is not None:
             self.train_stream.close()
-        arrays = iter_train_arrays(self.train_ds, self.transform, seed=self.data_seed, rank=self.rank.rank,
-                                   size=self.rank.size, batch_per_rank=batch, start_sample=start,
+        # A read limit sits where the read happens: in the reader thread when prefetching, which may hide it.
+        arrays = iter_train_arrays(limit_reads(self.train_ds, self.opts.read_limit_mbs), self.transform,
+                                   seed=self.data_seed, rank=self.rank.rank, size=self.rank.size,
+                                   batch_per_rank=batch, start_sample=start,
                                    batches_per_read=batches_per_read(batch, self.image_shape))
         # A rank pinned to one core reads inline: a reader thread would only take turns with training for
         # the core and the GIL.  Otherwise a reader thread keeps batches ready.
@@ -388,7 +394,9 @@ class Training:
                         f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}"
                         + (" overlapped with backward" if self.opts.overlap_allreduce else "") + ", "
                         f"target {self.target_source}"
-                        + (f", resumed at iteration {self.start_iter}" if self.start_iter else ""))
+                        + (f", resumed at iteration {self.start_iter}" if self.start_iter else "")
+                        + (f", reads limited to {self.opts.read_limit_mbs:g} MB/s per rank"
+                           if self.opts.read_limit_mbs else ""))
         if ignored_note(cfg):
             _say(self.rank, ignored_note(cfg))
 
@@ -562,6 +570,7 @@ class Training:
             "ranks": self.rank.size, "batch": self.batch_record(), "evals": [e.__dict__ for e in self.evals],
             "segments": [s.__dict__ for s in segments], "split_sums": self.totals().to_dict(),
             "trajectory": self.trajectory, "trajectory_sha256": trajectory_digest(self.trajectory),
+            "read_limit_mbs": self.opts.read_limit_mbs,
         }
         weights = {info.name: var.numpy() for info, var in zip(self.net.infos, self.net.params)}
         write_snapshot(self.snap_dir, cfg.snapshot_name,
@@ -591,7 +600,7 @@ class Training:
             per_iteration=self.totals().mean(self.opts.split_every), allreduce=self.allreduce_info,
             hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
             status=status,
-            command=list(self.opts.command),
+            command=list(self.opts.command), read_limit_mbs=self.opts.read_limit_mbs,
             net_file={"path": str(Path(self.net_file.source).resolve()), "sha256": self.net_file.sha256}
             if self.net_file else None)
 
