@@ -120,7 +120,7 @@ class HorovodAllreduce:
     With `tensors` (element counts adding up to `send`'s), `send` is cut into tensors of those sizes
     and they are summed as the trainer sums a net's gradients: one grouped allreduce of them and of
     the loss and stop flag pair.  Horovod then copies them into its fusion buffer and back out,
-    which a single tensor is spared (0.6 ms of 3.2 for LeNet's 8 gradients, 5 MB, here).
+    which a single tensor is spared (0.6 ms of 3.2 for lenet_same's 8 gradients, 5 MB, here).
     """
 
     def __init__(self, tensors: Sequence[int] = ()) -> None:
