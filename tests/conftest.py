@@ -20,8 +20,22 @@ REPO = Path(__file__).resolve().parents[1]
 TIER_GROUPS = ("slurm", "vcluster")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--aside", choices=("include", "exclude", "only"), default="include",
+                     help="the tests marked `aside`, which mostly wait on a scheduler's clock: run them with the "
+                          "rest (default), leave them out, or run only them (`make test` runs them in a pytest "
+                          "of their own beside the workers)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """The tiers first, the rest as collected."""
+    """The tests `--aside` asks for; the tiers first, the rest as collected."""
+    mode = config.getoption("aside")
+    if mode != "include":
+        wanted = mode == "only"
+        dropped = [item for item in items if bool(item.get_closest_marker("aside")) != wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if bool(item.get_closest_marker("aside")) == wanted]
     items.sort(key=lambda item: not any(item.get_closest_marker(t) for t in TIER_GROUPS))
 
 

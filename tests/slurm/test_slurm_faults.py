@@ -79,6 +79,7 @@ def _controller(slurm) -> tuple[Path, dict]:
     return conf.parent / "slurmctld.pid", {**os.environ, "SLURM_CONF": str(conf)}
 
 
+@pytest.mark.aside
 def test_a_controller_that_stops_answering_for_a_while_leaves_the_job_running(tmp_path, monkeypatch, slurm):
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     site = slurm_here(tmp_path)
@@ -176,6 +177,7 @@ CYCLE_TIME_MS = 10
 
 
 @pytest.mark.slow
+@pytest.mark.aside
 def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch, slurm):
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
