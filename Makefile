@@ -123,7 +123,7 @@ check: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
-# The tests marked `aside` mostly wait on a real scheduler's clock (a walltime, a controller's outage): they
+# The tests marked `aside` mostly wait on a clock (Slurm's walltime, a controller's outage, Horovod's cycle): they
 # run in a pytest of their own beside the workers, on what the workers leave idle, and their output follows
 # the workers'.  Exit status 5 is pytest's "no test selected" (PYTEST_ARGS chose none of one kind).
 test: check

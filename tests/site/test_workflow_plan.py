@@ -119,7 +119,8 @@ def test_snakemake_lint_is_clean():
 
 def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, monkeypatch):
     """`local` runs the short run and the Horovod allreduce probe on the sweep's most ranks; a cluster
-    calibrates communication only from an allreduce.json someone measured there in a job."""
+    calibrates communication only from an allreduce.json, and its reads only from a bench-io.json, that
+    someone measured there in a job."""
     from firescale.sweep.plan import SweepPlan
 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
@@ -132,3 +133,9 @@ def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, 
     measured.parent.mkdir(parents=True)
     measured.write_text("{}")
     assert titan.calibration_options("nin-imagenet") == "--allreduce-json results/titan/allreduce.json"
+    (measured.parent / "bench-io.json").write_text("{}")     # a node's reads, `bench io --json` in a job
+    assert titan.calibration_options("nin-imagenet") == ("--allreduce-json results/titan/allreduce.json"
+                                                         " --io-record results/titan/bench-io.json")
+    measured.unlink()
+    assert titan.calibration_options("nin-imagenet") == "--io-record results/titan/bench-io.json"
+    assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"  # the fit holds reads

@@ -192,16 +192,23 @@ class SweepPlan:
         """Where a cluster's Horovod allreduce measurement goes (`bench allreduce --json`, run in a job)."""
         return Path("results") / self.site.name / "allreduce.json"
 
+    def io_measurement(self) -> Path:
+        """Where a cluster's read measurement goes (`bench io --json`, run in a job on one node)."""
+        return Path("results") / self.site.name / "bench-io.json"
+
     def calibration_options(self, experiment: str) -> str:
         """Extra `predict calibrate` options.  On a site without a scheduler, a short second run at half
         the batch fits the fixed per-iteration overhead, and Horovod's allreduce timed on the sweep's most
         ranks fits the communication factor.  On a cluster both would run on the login node: there the
-        communication factor comes from results/<site>/allreduce.json when someone measured it in a job."""
+        communication factor comes from results/<site>/allreduce.json, and a node's read bandwidth from
+        results/<site>/bench-io.json, when someone measured them in a job."""
         import shlex
 
         if self.site.scheduler != "local":
-            measured = self.allreduce_measurement()
-            return f"--allreduce-json {shlex.quote(str(measured))}" if measured.is_file() else ""
+            measured = [(option, path) for option, path in (("--allreduce-json", self.allreduce_measurement()),
+                                                            ("--io-record", self.io_measurement()))
+                        if path.is_file()]
+            return " ".join(f"{option} {shlex.quote(str(path))}" for option, path in measured)
         most = max(p.ranks for p in self.points[experiment])
         return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
 
