@@ -115,7 +115,6 @@ def test_measured_contention_slows_the_compute_of_multi_rank_points_only(plan, t
 
 @pytest.mark.slow
 @pytest.mark.mpi
-@pytest.mark.aside     # most of its minute is the 50 ms cycles' sleep
 def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(repo, tmp_path):
     """Real ranks and real Horovod: with a 50 ms negotiation cycle, LeNet's 2-rank iteration on digits
     (a few ms of compute and allreduce) is one cycle, since Horovod's thread sleeps until the cycle ends

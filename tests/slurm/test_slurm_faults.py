@@ -177,7 +177,6 @@ CYCLE_TIME_MS = 10
 
 
 @pytest.mark.slow
-@pytest.mark.aside
 def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch, slurm):
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
