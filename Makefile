@@ -124,7 +124,8 @@ check: setup
 	$(BIN)/mypy
 
 # The tests marked `aside` sleep while a real scheduler's clock runs (a controller's outage), with the CPU
-# idle: they run in a pytest of their own beside the workers, and their output follows the workers'.  Exit status 5 is pytest's "no test selected" (PYTEST_ARGS chose none of one kind).
+# idle: they run in a pytest of their own beside the workers, and their output follows the workers'.
+# Exit status 5 is pytest's "no test selected" (PYTEST_ARGS chose none of one kind).
 test: check
 	@$(BIN)/python -m pytest --aside only -p no:cacheprovider --durations=5 $(PYTEST_ARGS) \
 	  > $(VENV)/aside-tests.log 2>&1 & aside=$$!; \

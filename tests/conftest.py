@@ -22,7 +22,7 @@ TIER_GROUPS = ("slurm", "vcluster")
 
 def pytest_addoption(parser):
     parser.addoption("--aside", choices=("include", "exclude", "only"), default="include",
-                     help="the tests marked `aside`, which mostly wait on a scheduler's clock: run them with the "
+                     help="the tests marked `aside`, which sleep while a scheduler's clock runs: run them with the "
                           "rest (default), leave them out, or run only them (`make test` runs them in a pytest "
                           "of their own beside the workers)")
 
