@@ -256,7 +256,7 @@ class HorovodIteration:
                 for w, g in zip(self._weights, summed):
                     w.assign_sub(g * rate / batch)
                 return summed
-            return tf.function(body).get_concrete_function(*specs)
+            return tf.function(body, autograph=False).get_concrete_function(*specs)
 
         return iteration(True), iteration(False)
 

@@ -91,7 +91,7 @@ def measure_training_memory(spec: NetSpec, batch: int, solver: SolverConfig, *, 
         images = tf.compat.v1.placeholder(tf.float32, (batch, *spec.input_shape))
         labels = tf.compat.v1.placeholder(tf.int64, (batch,))
         dropout_seed = tf.compat.v1.placeholder(tf.int64, (2,))
-        step = tf.function(lambda x, y, s: loss_and_gradients(net, x, y, s))
+        step = tf.function(lambda x, y, s: loss_and_gradients(net, x, y, s), autograph=False)
         loss, grads = step(images, labels, dropout_seed)
         fed = [tf.compat.v1.placeholder(tf.float32, p.shape) for p in net.params]
         before = set(graph.get_operations())

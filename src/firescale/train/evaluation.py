@@ -44,7 +44,7 @@ def make_eval_step(net: Callable[..., tf.Tensor], num_classes: int,
     k5 = min(5, num_classes)
     signature = [tf.TensorSpec((None, *image_shape), tf.float32), tf.TensorSpec((None,), tf.int64)]
 
-    @tf.function(input_signature=signature)
+    @tf.function(input_signature=signature, autograph=False)
     def step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         logits = net(images, training=False)
         losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)

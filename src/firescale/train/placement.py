@@ -91,7 +91,7 @@ def with_boundaries(placement: LayerPlacement, spec: NetSpec, batch: int) -> Lay
 
 def _median_round_trip(x: tf.Tensor, move: Any, repeats: int) -> float:
     """Median seconds of a traced forward `move` of x and the backward move of its gradient."""
-    @tf.function
+    @tf.function(autograph=False)
     def round_trip(t: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             tape.watch(t)

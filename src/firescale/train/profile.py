@@ -49,7 +49,7 @@ def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Rank,
             grads = tape.gradient(y, [t, *params], output_gradients=tf.ones_like(y))
             return [g for g in grads if g is not None]
 
-        fwd, bwd = tf.function(forward), tf.function(backward)
+        fwd, bwd = tf.function(forward, autograph=False), tf.function(backward, autograph=False)
         inp = x
         forward_us = _median_us(lambda fwd=fwd, inp=inp: fwd(inp).numpy(), repeats)
         backward_us = _median_us(lambda bwd=bwd, inp=inp: [g.numpy() for g in bwd(inp)], repeats)
