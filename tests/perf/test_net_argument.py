@@ -14,7 +14,9 @@ from firescale.resources import caffe_zoo_file
 # (a positional argument) or that it goes after --net.
 COMMANDS = [
     ["predict", "layers", None],
+    ["predict", "layers", "--net"],
     ["predict", "memory", None, "--batch", "8"],
+    ["predict", "memory", "--batch", "8", "--net"],
     ["predict", "sweep", "--gpus", "1", "--batch", "8", "--bandwidth-gbits", "1", "--peak-tflops", "1",
      "--memory-gbs", "1", "--net"],
     ["predict", "calibrate", "--batch", "8", "--iteration-s", "0.02", "--net"],
@@ -73,3 +75,21 @@ def test_predict_paleo_and_layers_cost_a_net_file(tmp_path, capsys, monkeypatch)
         main(["predict", "paleo", "--net", "lenet", "--caffe-shapes"])
     assert main(["predict", "paleo", "--input", "8,8,1"]) == 1
     assert "--input and --classes describe the net of --net" in capsys.readouterr().err
+
+
+def test_the_commands_that_take_the_net_first_also_take_it_as_net_and_not_both(capsys):
+    """`predict layers` and `predict memory` take the net as their first argument, and as --net like the rest."""
+    caffenet = str(caffe_zoo_file("bvlc_reference_caffenet/deploy.prototxt"))
+    outputs = []
+    for argv in (["predict", "layers", caffenet], ["predict", "layers", "--net", caffenet]):
+        assert main(argv) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and "total: 60,965,224 parameters" in outputs[0]   # Caffe's own count
+    assert main(["predict", "memory", "--net", "lenet", "--batch", "8"]) == 0
+    assert "peak" in capsys.readouterr().out
+    for argv in (["predict", "layers", "alexnet", "--net", "lenet"], ["predict", "memory", "--batch", "8"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and ("not allowed with argument net" in err
+                                         or "one of the arguments net --net is required" in err), err

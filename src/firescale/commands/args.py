@@ -51,6 +51,22 @@ def net_name(text: str) -> str:
 NET_HELP = "a built-in net, or a Caffe net file such as path/to/train_val.prototxt"
 
 
+def add_net_argument(parser: argparse.ArgumentParser) -> None:
+    """The net of a command that names it first: as the positional `net` or as `--net`, as the other commands
+    take it (exactly one of the two; `chosen_net` reads it)."""
+    from firescale.nets.zoo import NET_NAMES
+
+    either = parser.add_mutually_exclusive_group(required=True)
+    either.add_argument("net", nargs="?", type=net_name,
+                        help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
+    either.add_argument("--net", dest="net_option", metavar="NET", type=net_name, help="the same, as an option")
+
+
+def chosen_net(args: argparse.Namespace) -> str:
+    """The net given to a command of `add_net_argument`."""
+    return str(args.net or args.net_option)
+
+
 def add_training_run_arguments(parser: argparse.ArgumentParser, site_help: str) -> None:
     """What the benchmarks that start `firescale train` on this machine share: dataset, net, solver, site, ranks,
     timed iterations and rounds."""

@@ -1,17 +1,17 @@
-"""`firescale predict layers NET --batch B`: per-layer FLOPs, |W| and |D|, with FireCaffe's Table 1."""
+"""`firescale predict layers NET --batch B` (or `--net NET`): per-layer FLOPs, |W| and |D|, with FireCaffe's Table 1."""
 from __future__ import annotations
 
 import argparse
 
 from firescale.atomic import atomic_write_json
-from firescale.commands.args import input_shape, net_name
+from firescale.commands.args import add_net_argument, chosen_net, input_shape
 from firescale.model.firecaffe_table1 import compare_table1
 from firescale.model.layers import branch_bounds, net_cost
-from firescale.nets.zoo import NET_NAMES, get_net
+from firescale.nets.zoo import get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", type=net_name, help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
+    add_net_argument(parser)
     parser.add_argument("--batch", type=int, default=1024, help="images per batch (default 1024, as Table 1)")
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = get_net(args.net, num_classes=args.classes, input_shape=args.input)
+    spec = get_net(chosen_net(args), num_classes=args.classes, input_shape=args.input)
     cost = net_cost(spec, args.batch)
     print(f"{spec.name}: input {spec.input_shape} (H, W, C), {spec.num_classes} classes, batch {args.batch}"
           + (f", from {spec.source}" if spec.source else ""))

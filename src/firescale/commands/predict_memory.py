@@ -1,17 +1,17 @@
-"""`firescale predict memory NET --batch B`: per-layer memory, per-device peaks, layer splits, and a check."""
+"""`firescale predict memory NET --batch B` (or `--net NET`): per-layer memory, per-device peaks, splits, a check."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 from firescale.caffe.solver import SOLVER_TYPES
-from firescale.commands.args import input_shape, net_name
+from firescale.commands.args import add_net_argument, chosen_net, input_shape
 from firescale.errors import FirescaleError
-from firescale.nets.zoo import NET_NAMES, get_net
+from firescale.nets.zoo import get_net
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("net", type=net_name, help=f"network: {', '.join(NET_NAMES)}, or a Caffe net file (.prototxt)")
+    add_net_argument(parser)
     parser.add_argument("--batch", type=int, required=True, help="images per device (per replica when split)")
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.model.split import check_plan_memory, plan_peaks
     from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
 
-    spec = get_net(args.net, num_classes=args.classes, input_shape=args.input)
+    spec = get_net(chosen_net(args), num_classes=args.classes, input_shape=args.input)
     site = load_site(args.site) if args.site else None
     solver = load_solver(args.solver) if args.solver else None
     kind = args.device_kind or (site.device_kind if site else "gpu")
