@@ -112,3 +112,46 @@ def test_the_schemas_built_in_nets_are_the_zoos():
     net = config_schema()["$defs"]["experiment"]["properties"]["net"]
     assert tuple(net["anyOf"][0]["enum"]) == NET_NAMES
 
+
+
+# A user's own small net whose TRAIN data layer crops the 8x8 digits to 6x6, as Caffe's ImageNet files crop
+# 256x256 images to 227 or 224.
+CROPPING_NET = """name: "TinyCrop"
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  transform_param { crop_size: 6 } data_param { source: "digits_train_lmdb" batch_size: 16 backend: LMDB } }
+layer { name: "data" type: "Data" top: "data" top: "label" include { phase: TEST }
+  transform_param { crop_size: 6 } data_param { source: "digits_test_lmdb" batch_size: 100 backend: LMDB } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 4 kernel_size: 3 } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool1" top: "ip1" inner_product_param { num_output: 10 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip1" bottom: "label" top: "loss" }
+"""
+
+
+def test_the_prediction_reads_the_input_the_trainer_crops_from_the_net_files_data_layer(tmp_path, monkeypatch):
+    """Without a crop in the experiment the trainer crops as the net file's TRAIN data layer says; the
+    prediction sizes the net for that crop, not for the stored images (the experiment's crop wins in both)."""
+    from firescale.cli import main
+    from firescale.predict.experiment import predict_experiment
+    from firescale.train.data_layers import data_transform, read_data_layers
+
+    monkeypatch.chdir(tmp_path)   # the local site's relative datasets folder
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "tiny.prototxt").write_text(CROPPING_NET)
+    digits = yaml.safe_load((REPO / "tests" / "workflow" / "digits-lenet.yaml").read_text())["experiments"]
+    config = {**copy.deepcopy(CONFIG), "site": "local"}
+    config["experiments"]["digits-lenet"] = {**digits["digits-lenet"], "net": "nets/tiny.prototxt",
+                                             "solver": str(REPO / "workflow" / "solvers" / "lenet-digits.yaml")}
+    plan = SweepPlan.build(config, experiments=["digits-lenet"], base=tmp_path)
+    assert main(["data", "ingest", "--source", "digits", "--out", str(plan.dataset_dir("digits-lenet").parent)]) == 0
+
+    trainer = data_transform(read_data_layers(plan.net("digits-lenet")), scale=None, mean=None, crop=None,
+                             mirror=None)[0]
+    model = predict_experiment(plan, "digits-lenet")["model"]
+    assert trainer.crop == 6 and model["input_shape"] == [6, 6, 1] and model["classes"] == 10
+
+    config["experiments"]["digits-lenet"]["dataset"] = {**digits["digits-lenet"]["dataset"], "transform": {"crop": 7}}
+    plan = SweepPlan.build(config, experiments=["digits-lenet"], base=tmp_path)
+    assert predict_experiment(plan, "digits-lenet")["model"]["input_shape"] == [7, 7, 1]

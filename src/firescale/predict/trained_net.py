@@ -24,7 +24,7 @@ class TrainedNet:
 
 
 def trained_net(plan: SweepPlan, experiment: str) -> TrainedNet:
-    """The net as `experiment` trains it on `plan`'s site: input shape from the manifest and the crop,
+    """The net as `experiment` trains it on `plan`'s site: input shape from the manifest and the trainer's crop,
     the manifest's classes, and its train and test records."""
     exp, net = plan.experiment(experiment), plan.net(experiment)
     manifest, path = plan.dataset_manifest(experiment)
@@ -38,7 +38,7 @@ def trained_net(plan: SweepPlan, experiment: str) -> TrainedNet:
         if crop:
             spec = get_net(net, input_shape=(int(crop), int(crop), spec.input_shape[2]))
         return TrainedNet(spec, None, 0, path)
-    shape, classes = manifest_input(manifest, exp, path)
+    shape, classes = manifest_input(manifest, exp, path, net)
     try:
         records = int(manifest["splits"]["train"]["records"])
         test_records = int(manifest["splits"].get("test", {}).get("records", 0))

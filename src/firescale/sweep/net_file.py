@@ -19,15 +19,18 @@ def experiment_net(net: str, base: Path) -> str:
     return os.path.abspath(resolve(net, base)) if is_net_file(net) else net
 
 
-def manifest_input(manifest: dict[str, Any], exp: dict[str, Any], path: Path) -> tuple[Shape, int]:
-    """The input (H, W, C) the experiment's net reads from its ingested dataset (the manifest's shape, with
-    the experiment's crop) and the dataset's classes."""
+def manifest_input(manifest: dict[str, Any], exp: dict[str, Any], path: Path, net: str) -> tuple[Shape, int]:
+    """The input (H, W, C) the experiment's `net` reads from its ingested dataset, and the dataset's classes: the
+    manifest's shape, cropped as the trainer crops it (the experiment's crop, else the crop_size of the net
+    file's TRAIN data layer)."""
+    from firescale.train.data_layers import train_crop
+
     try:
         stored = tuple(int(v) for v in manifest["shape"])
         classes = int(manifest["num_classes"])
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a manifest needs shape and num_classes") from None
-    crop = (exp["dataset"].get("transform") or {}).get("crop")
+    crop = (exp["dataset"].get("transform") or {}).get("crop") or train_crop(net)
     return ((int(crop), int(crop), stored[2]) if crop else (stored[0], stored[1], stored[2])), classes
 
 
@@ -46,7 +49,7 @@ def check_experiment_net(name: str, exp: dict[str, Any], base: Path, dataset_dir
                              f"the project folder {base} or as an absolute path, or a built-in net: "
                              f"{', '.join(NET_NAMES)}")
     manifest = manifest_if_ingested(dataset_dir)
-    shape, classes = manifest_input(manifest, exp, dataset_dir / MANIFEST) if manifest else (None, None)
+    shape, classes = manifest_input(manifest, exp, dataset_dir / MANIFEST, str(path)) if manifest else (None, None)
     try:
         check_net_file(path, input_shape=shape, num_classes=classes)
     except FirescaleError as exc:

@@ -40,6 +40,13 @@ def read_data_layers(net: str, test_net: Path | None = None) -> DataLayers:
     return DataLayers(train, test, source, test_source)
 
 
+def train_crop(net: str) -> int:
+    """The crop a run of `net` takes without --crop: its TRAIN data layer's crop_size, 0 for none (a built-in net
+    written in Python, a deploy file, a layer without one)."""
+    param = _param(read_data_layers(net).train)
+    return param.crop_size if param is not None else 0
+
+
 def _data_layer(source: str, phase: str) -> CaffeLayer | None:
     return next((layer for layer in read_net(source, phase).layers
                  if layer.type in DATA_TYPES and layer.type != "Input"), None)
