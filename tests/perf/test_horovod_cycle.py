@@ -70,12 +70,15 @@ def test_the_wait_taken_out_of_a_measurement_is_the_one_the_model_adds():
 
 def test_a_sites_cycle_time_is_its_knob_else_its_variable_else_horovods_default(tmp_path):
     assert DEFAULT_CYCLE_TIME_MS == 1.0
-    assert site_cycle_time_s(load_site("local")) == pytest.approx(1 * MS)
+    assert site_cycle_time_s(load_site("local")) == pytest.approx(0.1 * MS)   # the shipped site's knob
     knob = load_site(site_copy(tmp_path / "k", "local", lambda d: d.update(horovod={"cycle_time_ms": 2.5})))
     assert site_cycle_time_s(knob) == pytest.approx(2.5 * MS)
+    unset = load_site(site_copy(tmp_path / "u", "local", lambda d: d.pop("horovod")))
+    assert site_cycle_time_s(unset) == pytest.approx(DEFAULT_CYCLE_TIME_MS * MS)
 
     def variable(value):
         def edit(d):
+            d.pop("horovod")
             d["environment"]["variables"]["HOROVOD_CYCLE_TIME"] = value
         return edit
 
@@ -94,7 +97,7 @@ def test_a_sites_cycle_time_is_its_knob_else_its_variable_else_horovods_default(
 def test_a_multi_rank_point_adds_the_wait_for_the_sites_cycle_and_one_rank_none(tmp_path):
     spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     slow = load_site(site_copy(tmp_path / "slow", "local", lambda d: d.update(horovod={"cycle_time_ms": 8})))
-    for site, cycle in ((load_site("local"), 1 * MS), (slow, 8 * MS)):
+    for site, cycle in ((load_site("local"), 0.1 * MS), (slow, 8 * MS)):
         platform = platform_from_site(site)
         assert platform.cycle_s == pytest.approx(cycle)
         one, two = predict_point(platform, spec, 1, 64), predict_point(platform, spec, 2, 64)
@@ -116,7 +119,8 @@ def _probe(path: Path, seconds: float, step: float, nbytes: int) -> str:
 
 def test_calibration_takes_the_probes_wait_out_and_each_point_gets_its_own(tmp_path):
     spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
-    platform = platform_from_site(load_site("local"))
+    platform = platform_from_site(load_site(site_copy(tmp_path / "one", "local",
+                                                      lambda d: d.update(horovod={"cycle_time_ms": 1}))))
     nbytes = net_cost(spec, 1).weight_bytes
     t64, t32, step, paid = 3.8 * MS, 2.5 * MS, 2.4 * MS, 1.1 * MS
     probe = allreduce_measurement(_probe(tmp_path / "p.json", paid, step, nbytes), platform.algorithm, nbytes)
