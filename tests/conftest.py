@@ -39,10 +39,21 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not any(item.get_closest_marker(t) for t in TIER_GROUPS))
 
 
+def _aside_report_path(config) -> None:
+    """`make test` runs `--aside only` beside the workers with the same PYTEST_ARGS: its --junitxml report
+    goes to NAME-aside.xml beside the workers' NAME.xml, rather than over it."""
+    path = config.option.xmlpath
+    if path and config.getoption("aside") == "only":
+        stem, dot, suffix = path.rpartition(".")
+        config.option.xmlpath = f"{stem}-aside.{suffix}" if dot else f"{path}-aside"
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest's junitxml plugin opens its report
 def pytest_configure(config):
     """An xdist worker keeps to one core of its own, as a rank does: two workers then share the machine
     without one rank's pinning landing on the other worker's core.  Several ranks in one worker share
     its core, so MPI must yield while it waits rather than spin."""
+    _aside_report_path(config)
     # Commands run from scratch folders find the project's sites as a user's shell would: through
     # FIRESCALE_SITE_PATH (a site named in ./site comes first).
     os.environ.setdefault("FIRESCALE_SITE_PATH", str(REPO / "site"))
