@@ -85,6 +85,7 @@ class TrainResult:
     layer_trace: str | None = None  # RUNDIR-relative layer-wise trace (--profile-layers)
     placement: dict[str, Any] | None = None  # a net split by layers: devices, boundaries, measured copies
     net_file: dict[str, str] | None = None   # a Caffe net file trained: its absolute path and sha256 at the start
+    test_net_file: dict[str, str] | None = None   # the solver's test_net, when it names one: path and sha256 alike
     read_limit_mbs: float | None = None      # --read-limit-mbs: each rank's training reads slowed to this MB/s
     format: str = RESULT_FORMAT
 

@@ -29,3 +29,19 @@ def test_the_runs_net_file_hash_is_read_back_and_shown_against_the_file_now(edit
     assert _lines([record, other], A, tmp_path)[1] == f"net file sha256 DIFFERS between runs: {A}, {B}"
     # a built-in net: no net file in the runs, none in the report
     assert _lines([edited("baseline")], None, tmp_path) == []
+
+
+def test_the_solvers_test_net_file_is_shown_as_the_runs_recorded_it(edited, tmp_path):
+    test_net = {"path": "/p/test.prototxt", "sha256": A}
+    record = edited("baseline", train={"test_net_file": test_net})
+    assert result_from_dict(record.train.to_dict()).test_net_file == test_net
+
+    def lines(records: list) -> list[str]:
+        prov = collect_provenance(records, site=SITE, repo=tmp_path, command=["firescale", "report"])
+        return [line for line in provenance_lines(prov) if line.startswith("test net file")]
+
+    assert lines([record]) == [f"test net file in the runs: /p/test.prototxt, sha256 {A}"]
+    other = edited("g2-b64-r0", train={"test_net_file": {**test_net, "sha256": B}})
+    assert lines([record, other]) == [f"test net file DIFFERS between runs: /p/test.prototxt, sha256 {A}; "
+                                      f"/p/test.prototxt, sha256 {B}"]
+    assert lines([edited("baseline")]) == []      # no test_net in the solver: no line

@@ -99,3 +99,6 @@ def test_two_ranks_take_the_batch_and_test_batch_from_the_files_and_record_the_n
     assert (result["batch"]["batch_per_rank"], result["ranks"]) == (16, 2)
     digest = hashlib.sha256(train.read_bytes()).hexdigest()
     assert result["net_file"] == {"path": str(train.resolve()), "sha256": digest}
+    test = root / "nets" / "test.prototxt"
+    test_digest = hashlib.sha256(test.read_bytes()).hexdigest()
+    assert result["test_net_file"] == {"path": str(test.resolve()), "sha256": test_digest}

@@ -49,7 +49,7 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
                        command: list[str], net_file: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything needed to say where the numbers came from, as a JSON-ready dict; `net_file` is the path and
     sha256 of the experiment's Caffe net file now (None for a built-in net), `net_file_runs` the sha256s the runs
-    recorded when they started (result.json's net_file)."""
+    recorded when they started (result.json's net_file), `test_net_file_runs` their solvers' test_net files."""
     trained = [r for r in records if r.train is not None]
     run_versions: dict[str, list[str]] = {}
     for record in trained:
@@ -77,6 +77,8 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
         "site": site,
         "net_file": net_file,
         "net_file_runs": _distinct([t.net_file["sha256"] for t in (r.train for r in trained) if t and t.net_file]),
+        "test_net_file_runs": _distinct([f"{t.test_net_file['path']}, sha256 {t.test_net_file['sha256']}"
+                                         for t in (r.train for r in trained) if t and t.test_net_file]),
         "dataset_manifest_sha256": _distinct([r.train.dataset_manifest_sha256 for r in trained]),
         "datasets": _distinct([r.train.dataset for r in trained]),
         "runs": runs,
@@ -107,6 +109,10 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
         lines.append(f"net file: {prov['net_file']['path']}, sha256 {prov['net_file']['sha256']} "
                      f"(read when this report was made)")
     lines.extend(_net_file_runs(prov))
+    tests = prov.get("test_net_file_runs") or []
+    if tests:
+        lines.append(("test net file DIFFERS between runs: " if len(tests) > 1 else "test net file in the runs: ")
+                     + "; ".join(tests))
     manifests = prov["dataset_manifest_sha256"]
     if len(manifests) > 1:
         lines.append(f"dataset manifest sha256 DIFFERS between runs: {', '.join(manifests)}")

@@ -1,6 +1,7 @@
 """The Horovod data-parallel training loop: Caffe solver numerics, evaluation, snapshots, time-to-accuracy."""
 from __future__ import annotations
 
+import hashlib
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -238,6 +239,9 @@ class Training:
         if self.test_net is not None:
             check_test_net(self.spec, self.test_net)
         self.net_file = net_file_settings(self.spec, self.test_net)
+        # hashed at the start, as the trained file is: a test net edited during the run shows in the report
+        self.test_net_file = None if self.test_net is None else {
+            "path": str(self.test_net.resolve()), "sha256": hashlib.sha256(self.test_net.read_bytes()).hexdigest()}
         self.eval_images, eval_note = test_images(cfg.test_iter, self.data_layers, opts.eval_batch,
                                                   self.test_ds.num_records)
         for line in (chosen.note, self.net_file.data if self.net_file else "", self.batch_note, *transform_notes,
@@ -602,7 +606,7 @@ class Training:
             status=status,
             command=list(self.opts.command), read_limit_mbs=self.opts.read_limit_mbs,
             net_file={"path": str(Path(self.net_file.source).resolve()), "sha256": self.net_file.sha256}
-            if self.net_file else None)
+            if self.net_file else None, test_net_file=self.test_net_file)
 
     # ------------------------------------------------------------ finish
     def finish(self, status: str, stop: StopRequest) -> int:
