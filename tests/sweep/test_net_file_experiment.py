@@ -155,3 +155,39 @@ def test_the_prediction_reads_the_input_the_trainer_crops_from_the_net_files_dat
     config["experiments"]["digits-lenet"]["dataset"] = {**digits["digits-lenet"]["dataset"], "transform": {"crop": 7}}
     plan = SweepPlan.build(config, experiments=["digits-lenet"], base=tmp_path)
     assert predict_experiment(plan, "digits-lenet")["model"]["input_shape"] == [7, 7, 1]
+
+
+def test_a_mean_file_the_runs_cannot_read_is_refused_when_the_sweep_is_planned(tmp_path, monkeypatch):
+    """Caffe's CIFAR-10 quick file reads mean_file "examples/cifar10/mean.binaryproto" (relative to Caffe's
+    folder); the runs read it beside the net file.  Missing there, and not replaced by the experiment's own
+    mean, every run would fail after the queue: the plan refuses it first.  So does a missing mean file the
+    experiment names."""
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    config = _project(tmp_path, "nets/quick.prototxt")
+    exp = config["experiments"][EXAMPLE]
+    exp["dataset"] = {**exp["dataset"], "transform": {"scale": 1.0}}      # no mean: the net file's
+    beside = tmp_path / "nets" / "examples" / "cifar10" / "mean.binaryproto"
+    with pytest.raises(FirescaleError) as refused:
+        SweepPlan.build(config, experiments=[EXAMPLE], base=tmp_path, source="workflow/config.yaml")
+    assert str(refused.value) == (
+        f"workflow/config.yaml: experiment {EXAMPLE}: {tmp_path / 'nets' / 'quick.prototxt'}: the TRAIN data layer "
+        f"'cifar' transform_param mean_file: 'examples/cifar10/mean.binaryproto' is not at {beside}, where the runs "
+        f"would read it (beside the net file); set the experiment's dataset.transform.mean to the mean file or to "
+        f"per-channel values")
+    exp["dataset"]["transform"]["mean"] = "data/mean.npy"                 # the experiment's own, not there
+    with pytest.raises(FirescaleError, match=f"key 'dataset.transform.mean' names the mean file 'data/mean.npy', "
+                                             f"but {tmp_path / 'data' / 'mean.npy'} does not exist"):
+        SweepPlan.build(config, experiments=[EXAMPLE], base=tmp_path, source="workflow/config.yaml")
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "mean.npy", np.full((28, 28, 1), 73.0, np.float32))
+    SweepPlan.build(config, experiments=[EXAMPLE], base=tmp_path)        # there now: planned
+    exp["dataset"]["transform"].pop("mean")
+    from firescale.caffe.caffemodel import blob_bytes
+    from firescale.caffe.datum import parse_blobproto_mean
+
+    beside.parent.mkdir(parents=True)
+    beside.write_bytes(blob_bytes(np.full((1, 1, 28, 28), 73.0, np.float32)))   # a mean image, as Caffe writes it
+    assert parse_blobproto_mean(beside.read_bytes()).shape == (28, 28, 1)
+    SweepPlan.build(config, experiments=[EXAMPLE], base=tmp_path)           # beside the net file: planned

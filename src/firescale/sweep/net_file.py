@@ -56,6 +56,37 @@ def check_experiment_net(name: str, exp: dict[str, Any], base: Path, dataset_dir
         raise FirescaleError(f"{where}, which firescale cannot use: {exc}") from None
 
 
+def check_experiment_mean(name: str, exp: dict[str, Any], base: Path, source: str) -> None:
+    """The mean the experiment's runs subtract is there before anything runs: the mean file its
+    `dataset.transform.mean` names (relative to the project folder `base`), else the `mean_file` of its net
+    file's TRAIN data layer, which the runs read beside the net file (their working directory is their run
+    folder, where it never is); one sentence naming the experiment, the key or layer, and the file."""
+    from firescale.caffe.net import DataParam
+    from firescale.train.data_layers import read_data_layers
+
+    where = f"{source}: experiment {name}"
+    mean = (exp["dataset"].get("transform") or {}).get("mean")
+    if isinstance(mean, str):
+        path = Path(resolve(mean, base))
+        if not path.is_file():
+            raise FirescaleError(f"{where}: key 'dataset.transform.mean' names the mean file {mean!r}, but {path} "
+                                 f"does not exist; give a mean file (.binaryproto or .npy) relative to the project "
+                                 f"folder {base} or as an absolute path, or per-channel values such as [104, 117, 123]")
+        return
+    if mean or not is_net_file(exp["net"]):
+        return
+    layers = read_data_layers(experiment_net(exp["net"], base))
+    layer = layers.train
+    param = layer.settings if layer is not None and isinstance(layer.settings, DataParam) else None
+    if layer is None or param is None or not param.mean_file or param.mean_value:
+        return
+    beside = Path(layers.source).parent / param.mean_file
+    if not beside.is_file():
+        raise FirescaleError(f"{where}: {layers.where(layer, 'transform_param mean_file')}: {param.mean_file!r} is "
+                             f"not at {beside}, where the runs would read it (beside the net file); set the "
+                             f"experiment's dataset.transform.mean to the mean file or to per-channel values")
+
+
 def net_file_digest(net: str) -> dict[str, str] | None:
     """The path and sha256 of a net file (None for a built-in net), so that a report says which file ran."""
     if not is_net_file(net):

@@ -13,7 +13,7 @@ from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
-from firescale.sweep.net_file import check_experiment_net, experiment_net
+from firescale.sweep.net_file import check_experiment_mean, check_experiment_net, experiment_net
 from firescale.sweep.paths import config_file, project_dir, resolve
 from firescale.sweep.points import (
     CLUSTER_REPEATS,
@@ -70,6 +70,7 @@ class SweepPlan:
         for experiment in experiments:
             exp = config["experiments"][experiment]
             check_experiment_net(experiment, exp, base, _dataset_dir(site, exp), str(source))
+            check_experiment_mean(experiment, exp, base, str(source))
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
             base_lr = solver_base_lr(config, experiment, base)
             points[experiment] = plan_sweep(config, experiment, site.name, base_lr, repeats, base=base)
