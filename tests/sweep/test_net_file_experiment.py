@@ -48,7 +48,7 @@ def test_the_example_plans_caffes_file_and_its_jobs_get_the_absolute_path(tmp_pa
     assert argv[argv.index("--net") + 1] == plan.net(EXAMPLE)
     # Caffe's pixel range, as its example: the experiment's transform reaches the trainer
     assert argv[argv.index("--scale") + 1] == "1" and argv[argv.index("--mean") + 1] == "73"
-    assert "--crop" not in argv and "--mirror" not in argv
+    assert "--crop" not in argv and "--mirror" not in argv and "--no-mirror" not in argv   # the file's say
     nin = load_plan("titan", REPO / "workflow" / "config.yaml", experiments=["nin-imagenet"])
     argv = train_command(nin, "nin-imagenet", nin.point("nin-imagenet", "baseline"))
     assert argv[argv.index("--scale"):argv.index("--resume")] == ["--scale", "1", "--mean", "104,117,123",
@@ -191,3 +191,27 @@ def test_a_mean_file_the_runs_cannot_read_is_refused_when_the_sweep_is_planned(t
     beside.write_bytes(blob_bytes(np.full((1, 1, 28, 28), 73.0, np.float32)))   # a mean image, as Caffe writes it
     assert parse_blobproto_mean(beside.read_bytes()).shape == (28, 28, 1)
     SweepPlan.build(config, experiments=[EXAMPLE], base=tmp_path)           # beside the net file: planned
+
+
+def test_an_experiments_mirror_false_reaches_the_runs_and_wins_over_the_net_files(tmp_path, monkeypatch):
+    """A net file may say `mirror: true`; an experiment that says `mirror: false` gives its runs --no-mirror, and
+    one that says nothing leaves the file's (the trainer reads it), as crop and mean."""
+    from firescale.train.data_layers import data_transform, read_data_layers
+
+    monkeypatch.chdir(tmp_path)
+    mirrored = QUICK.replace("mean_file:", "mirror: true\n    mean_file:", 1)      # the TRAIN layer's transform
+    config = _project(tmp_path, "nets/quick.prototxt", mirrored)
+    transform = config["experiments"][EXAMPLE]["dataset"]["transform"]
+    for given, option in ((None, None), (False, "--no-mirror"), (True, "--mirror")):
+        if given is None:
+            transform.pop("mirror", None)
+        else:
+            transform["mirror"] = given
+        plan = SweepPlan.build(config, experiments=[EXAMPLE], base=tmp_path)
+        argv = train_command(plan, EXAMPLE, plan.point(EXAMPLE, "baseline"))
+        flags = [a for a in argv if a in ("--mirror", "--no-mirror")]
+        assert flags == ([option] if option else []), (given, argv)
+        mirror = {None: None, "--mirror": True, "--no-mirror": False}[option]
+        runs = data_transform(read_data_layers(plan.net(EXAMPLE)), scale=None, mean=(73.0,), crop=None,
+                              mirror=mirror)[0]
+        assert runs.mirror is (True if given is None else given)

@@ -63,7 +63,8 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
 
 def transform_options(plan: SweepPlan, experiment: str) -> list[str]:
     """The experiment's dataset.transform as the trainer's options: Caffe's scale always, and the mean (values,
-    or a mean file read from the project folder), crop and mirror when it gives them."""
+    or a mean file read from the project folder), crop and mirror when it gives them (`mirror: false` too, so
+    that it wins over a net file's `mirror: true`)."""
     t = plan.dataset(experiment)["transform"]
     argv = ["--scale", f"{t['scale']:.10g}"]
     if isinstance(t["mean"], list):
@@ -72,7 +73,7 @@ def transform_options(plan: SweepPlan, experiment: str) -> list[str]:
         argv += ["--mean", str(plan.resolve(t["mean"]))]
     if t["crop"]:
         argv += ["--crop", str(t["crop"])]
-    return argv + (["--mirror"] if t["mirror"] else [])
+    return argv + {True: ["--mirror"], False: ["--no-mirror"], None: []}[t["mirror"]]
 
 
 def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpec:
