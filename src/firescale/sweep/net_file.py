@@ -61,8 +61,7 @@ def check_experiment_mean(name: str, exp: dict[str, Any], base: Path, source: st
     `dataset.transform.mean` names (relative to the project folder `base`), else the `mean_file` of its net
     file's TRAIN data layer, which the runs read beside the net file (their working directory is their run
     folder, where it never is); one sentence naming the experiment, the key or layer, and the file."""
-    from firescale.caffe.net import DataParam
-    from firescale.train.data_layers import read_data_layers
+    from firescale.train.data_layers import data_param, read_data_layers
 
     where = f"{source}: experiment {name}"
     mean = (exp["dataset"].get("transform") or {}).get("mean")
@@ -76,8 +75,7 @@ def check_experiment_mean(name: str, exp: dict[str, Any], base: Path, source: st
     if mean or not is_net_file(exp["net"]):
         return
     layers = read_data_layers(experiment_net(exp["net"], base))
-    layer = layers.train
-    param = layer.settings if layer is not None and isinstance(layer.settings, DataParam) else None
+    layer, param = layers.train, data_param(layers.train)
     if layer is None or param is None or not param.mean_file or param.mean_value:
         return
     beside = Path(layers.source).parent / param.mean_file

@@ -43,7 +43,7 @@ def read_data_layers(net: str, test_net: Path | None = None) -> DataLayers:
 def train_crop(net: str) -> int:
     """The crop a run of `net` takes without --crop: its TRAIN data layer's crop_size, 0 for none (a built-in net
     written in Python, a deploy file, a layer without one)."""
-    param = _param(read_data_layers(net).train)
+    param = data_param(read_data_layers(net).train)
     return param.crop_size if param is not None else 0
 
 
@@ -52,7 +52,8 @@ def _data_layer(source: str, phase: str) -> CaffeLayer | None:
                  if layer.type in DATA_TYPES and layer.type != "Input"), None)
 
 
-def _param(layer: CaffeLayer | None) -> DataParam | None:
+def data_param(layer: CaffeLayer | None) -> DataParam | None:
+    """A data layer's source, batch and transform_param (None without a data layer)."""
     return layer.settings if layer is not None and isinstance(layer.settings, DataParam) else None
 
 
@@ -61,7 +62,7 @@ def first_batch(layers: DataLayers, batch_per_rank: int | None, total_batch: int
     """The run's starting batch as (per rank, total), one of them given, and one line on where it comes from, or
     '': the command line's, else the TRAIN data layer's batch_size as the batch per rank (Caffe's batch_size is
     per GPU: each of Caffe's solvers reads the same net file), else 64 per rank."""
-    param = _param(layers.train)
+    param = data_param(layers.train)
     file_batch = param.batch_size if param is not None else 0
     if batch_per_rank is None and total_batch is None:
         if not file_batch:
@@ -87,7 +88,7 @@ def data_transform(layers: DataLayers, *, scale: float | None, mean: tuple[float
     and no mirror unless it says otherwise; a mean_file relative to the net file's folder, else the working
     directory), and each option given on the command line wins over it.  Without one (a built-in net, a deploy
     file) the options alone, scale 1/255 by default."""
-    param, layer = _param(layers.train), layers.train
+    param, layer = data_param(layers.train), layers.train
     if param is None or layer is None:
         return Transform(scale=DEFAULT_SCALE if scale is None else scale, mean=mean, crop=crop,
                          mirror=bool(mirror)), []
@@ -138,7 +139,7 @@ def test_images(test_iter: int | None, layers: DataLayers, eval_batch: int, test
     (Caffe's data layer would wrap around and count images twice)."""
     if test_iter is None:
         return test_set, ""
-    param = _param(layers.test)
+    param = data_param(layers.test)
     if param is not None and param.batch_size and layers.test is not None:
         batch, whose = param.batch_size, f"batch_size {param.batch_size} of the TEST data layer " \
                                          f"{layers.test.name!r} in {layers.test_source}"
