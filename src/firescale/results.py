@@ -97,6 +97,15 @@ class TrainResult:
         return self.evals[-1].top1 if self.evals else None
 
 
+def file_record(path: str | Path, sha256: str | None = None) -> dict[str, str]:
+    """A file as a run record names it (`net_file`, `test_net_file`): its absolute path and its sha256, read
+    now unless given."""
+    import hashlib
+
+    path = Path(path).resolve()
+    return {"path": str(path), "sha256": sha256 or hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
 def write_result(path: str | Path, result: TrainResult) -> Path:
     """Write `result` as key-sorted JSON, atomically."""
     return atomic_write_json(path, result.to_dict())

@@ -1,7 +1,6 @@
 """The Horovod data-parallel training loop: Caffe solver numerics, evaluation, snapshots, time-to-accuracy."""
 from __future__ import annotations
 
-import hashlib
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
 from firescale.nets.device_plan import DevicePlan, read_layer_plan
 from firescale.nets.spec import NetSpec
-from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, write_result
+from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, file_record, write_result
 from firescale.train.checkpoint import (
     Snapshot,
     check_same_read_limit,
@@ -240,8 +239,7 @@ class Training:
             check_test_net(self.spec, self.test_net)
         self.net_file = net_file_settings(self.spec, self.test_net)
         # hashed at the start, as the trained file is: a test net edited during the run shows in the report
-        self.test_net_file = None if self.test_net is None else {
-            "path": str(self.test_net.resolve()), "sha256": hashlib.sha256(self.test_net.read_bytes()).hexdigest()}
+        self.test_net_file = None if self.test_net is None else file_record(self.test_net)
         self.eval_images, eval_note = test_images(cfg.test_iter, self.data_layers, opts.eval_batch,
                                                   self.test_ds.num_records)
         for line in (chosen.note, self.net_file.data if self.net_file else "", self.batch_note, *transform_notes,
@@ -605,8 +603,8 @@ class Training:
             hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
             status=status,
             command=list(self.opts.command), read_limit_mbs=self.opts.read_limit_mbs,
-            net_file={"path": str(Path(self.net_file.source).resolve()), "sha256": self.net_file.sha256}
-            if self.net_file else None, test_net_file=self.test_net_file)
+            net_file=file_record(self.net_file.source, self.net_file.sha256) if self.net_file else None,
+            test_net_file=self.test_net_file)
 
     # ------------------------------------------------------------ finish
     def finish(self, status: str, stop: StopRequest) -> int:
