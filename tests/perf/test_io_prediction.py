@@ -59,7 +59,8 @@ def _storage(d: dict) -> None:
 def test_a_gpu_site_with_storage_predicts_io_and_copy_behind_the_compute(tmp_path):
     site = load_site(site_copy(tmp_path, "ib-cluster", _storage))
     platform = platform_from_site(site)
-    assert platform.data == DataPath(0.3673e9, 1.1e9, 12e9, overlap_io=True)   # 10 cores a rank: a reader thread
+    # 10 cores a rank: a reader thread
+    assert platform.data == DataPath(0.3673e9, 1.1e9, 12e9, overlap_io=True, read_source="site")
     p = predict_point(site, "alexnet", 8, 1024)
     batch = 1024 // 8
     stored = 227 * 227 * 3

@@ -204,6 +204,8 @@ def test_a_read_bandwidth_from_bench_io_gives_t_io_unless_the_site_gives_one(tmp
     from pathlib import Path
 
     from firescale.cli import main
+    from firescale.model.io_time import DataPath
+    from firescale.model.paleo import platform_from_site
     from firescale.predict.calibrate import load_calibration
     from firescale.predict.experiment import predict_experiment
     from firescale.sweep.plan import load_plan
@@ -260,6 +262,14 @@ def test_a_read_bandwidth_from_bench_io_gives_t_io_unless_the_site_gives_one(tmp
     sited = predict(with_storage, "sited")
     assert sited["model"]["platform"]["read_bandwidth_source"] == "site"
     assert {n: p["io_s"] for n, p in sited["points"].items()} == expected_io(sited, 0.5e9)
+    # the source travels with the bandwidth, not guessed from its value: a caller's own platform that happens
+    # to read at the site's rate is the caller's
+    sited_plan = load_plan(with_storage, digits_config)
+    own = platform_from_site(sited_plan.site)
+    own = replace(own, data=DataPath(own.data.read_bandwidth, overlap_io=own.data.overlap_io))
+    assert own.data.read_bandwidth == 0.5e9
+    given = predict_experiment(sited_plan, "digits-lenet", platform=own)
+    assert given["model"]["platform"]["read_bandwidth_source"] == "platform"
 
 
 @pytest.mark.parametrize("record, says", [

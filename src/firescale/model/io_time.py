@@ -18,12 +18,15 @@ class DataPath:
     all nodes together.  `h2d_bandwidth` is one device's host-to-device copy (B_pcie); each device has its
     own.  `overlap_io`: a reader thread keeps the next batch ready while the rank computes (Eq. 3), so
     the iteration is the longer of the two; otherwise the rank reads, then copies, then computes.
+    `read_source` says where `read_bandwidth` came from: "site" (its storage.read_gbytes_per_s),
+    "calibration" (a `bench io` record stored by `predict calibrate`), or "" (the caller's own).
     """
 
     read_bandwidth: float = 0.0
     shared_read_bandwidth: float = 0.0
     h2d_bandwidth: float = 0.0
     overlap_io: bool = True
+    read_source: str = ""
 
     def __post_init__(self) -> None:
         for key in ("read_bandwidth", "shared_read_bandwidth", "h2d_bandwidth"):

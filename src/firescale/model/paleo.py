@@ -109,7 +109,8 @@ def site_data_path(site: SiteProfile) -> DataPath:
     """A site's read and host-to-device bandwidths; the trainer reads ahead in a thread only when its
     rank has more than one core (train/trainer.py open_stream), else inline, before each step."""
     read, shared = site.read_bandwidths
-    return DataPath(read, shared, site.host_to_device_bandwidth, overlap_io=site.cores_per_rank > 1)
+    return DataPath(read, shared, site.host_to_device_bandwidth, overlap_io=site.cores_per_rank > 1,
+                    read_source="site" if read > 0 else "")
 
 
 @dataclass(frozen=True)

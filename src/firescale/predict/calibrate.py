@@ -48,7 +48,7 @@ class Calibration:
         this read bandwidth as its node's when it has none: a site's `storage.read_gbytes_per_s` wins."""
         data = platform.data
         if self.read_bandwidth > 0 and data.read_bandwidth == 0:
-            data = replace(data, read_bandwidth=self.read_bandwidth)
+            data = replace(data, read_bandwidth=self.read_bandwidth, read_source="calibration")
         return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
                        link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s,
                        contention=self.contention, data=data)

@@ -175,24 +175,18 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         "overlap_allreduce": overlap,
         "calibration": calibration.to_dict() if calibration else None,
         "model": {**model.to_dict(), "platform": {**_platform_dict(platform),
-                                                  "read_bandwidth_source": read_bandwidth_source(
-                                                      plan.site, calibration, platform)}},
+                                                  "read_bandwidth_source": read_bandwidth_source(platform)}},
         "points": out,
     }
 
 
-def read_bandwidth_source(site: SiteProfile, calibration: Calibration | None, platform: Platform) -> str | None:
+def read_bandwidth_source(platform: Platform) -> str | None:
     """Where the platform's per-node read bandwidth (t_io's B_io) came from: "site" (its
     storage.read_gbytes_per_s), "calibration" (a `bench io` record stored by `predict calibrate`),
     "platform" (the caller's own), or None when it has none."""
-    used = platform.data.read_bandwidth
-    if used <= 0:
+    if platform.data.read_bandwidth <= 0:
         return None
-    if used == site.read_bandwidths[0]:
-        return "site"
-    if calibration is not None and used == calibration.read_bandwidth:
-        return "calibration"
-    return "platform"
+    return platform.data.read_source or "platform"
 
 
 def stored_image_bytes(plan: SweepPlan, experiment: str) -> float | None:

@@ -77,6 +77,14 @@ firescale_program_missing() {
   echo "firescale: $FIRESCALE_REASON" >&2
 }
 
+# A check before launch failed: record and print why, and end the job with 78 (EX_CONFIG: the site or
+# the node is set up wrong, not the run).
+firescale_refuse() {
+  FIRESCALE_REASON=$1
+  echo "firescale: $FIRESCALE_REASON" >&2
+  exit 78
+}
+
 # Whatever ends the job, write its status file atomically: a temporary name, then a rename.
 firescale_finish() {
   local rc=$?
@@ -156,9 +164,7 @@ FIRESCALE_FORWARD="FIRESCALE_FORWARD $(firescale_forwarded | sort -u | paste -sd
 export FIRESCALE_FORWARD
 # srun must have the MPI plugin the site names, else no rank could start
 if ! srun --mpi=list 2>&1 | tr -s ' \t,:' '\n' | grep -qxF -- pmix; then
-  FIRESCALE_REASON="srun on $(hostname) has no MPI plugin "pmix" (srun --mpi=list offers: $(srun --mpi=list 2>&1 | grep -E '^[[:space:]]' | tr -d ' \t' | paste -sd, -)); set srun_mpi in the site profile to one of them"
-  echo "firescale: $FIRESCALE_REASON" >&2
-  exit 78
+  firescale_refuse "srun on $(hostname) has no MPI plugin "pmix" (srun --mpi=list offers: $(srun --mpi=list 2>&1 | grep -E '^[[:space:]]' | tr -d ' \t' | paste -sd, -)); set srun_mpi in the site profile to one of them"
 fi
 # Horovod must carry NCCL for the site's GPUs (make setup GPU=1), else the job fails here, before training.
 if ! FIRESCALE_CHECK=$(firescale site check-horovod --gpu-operations NCCL 2>&1); then
@@ -166,8 +172,7 @@ if ! FIRESCALE_CHECK=$(firescale site check-horovod --gpu-operations NCCL 2>&1);
   if [ -z "$FIRESCALE_REASON" ]; then
     FIRESCALE_REASON="the check of Horovod's build failed on $(hostname): ${FIRESCALE_CHECK##*$'\n'}"
   fi
-  echo "firescale: $FIRESCALE_REASON" >&2
-  exit 78
+  firescale_refuse "$FIRESCALE_REASON"
 fi
 printf '%s\n' "$FIRESCALE_CHECK" | grep '^firescale: ' || true
 

@@ -66,6 +66,14 @@ firescale_program_missing() {
   echo "firescale: $FIRESCALE_REASON" >&2
 }
 
+# A check before launch failed: record and print why, and end the job with 78 (EX_CONFIG: the site or
+# the node is set up wrong, not the run).
+firescale_refuse() {
+  FIRESCALE_REASON=$1
+  echo "firescale: $FIRESCALE_REASON" >&2
+  exit 78
+}
+
 # Whatever ends the job, write its status file atomically: a temporary name, then a rename.
 firescale_finish() {
   local rc=$?

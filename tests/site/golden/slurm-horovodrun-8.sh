@@ -77,6 +77,14 @@ firescale_program_missing() {
   echo "firescale: $FIRESCALE_REASON" >&2
 }
 
+# A check before launch failed: record and print why, and end the job with 78 (EX_CONFIG: the site or
+# the node is set up wrong, not the run).
+firescale_refuse() {
+  FIRESCALE_REASON=$1
+  echo "firescale: $FIRESCALE_REASON" >&2
+  exit 78
+}
+
 # Whatever ends the job, write its status file atomically: a temporary name, then a rename.
 firescale_finish() {
   local rc=$?
@@ -160,8 +168,7 @@ if ! FIRESCALE_CHECK=$(firescale site check-horovod --gpu-operations NCCL 2>&1);
   if [ -z "$FIRESCALE_REASON" ]; then
     FIRESCALE_REASON="the check of Horovod's build failed on $(hostname): ${FIRESCALE_CHECK##*$'\n'}"
   fi
-  echo "firescale: $FIRESCALE_REASON" >&2
-  exit 78
+  firescale_refuse "$FIRESCALE_REASON"
 fi
 printf '%s\n' "$FIRESCALE_CHECK" | grep '^firescale: ' || true
 
