@@ -141,6 +141,7 @@ set -u
 export FIRESCALE_ALLREDUCE=tree
 export FIRESCALE_ALLREDUCE_TREE=binomial
 export FIRESCALE_RUN_DIR=/shared/firescale/results/demo/g1
+export HOROVOD_CYCLE_TIME=0.1
 export OMP_NUM_THREADS=1
 export OMPI_MCA_coll_tuned_allreduce_algorithm=2
 export OMPI_MCA_coll_tuned_bcast_algorithm=6
