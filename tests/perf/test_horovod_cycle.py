@@ -195,6 +195,36 @@ def test_the_check_probes_once_a_round_and_takes_the_fastest_probe(tmp_path):
 
 
 
+def test_the_check_measures_contention_once_a_round_and_scales_the_compute_by_the_median(tmp_path):
+    # As the workflow calibrates a site whose ranks share a node: each round's small-batch run is started
+    # again on every core at once; the median slowdown scales the compute of the points of several ranks.
+    from firescale.predict.validation import prediction_check
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
+    platform = platform_from_site(load_site("local"))
+    nbytes = net_cost(spec, 1).weight_bytes
+    times = {(1, 64): [3.9 * MS, 3.8 * MS, 3.85 * MS] * 2, (1, 32): [2.6 * MS, 2.5 * MS, 2.55 * MS],
+             (2, 64): [3.7 * MS, 3.6 * MS, 3.65 * MS]}
+
+    def probe(step_s: float) -> dict:
+        return allreduce_measurement(_probe(tmp_path / "p.json", 1.1 * MS, step_s, nbytes), platform.algorithm, nbytes)
+
+    alone: list[float] = []
+    factors = iter([1.30, 1.10, 1.20])
+
+    def contend(m) -> dict:
+        alone.append(m.iteration_s)
+        return {"factor": next(factors), "copies": 2}
+
+    cal, rows = prediction_check(_ScriptedRuns(times), spec, platform, 64, [1, 2], 3, probe=probe, contend=contend)
+    plain, plain_rows = prediction_check(_ScriptedRuns(times), spec, platform, 64, [1, 2], 3, probe=probe)
+    assert alone == pytest.approx([2.6 * MS, 2.5 * MS, 2.55 * MS])     # each round's own small-batch run
+    assert cal.contention == pytest.approx(1.20) and plain.contention == 1.0
+    assert [r["factor"] for r in cal.compute_source["contention"]["rounds"]] == [1.30, 1.10, 1.20]
+    (one, two), (plain_one, plain_two) = rows, plain_rows
+    assert one.predicted_s == pytest.approx(plain_one.predicted_s)      # one rank computes alone
+    # the 2-rank point's compute and fixed overhead, 2.5 ms at 32 images (the fit), 1.2 times as long
+    assert two.predicted_s - plain_two.predicted_s == pytest.approx(0.2 * 2.5 * MS, rel=1e-6)
+
 def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_rank():
     # Two ranks in step over a block: each spends 3.6 ms on two repetitions, split differently (where one
     # repetition ends depends on when the rank's thread wakes).  The loop runs at 1.8 ms an iteration, 0.6 ms
@@ -206,3 +236,35 @@ def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_
     assert steps == [pytest.approx(1.2e-3)]
     assert seconds == [pytest.approx(0.6e-3)] * reps
     assert statistics.fmean(seconds) == pytest.approx(with_t.sum(axis=1).mean() / reps - 1.2e-3)
+
+
+@pytest.mark.slow
+def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp_path, repo):
+    # The command end to end on real ranks: the round's contention run (one copy on each core at once) is
+    # kept, its factor is the calibration's, and the 2-rank prediction is the model's with it.
+    import os
+    import subprocess
+
+    from firescale.predict.calibrate import load_calibration
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
+                   check=True, capture_output=True, text=True, env=env)
+    out, work = tmp_path / "check.json", tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "predict", "--dataset", str(tmp_path / "digits"),
+                           "--solver", "workflow/solvers/lenet-digits-b8.yaml", "--batch", "8", "--iterations", "20",
+                           "--repeats", "1", "--workdir", str(work), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    (round_,) = data["calibration"]["compute_source"]["contention"]["rounds"]
+    assert round_["copies"] == 2 and round_["batch"] == 4 and len(round_["loaded_s"]) == 2
+    assert data["calibration"]["contention"] == round_["factor"] == pytest.approx(
+        statistics.median(round_["loaded_s"]) / round_["alone_s"])
+    assert sorted(p.name for p in (work / "contention-round-0").iterdir()) == ["contention-b4-0", "contention-b4-1"]
+    (work / "cal.json").write_text(json.dumps(data["calibration"]))
+    model = load_calibration(work / "cal.json").apply(platform_from_site(load_site("local")))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
+    one, two = data["rows"]
+    assert two["predicted_s"] == pytest.approx(predict_point(model, spec, 2, 8).iteration_s, rel=1e-9)
+    assert one["predicted_s"] == pytest.approx(predict_point(model, spec, 1, 8).iteration_s, rel=1e-9)
+    assert "contention: compute of 2 ranks on this node at once scaled by" in proc.stdout

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import tempfile
 from collections.abc import Callable
@@ -26,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap-allreduce", action="store_true",
                         help="train the runs of several ranks with --overlap-allreduce and predict them with the "
                              "DAG model's overlapped schedule")
+    parser.add_argument("--no-contention", action="store_true",
+                        help="leave the node's contention out (by default, on a site whose ranks share this "
+                             "machine, the single-rank run is started once on each core at once, once a round, "
+                             "as the workflow's calibration does, and the model scales compute by the slowdown)")
     parser.add_argument("--tolerance", type=float, default=15.0, help="percent counted as a match (default 15)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write calibration, rows and load averages here")
@@ -39,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.model.paleo import platform_from_site
     from firescale.nets.zoo import get_net
     from firescale.predict.calibrate import allreduce_measurement
+    from firescale.predict.measurements import MeasuredIteration, contention
     from firescale.predict.validation import TrainRuns, prediction_check
 
     site = load_site(args.site)
@@ -59,15 +65,33 @@ def run(args: argparse.Namespace) -> int:
 
         return measure
 
+    def contend(workdir: Path) -> Callable[[MeasuredIteration], dict]:
+        """The workflow's contention measurement: the round's small-batch run again as one copy on each of as
+        many cores as the most ranks, all at once."""
+        rounds = itertools.count()
+
+        def measure(alone: MeasuredIteration) -> dict:
+            where = workdir / f"contention-round-{next(rounds)}"
+            where.mkdir(parents=True)
+            return contention(alone, alone, max(ranks), args.iterations, where)
+
+        return measure
+
+    shares_node = site.scheduler == "local" and max(ranks) > 1 and not args.no_contention
+
     def go(workdir: Path) -> int:
         runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
                          site_ranks(site), reference_batch=args.batch, overlap_allreduce=args.overlap_allreduce)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
                                      allreduce=allreduce, fit_comm=args.fit_comm, say=print,
-                                     probe=None if (allreduce or args.fit_comm or max(ranks) < 2) else probe(workdir))
+                                     probe=None if (allreduce or args.fit_comm or max(ranks) < 2) else probe(workdir),
+                                     contend=contend(workdir) if shares_node else None)
         load_after = os.getloadavg()
         print(describe(cal.apply(platform_from_site(site))))
+        if shares_node:
+            print(f"contention: compute of {max(ranks)} ranks on this node at once scaled by {cal.contention:.3f} "
+                  "(median of the rounds)")
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")
         print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'(wait ms)':>9} {'best ms':>8} "
               f"{'median ms':>9} {'max ms':>7} {'error % (best)':>14} {'(median)':>8}")

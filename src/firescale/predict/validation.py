@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ class CheckRow:
 def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_batch: int, ranks: Sequence[int],
                      repeats: int, *, allreduce: dict[str, Any] | None = None, fit_comm: bool = False,
                      probe: Callable[[float], dict[str, Any]] | None = None,
+                     contend: Callable[[MeasuredIteration], dict[str, Any]] | None = None,
                      say: Callable[[str], None] = lambda s: None) -> tuple[Calibration, list[CheckRow]]:
     """Calibrate from single-rank runs at the total batch and at the per-rank batch of the largest rank
     count, then predict and measure `total_batch` split over each rank count, in fresh runs.
@@ -92,7 +93,9 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
     With `fit_comm`, a separate run on the largest rank count fits the communication factor from the
     trainer's own allreduce time; with `probe` (as the workflow calibrates), the communication
     measurement comes from probe(step seconds), given the fastest small-batch iteration less its allreduce,
-    once a round; the fastest probe is taken.
+    once a round; the fastest probe is taken.  With `contend` (as the workflow calibrates a site whose ranks
+    share a node), contend(that round's small-batch run) measures the node's contention once a round, and
+    the median of the rounds' factors scales the compute of the points of several ranks.
     Runs go round-robin, `repeats` rounds, so that a change in the machine's load touches every case;
     each calibration point takes its fastest run.
     """
@@ -105,6 +108,7 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
     comm_runs: list[MeasuredIteration] = []
     small_runs: list[MeasuredIteration] = []
     probes: list[dict[str, Any]] = []
+    contended: list[dict[str, Any]] = []
     for k in range(repeats):
         for b in cal_batches:
             m = runs.run(1, b, f"calibrate-b{b}-{k}")
@@ -121,6 +125,10 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
             probes.append(probe(min(m.iteration_s - m.allreduce_s for m in small_runs)))
             say(f"round {k + 1}: allreduce probe after a {probes[-1].get('after_step_s', 0) * 1e3:.3f} ms step: "
                 f"{probes[-1]['seconds'] * 1e3:.3f} ms")
+        if contend is not None:
+            contended.append(contend(small_runs[-1]))
+            say(f"round {k + 1}: contention, {contended[-1]['copies']} copies at batch {small} at once: "
+                f"{contended[-1]['factor']:.3f} times one alone")
         for r in ranks:
             m = runs.run(r, total_batch, f"check-r{r}-b{total_batch}-{k}")
             measured[r].append(m)
@@ -134,6 +142,9 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
         allreduce = allreduce_from_run(best.ranks, best.allreduce_s, spec, platform.algorithm,
                                        after_step_s=best.iteration_s - best.allreduce_s)
     cal = calibrate(platform, spec, fit[0][0], fit[0][1], allreduce, more_runs=fit[1:])
+    if contended:
+        cal = replace(cal, contention=statistics.median(c["factor"] for c in contended))
+        cal.compute_source["contention"] = {"factor": cal.contention, "rounds": contended}
     model = cal.apply(platform)
     rows = []
     for r in ranks:
