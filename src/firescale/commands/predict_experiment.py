@@ -78,11 +78,12 @@ def markdown_table(result: dict) -> str:
 
 
 def _read_note(platform: dict) -> str:
-    """The node's read bandwidth behind t_io, and where it came from (site or calibration), if any."""
+    """The node's read bandwidth behind t_io, and where it came from (site or calibration), if any; and the
+    experiment's limit on each rank's reads."""
     source = platform.get("read_bandwidth_source")
-    if not source:
-        return ""
-    return f", read {platform['read_bandwidth'] / 1e9:.4g} GB/s a node from the {source}"
+    limit = platform.get("rank_read_bandwidth")
+    return ((f", read {platform['read_bandwidth'] / 1e9:.4g} GB/s a node from the {source}" if source else "")
+            + (f", reads limited to {limit / 1e6:g} MB/s a rank (read_limit_mbs)" if limit else ""))
 
 
 def _memory_cell(point: dict) -> str:

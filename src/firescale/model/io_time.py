@@ -20,6 +20,8 @@ class DataPath:
     the iteration is the longer of the two; otherwise the rank reads, then copies, then computes.
     `read_source` says where `read_bandwidth` came from: "site" (its storage.read_gbytes_per_s),
     "calibration" (a `bench io` record stored by `predict calibrate`), or "" (the caller's own).
+    `rank_read_bandwidth` is a limit on each rank's own reads (`firescale train --read-limit-mbs`,
+    an experiment's `read_limit_mbs`): slower storage emulated on the storage at hand.
     """
 
     read_bandwidth: float = 0.0
@@ -27,9 +29,10 @@ class DataPath:
     h2d_bandwidth: float = 0.0
     overlap_io: bool = True
     read_source: str = ""
+    rank_read_bandwidth: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("read_bandwidth", "shared_read_bandwidth", "h2d_bandwidth"):
+        for key in ("read_bandwidth", "shared_read_bandwidth", "h2d_bandwidth", "rank_read_bandwidth"):
             value = getattr(self, key)
             if not (value >= 0 and math.isfinite(value)):
                 raise FirescaleError(f"data path: {key} must be a finite number of bytes per second >= 0, not {value}")
@@ -38,7 +41,7 @@ class DataPath:
 def io_time(batch_per_rank: int, image_bytes: float, ranks: int, ranks_per_node: int, path: DataPath) -> float:
     """t_io of Eq. 6 for `ranks` ranks placed `ranks_per_node` to a node: each reads `batch_per_rank`
     images of `image_bytes`; the ranks of one node share its read bandwidth, and all ranks the shared
-    filesystem's; the slower of the two bounds the read."""
+    filesystem's; a rank's own read limit bounds its reads alone; the slowest bounds the read."""
     if batch_per_rank < 1 or image_bytes < 0 or ranks < 1 or ranks_per_node < 1:
         raise FirescaleError(f"t_io needs a batch >= 1, image bytes >= 0 and ranks >= 1, got batch {batch_per_rank}, "
                              f"{image_bytes} bytes, {ranks} ranks, {ranks_per_node} per node")
@@ -49,6 +52,8 @@ def io_time(batch_per_rank: int, image_bytes: float, ranks: int, ranks_per_node:
         times.append(on_node * batch_bytes / path.read_bandwidth)
     if path.shared_read_bandwidth > 0:
         times.append(ranks * batch_bytes / path.shared_read_bandwidth)
+    if path.rank_read_bandwidth > 0:
+        times.append(batch_bytes / path.rank_read_bandwidth)
     return max(times, default=0.0)
 
 

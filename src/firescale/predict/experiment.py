@@ -134,6 +134,8 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     platform = platform or experiment_platform(plan.site, calibration)
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
+    if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
+        platform = replace(platform, data=replace(platform.data, rank_read_bandwidth=limit * 1e6))
 
     points = plan.points[experiment]
     overlap = plan.overlap_allreduce(experiment)
@@ -205,7 +207,8 @@ def _platform_dict(platform: Platform) -> dict[str, Any]:
             "intra_link_bandwidth": None if links.intra is None else links.intra.bandwidth,
             "intra_link_latency": None if links.intra is None else links.intra.latency,
             "read_bandwidth": data.read_bandwidth, "shared_read_bandwidth": data.shared_read_bandwidth,
-            "h2d_bandwidth": data.h2d_bandwidth, "overlap_io": data.overlap_io}
+            "h2d_bandwidth": data.h2d_bandwidth, "overlap_io": data.overlap_io,
+            "rank_read_bandwidth": data.rank_read_bandwidth}
 
 
 def baseline_epochs_to_target(record_path: str | Path, tolerance: float,

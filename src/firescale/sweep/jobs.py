@@ -57,6 +57,8 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
     if plan.overlap_allreduce(experiment):
         argv.append("--overlap-allreduce")
+    if (limit := plan.read_limit_mbs(experiment)) is not None:
+        argv += ["--read-limit-mbs", f"{limit:.10g}"]
     argv.append("--resume")
     return argv
 

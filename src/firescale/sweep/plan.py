@@ -121,12 +121,20 @@ class SweepPlan:
         return [p for p in self.points[experiment]
                 if not p.baseline and len(rates[p.gpus, p.batch, p.schedule, p.layer_plan]) > 1]
 
-    def overlap_allreduce(self, experiment: str) -> bool:
-        """Whether the experiment's runs on this site overlap each gradient's allreduce with the backward pass:
-        the site's `sites.<site>.overlap_allreduce`, else the sweep's, else not."""
+    def run_option(self, experiment: str, key: str) -> Any:
+        """A sweep key that sets how the experiment's runs train on this site: the site's `sites.<site>.KEY`,
+        else the sweep's, else None."""
         exp = self.experiment(experiment)
-        keys = {**exp["sweep"], **(exp["sites"].get(self.site.name) or {})}
-        return bool(keys.get("overlap_allreduce", False))
+        return {**exp["sweep"], **(exp["sites"].get(self.site.name) or {})}.get(key)
+
+    def overlap_allreduce(self, experiment: str) -> bool:
+        """Whether the experiment's runs on this site overlap each gradient's allreduce with the backward pass."""
+        return bool(self.run_option(experiment, "overlap_allreduce"))
+
+    def read_limit_mbs(self, experiment: str) -> float | None:
+        """The MB/s each rank of the experiment's runs on this site reads at most (None: as fast as it can)."""
+        limit = self.run_option(experiment, "read_limit_mbs")
+        return None if limit is None else float(limit)
 
     def net(self, experiment: str) -> str:
         """The experiment's net as `firescale train --net` takes it: a built-in name, or a net file's absolute
