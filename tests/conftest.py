@@ -72,6 +72,16 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="session")
+def digits_dataset(tmp_path_factory) -> Path:
+    """scikit-learn's digits ingested once per test worker (`firescale data ingest --source digits`), for tests
+    that only read it: they write their runs elsewhere."""
+    out = tmp_path_factory.mktemp("digits-once")
+    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(out)],
+                   check=True, capture_output=True, text=True)
+    return out / "digits"
+
+
 @pytest.fixture
 def run_ranks():
     """Run `firescale ARGS...` (or any argv starting with an executable path) as N ranks.

@@ -76,12 +76,10 @@ def test_a_setting_is_clearly_faster_only_when_every_run_beats_every_run_of_the_
 
 
 @pytest.mark.slow
-def test_each_setting_reaches_the_ranks_and_a_long_cycle_paces_the_iteration(tmp_path, repo):
+def test_each_setting_reaches_the_ranks_and_a_long_cycle_paces_the_iteration(tmp_path, repo, digits_dataset):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
-                   check=True, capture_output=True, text=True, env=env)
     out, runs = tmp_path / "knobs.json", tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "knobs", "--dataset", str(tmp_path / "digits"),
+    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "knobs", "--dataset", str(digits_dataset),
                            "--knob", "cycle_time_ms=20", "--mode", "overlapped", "--batch-per-rank", "4",
                            "--iterations", "15", "--repeats", "1", "--workdir", str(runs), "--json", str(out)],
                           capture_output=True, text=True, timeout=400, cwd=repo, env=env)

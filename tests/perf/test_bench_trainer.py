@@ -23,12 +23,9 @@ def test_the_ratio_is_the_trainers_images_per_s_over_the_bare_loops():
 
 
 @pytest.mark.slow
-def test_bench_trainer_runs_both_sides_on_two_ranks_with_the_same_arithmetic(tmp_path, repo):
+def test_bench_trainer_runs_both_sides_on_two_ranks_with_the_same_arithmetic(tmp_path, repo, digits_dataset):
     out = tmp_path / "bt.json"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
-                   check=True, capture_output=True, text=True, env=env)
-    digits_dataset = tmp_path / "digits"
     proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "trainer", "--dataset", str(digits_dataset),
                            "--ranks", "2", "--iterations", "12", "--repeats", "1", "--batch-per-rank", "16",
                            "--workdir", str(tmp_path / "runs"), "--json", str(out)],

@@ -239,7 +239,7 @@ def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_
 
 
 @pytest.mark.slow
-def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp_path, repo):
+def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp_path, repo, digits_dataset):
     # The command end to end on real ranks: the round's contention run (one copy on each core at once) is
     # kept, its factor is the calibration's, and the 2-rank prediction is the model's with it.
     import os
@@ -247,10 +247,8 @@ def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp
 
     from firescale.predict.calibrate import load_calibration
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
-                   check=True, capture_output=True, text=True, env=env)
     out, work = tmp_path / "check.json", tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "predict", "--dataset", str(tmp_path / "digits"),
+    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "predict", "--dataset", str(digits_dataset),
                            "--solver", "workflow/solvers/lenet-digits-b8.yaml", "--batch", "8", "--iterations", "20",
                            "--repeats", "1", "--workdir", str(work), "--json", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=repo, env=env)

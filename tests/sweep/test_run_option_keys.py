@@ -1,4 +1,5 @@
-"""The experiments file's read_limit_mbs key: slower storage emulated, passed to the jobs and the prediction."""
+"""The experiments file's keys that set how an experiment's runs train, the sweep's or a site's, passed to the
+jobs and the prediction: overlap_allreduce (wait-free backprop) and read_limit_mbs (slower storage emulated)."""
 from __future__ import annotations
 
 import copy
@@ -13,7 +14,8 @@ import yaml
 
 from firescale.errors import FirescaleError
 from firescale.model.io_time import DataPath, io_time
-from firescale.predict.experiment import predict_experiment
+from firescale.model.paleo import predict_point
+from firescale.predict.experiment import experiment_model, predict_experiment
 from firescale.sweep.jobs import train_command
 from firescale.sweep.plan import SweepPlan
 
@@ -29,6 +31,43 @@ def plan(site: str, sweep: dict | None = None, sites: dict | None = None) -> Swe
     exp["sweep"].update(sweep or {})
     exp["sites"].update(sites or {})
     return SweepPlan.build({**config, "site": site}, experiments=[EXPERIMENT])
+
+
+def test_overlap_is_off_unless_asked_and_a_sites_key_wins_over_the_sweeps():
+    point = lambda p: p.point(EXPERIMENT, "g32-b1024-r0")  # noqa: E731
+    default = plan("ib-cluster")
+    assert not default.overlap_allreduce(EXPERIMENT)
+    assert "--overlap-allreduce" not in train_command(default, EXPERIMENT, point(default))
+    on_cluster = plan("ib-cluster", sites={"ib-cluster": {"gpus": [1, 32], "overlap_allreduce": True}})
+    assert on_cluster.overlap_allreduce(EXPERIMENT)
+    assert "--overlap-allreduce" in train_command(on_cluster, EXPERIMENT, point(on_cluster))
+    elsewhere = plan("titan", sites={"ib-cluster": {"overlap_allreduce": True}})
+    assert "--overlap-allreduce" not in train_command(elsewhere, EXPERIMENT, point(elsewhere))
+    everywhere_but = plan("ib-cluster", sweep={"overlap_allreduce": True},
+                          sites={"ib-cluster": {"gpus": [1, 32], "overlap_allreduce": False}})
+    assert not everywhere_but.overlap_allreduce(EXPERIMENT)
+
+
+def test_the_prediction_of_an_overlapped_experiment_is_the_dag_models_overlapped_schedule():
+    grouped, overlapped = plan("titan"), plan("titan", sweep={"overlap_allreduce": True})
+    before = predict_experiment(grouped, EXPERIMENT)
+    after = predict_experiment(overlapped, EXPERIMENT)
+    assert (before["overlap_allreduce"], after["overlap_allreduce"]) == (False, True)
+    net = experiment_model(overlapped, EXPERIMENT).net
+    for name in ("g32-b1024-r0", "g128-b1024-r0"):
+        p = overlapped.point(EXPERIMENT, name)
+        dag = predict_point(overlapped.site, net, p.gpus, p.batch, overlap=True)
+        assert after["points"][name]["iteration_s"] == pytest.approx(dag.iteration_overlap_s)
+        # hiding communication behind backward can only shorten the iteration
+        assert after["points"][name]["iteration_s"] < before["points"][name]["iteration_s"]
+    assert after["points"]["baseline"]["iteration_s"] == pytest.approx(
+        before["points"]["baseline"]["iteration_s"])   # one GPU sends nothing
+
+
+def test_an_overlap_that_is_not_true_or_false_is_one_sentence():
+    with pytest.raises(FirescaleError) as info:
+        plan("titan", sweep={"overlap_allreduce": "yes"})
+    assert "overlap_allreduce" in str(info.value) and "\n" not in str(info.value)
 
 
 def limit_of(argv: list[str]) -> str | None:
@@ -68,7 +107,7 @@ def test_a_limit_that_is_not_a_positive_number_is_one_sentence(value):
 
 
 @pytest.mark.slow
-def test_a_limited_runs_data_wait_is_the_models_t_io(tmp_path):
+def test_a_limited_runs_data_wait_is_the_models_t_io(tmp_path, digits_dataset):
     # The model's t_io under a limit is what the trainer waits: 16 digits (64 stored bytes each) a step at
     # 0.01 MB/s is 102.4 ms of reading, far beyond the step's own compute.  The trainer reads several small
     # batches in one call (a whole read's time comes before its first batch), so the run is a whole number
@@ -76,9 +115,7 @@ def test_a_limited_runs_data_wait_is_the_models_t_io(tmp_path):
     from firescale.data.readers import batches_per_read
     iterations = 2 * batches_per_read(16, (8, 8, 1))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
-                   check=True, capture_output=True, text=True, env=env)
-    proc = subprocess.run([sys.executable, "-m", "firescale", "train", "--dataset", str(tmp_path / "digits"),
+    proc = subprocess.run([sys.executable, "-m", "firescale", "train", "--dataset", str(digits_dataset),
                            "--net", "lenet_same", "--solver", str(REPO / "workflow" / "solvers" / "lenet-digits.yaml"),
                            "--batch-per-rank", "16", "--out", str(tmp_path / "run"), "--read-limit-mbs", "0.01",
                            "--set", f"max_iter={iterations}", "--set", "test_interval=0",
