@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.ranks import site_ranks
     from firescale.cluster.site import load_site
     from firescale.commands.args import int_list
+    from firescale.data.manifest import load_manifest
     from firescale.predict.validation import TrainRuns
 
     ranks, batches = int_list(args.ranks), int_list(args.batch_per_rank)
@@ -41,8 +42,6 @@ def run(args: argparse.Namespace) -> int:
                              "between ranks")
     if args.iterations < 1:
         raise FirescaleError("--iterations must be at least 1")
-    if not (args.dataset / "manifest.json").is_file():
-        raise FirescaleError(f"{args.dataset / 'manifest.json'} does not exist; ingest the dataset first")
     knobs = dict(parse_knob(text) for text in args.knob)
     if len(knobs) != len(args.knob):
         raise FirescaleError("--knob: give each key once, with all its values (KEY=V1,V2)")
@@ -52,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if len(settings) < 2:
         raise FirescaleError("nothing to compare: every setting given is the site's own, grouped; give --knob "
                              "values that differ from the site's, or --mode overlapped or both")
+    load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
 
     def go(workdir: Path) -> int:
         def one_run(setting: Setting, batch_per_rank: int, name: str) -> float:

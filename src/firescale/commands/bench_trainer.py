@@ -27,11 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.ranks import site_ranks
     from firescale.cluster.site import load_site
     from firescale.commands.args import int_list
+    from firescale.data.manifest import load_manifest
 
     if args.batch_per_rank < 1 or args.iterations < 1:
         raise FirescaleError("--batch-per-rank and --iterations must be at least 1")
-    if not (args.dataset / "manifest.json").is_file():
-        raise FirescaleError(f"{args.dataset / 'manifest.json'} does not exist; ingest the dataset first")
+    load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
     site = load_site(args.site)
 
     def go(workdir: Path) -> int:

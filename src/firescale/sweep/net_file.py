@@ -1,7 +1,6 @@
 """An experiment's net: a built-in name, or a Caffe net file of the project, checked before anything runs."""
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
 from firescale.nets.spec import Shape
 from firescale.nets.zoo import NET_NAMES, is_net_file
+from firescale.results import file_record
 from firescale.sweep.paths import resolve
 
 
@@ -90,7 +90,6 @@ def net_file_digest(net: str) -> dict[str, str] | None:
     if not is_net_file(net):
         return None
     try:
-        data = Path(net).read_bytes()
+        return file_record(net)
     except OSError as exc:
         return {"path": net, "sha256": f"unreadable ({exc.strerror})"}
-    return {"path": net, "sha256": hashlib.sha256(data).hexdigest()}
