@@ -93,8 +93,10 @@ def test_each_setting_reaches_the_ranks_and_a_long_cycle_paces_the_iteration(tmp
     assert site_run["horovod_knobs"] == site_row["environment"] == {"HOROVOD_CYCLE_TIME": "0.1"}
     assert slow_run["horovod_knobs"] == slow_row["environment"] == {"HOROVOD_CYCLE_TIME": "20"}
     assert (site_run["overlap"], slow_run["overlap"]) == (False, True)
-    # each iteration's allreduce waits for a cycle: 20 ms a cycle paces the iteration; the site's does not
-    assert slow_row["median_s"] > 0.015 > 0.010 > site_row["median_s"]
+    # each iteration's allreduce waits for a cycle: no iteration beats a 20 ms cycle (a little less for the
+    # timer's grain), whatever else runs on the machine; the site's 0.1 ms cycle lets the iteration run faster
+    # (beside another test worker its 15 iterations took 10.4 ms each once, so no fixed bound for it)
+    assert slow_row["median_s"] > 0.018 and site_row["median_s"] < slow_row["median_s"]
     assert slow_row["change_percent"] == pytest.approx(
         (slow_row["median_s"] - site_row["median_s"]) / site_row["median_s"] * 100)
     assert "cycle_time_ms=20, overlapped" in proc.stdout and "vs site" in proc.stdout
