@@ -9,20 +9,44 @@ DEFAULT_DIR = Path(".firescale-work") / "vcluster"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("up", "down", "status"),
-                        help="up: start (a no-op when already up); down: stop and remove; status: print as JSON")
+    parser.add_argument("action", choices=("up", "down", "status", "link"),
+                        help="up: start (a no-op when already up); down: stop and remove; status: print as JSON; "
+                             "link: shape every node's link to --gbits")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                         help=f"folder for its configuration, logs and state (default: {DEFAULT_DIR}, "
                              "as site/vcluster expects)")
     parser.add_argument("--nodes", type=int, default=2, help="compute nodes n1..nN (default 2)")
     parser.add_argument("--name", default="fsvc", help="prefix of its network namespaces (default fsvc)")
+    parser.add_argument("--gbits", help="with link: the most each node sends, in Gbit/s (e.g. 1), or 'off' for the "
+                                        "bridge's own speed")
+
+
+def link_gbits(text: str | None) -> float | None:
+    """--gbits as a rate, None for 'off'; one sentence when it is neither."""
+    from firescale.errors import FirescaleError
+
+    if text is None:
+        raise FirescaleError("vcluster link: give --gbits RATE (Gbit/s, e.g. 1) or --gbits off")
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise FirescaleError(f"vcluster link: --gbits {text!r} is not a number of Gbit/s or 'off'") from None
 
 
 def run(args: argparse.Namespace) -> int:
+    from firescale.errors import FirescaleError
     from firescale.testing.vcluster import VirtualCluster
 
+    if args.gbits is not None and args.action != "link":
+        raise FirescaleError(f"vcluster {args.action}: --gbits goes with `vcluster link` only")
     cluster = VirtualCluster(root=args.dir.resolve(), nodes=args.nodes, name=args.name)
-    if args.action == "up":
+    if args.action == "link":
+        cluster.shape_links(link_gbits(args.gbits))
+        rates = cluster.link_rates()
+        print(f"vcluster {cluster.name}: links " + ", ".join(f"{n} {r}" for n, r in rates.items()))
+    elif args.action == "up":
         cluster.up()
         print(f"vcluster {cluster.name}: up, nodes {', '.join(cluster.node_names)}; "
               f"Slurm clients: {cluster.bin}/ (e.g. {cluster.bin}/sinfo)")
@@ -31,5 +55,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"vcluster {cluster.name}: down")
     else:
         print(json.dumps({"name": cluster.name, "dir": str(cluster.root), "up": cluster.is_up(),
-                          "namespaces": cluster.existing_namespaces(), "nodes": cluster.node_states()}, indent=2))
+                          "namespaces": cluster.existing_namespaces(), "nodes": cluster.node_states(),
+                          "links": cluster.link_rates()}, indent=2))
     return 0

@@ -35,6 +35,36 @@ def make_network(layout: ClusterLayout) -> None:
         _ip("-n", ns, "link", "set", "eth0", "up")
 
 
+def shape_link(namespace: str, gbits: float | None) -> None:
+    """Make the host's eth0 send at most `gbits` Gbit/s (a token bucket, Linux's `tbf` queueing discipline), or,
+    with None, as fast as the bridge carries it: a slower interconnect than a veth pair, whose wire time
+    leaves the host's core free (a veth's own "wire" is a copy on the sending core)."""
+    if gbits is None:
+        current = subprocess.run(["tc", "-n", namespace, "qdisc", "show", "dev", "eth0"], capture_output=True,
+                                 text=True).stdout
+        if " tbf " in f" {current}":
+            _tc("-n", namespace, "qdisc", "del", "dev", "eth0", "root")
+        return
+    check_link_rate(gbits)
+    # The bucket holds at least one 64 KiB segment (veths hand over segments of up to 64 KiB) and 1 ms of
+    # sending; the queue behind it holds 20 ms, enough for TCP to keep the link busy.
+    burst = max(65536, round(gbits * 1e9 / 8 * 1e-3))
+    _tc("-n", namespace, "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", f"{gbits * 1000:g}mbit",
+        "burst", str(burst), "latency", "20ms")
+
+
+def check_link_rate(gbits: float) -> None:
+    if not 0 < gbits <= 1000:
+        raise VClusterError(f"vcluster: a link of {gbits} Gbit/s asked for; give more than 0 and at most 1000")
+
+
+def link_rate(namespace: str) -> str:
+    """The rate the host's eth0 is shaped to as tc states it (e.g. "1Gbit"), or "unshaped"."""
+    shown = subprocess.run(["tc", "-n", namespace, "qdisc", "show", "dev", "eth0"], capture_output=True,
+                           text=True).stdout.split()
+    return shown[shown.index("rate") + 1] if "tbf" in shown and "rate" in shown else "unshaped"
+
+
 def delete_namespace(namespace: str) -> None:
     """`ip netns del`; whether it worked shows in `named_namespaces()`."""
     subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
@@ -70,6 +100,12 @@ def processes_in(namespaces: list[str]) -> list[int]:
         if (st.st_dev, st.st_ino) in wanted:
             found.append(int(entry))
     return found
+
+
+def _tc(*argv: str) -> None:
+    proc = subprocess.run(["tc", *argv], capture_output=True, text=True)
+    if proc.returncode:
+        raise VClusterError(f"vcluster: `tc {' '.join(argv)}` failed: {proc.stderr.strip()}")
 
 
 def _ip(*argv: str) -> None:

@@ -24,16 +24,19 @@ from firescale.testing.cpusets import make_cpusets, remove_cpusets
 from firescale.testing.host_files import write_host_files
 from firescale.testing.layout import ClusterLayout, VClusterError, bridge_first
 from firescale.testing.namespaces import (
+    check_link_rate,
     delete_namespace,
+    link_rate,
     make_network,
     named_namespaces,
     namespace_refusal,
     processes_in,
+    shape_link,
 )
 from firescale.testing.processes import alive, send_signal
 
 _DAEMONS = ("slurmctld", "slurmd")
-_SYSTEM_TOOLS = ("ip", "nsenter", "unshare", "taskset")
+_SYSTEM_TOOLS = ("ip", "tc", "nsenter", "unshare", "taskset")
 STOP_WAIT_S = 10  # from SIGTERM to SIGKILL when the cluster goes down
 
 
@@ -53,6 +56,21 @@ class VirtualCluster(ClusterLayout):
     def node_states(self) -> dict[str, str]:
         """Each node's state as sinfo reports it (empty when the controller does not answer)."""
         return daemons.node_states(self)
+
+    def link_rates(self) -> dict[str, str]:
+        """Each node's sending rate as shaped by `shape_links` ("unshaped" when it is not)."""
+        return {n: link_rate(self.namespace(n)) for n in self.node_names if self.namespace(n) in named_namespaces()}
+
+    def shape_links(self, gbits: float | None) -> None:
+        """Limit every node's sending to `gbits` Gbit/s, or lift the limit (None); the cluster stays up."""
+        if gbits is not None:
+            check_link_rate(gbits)
+        missing = [n for n in self.node_names if self.namespace(n) not in named_namespaces()]
+        if missing:
+            raise VClusterError(f"vcluster {self.name}: nodes {', '.join(missing)} are not up; "
+                                "run `firescale vcluster up` first")
+        for node in self.node_names:
+            shape_link(self.namespace(node), gbits)
 
     def is_up(self) -> bool:
         if self.existing_namespaces() != sorted(self.namespaces(), key=bridge_first):
