@@ -52,11 +52,17 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     # After a synthetic step, as an iteration pays it: the step's time alone is recorded and subtracted.
     stepped = tmp_path / "stepped.json"
     run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
-                  "--compute-ms", "3", "--json", str(stepped)], timeout=240, cwd=repo)
+                  "--compute-ms", "3", "--overlap", "--json", str(stepped)], timeout=240, cwd=repo)
     data = json.loads(stepped.read_text())
     (m,) = data["measurements"]
     assert data["compute_ms"] == 3 and 0.0015 < m["compute_s"] < 0.03   # sized to ~3 ms on this core
-    assert allreduce_measurement(stepped, "tree", 524_320)["after_step_s"] == m["compute_s"]
+    picked = allreduce_measurement(stepped, "tree", 524_320)
+    assert picked["after_step_s"] == m["compute_s"]
+    # --overlap: the same allreduce timed beside the step too (its sums checked as the others'), and the share
+    # of it the step hid, which the calibration takes
+    assert len(m["overlapped_seconds"]) == 5 and 0 <= m["hidden_share"] <= 1
+    assert picked["hidden_share"] == m["hidden_share"]
+    assert "hidden_share" not in allreduce_measurement(out, "tree", 524_320)
     only_mpi = tmp_path / "mpi.json"
     only_mpi.write_text(json.dumps({"measurements": [m for m in runs if m["algorithm"] == "tree"]}))
     assert allreduce_measurement(only_mpi, "tree", 524_320)["measured"] == "tree"
@@ -80,6 +86,23 @@ def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_b
     assert by["horovod"]["bytes"] == by["mpi"]["bytes"] == cost.weight_bytes
     assert by["horovod"]["tensors"] == len(cost.gradient_tensors) == 8 and by["mpi"]["tensors"] == 0
     assert "Horovod sums lenet_same's 8 gradients and the loss as one group" in proc.stdout
+
+
+def test_the_hidden_share_is_what_the_step_hid_of_what_it_could():
+    from firescale.bench.allreduce import AllreduceMeasurement
+
+    def share(serial: float, beside: float, step: float) -> float | None:
+        return AllreduceMeasurement("horovod", 2, 1000, [serial] * 3, step, 8, overlapped_seconds=[beside] * 3
+                                    ).hidden_share
+
+    assert share(0.010, 0.004, 0.020) == pytest.approx(0.6)     # 6 of a 10 ms allreduce hid behind 20 ms
+    assert share(0.010, 0.004, 0.005) == 1.0                    # 6 hid behind a 5 ms step: kept at 1
+    assert share(0.010, 0.008, 0.004) == pytest.approx(0.5)     # a 4 ms step hides at most 4 ms: 2 of 4
+    assert share(0.010, 0.012, 0.020) == 0.0                    # slower beside the step: nothing hid
+    plain = AllreduceMeasurement("horovod", 2, 1000, [0.01], 0.02, 8)
+    assert plain.hidden_share is None and "overlapped_seconds" not in plain.to_dict()
+    assert AllreduceMeasurement("horovod", 2, 1000, [0.01], 0.02, 8, overlapped_seconds=[0.004]
+                                ).to_dict()["hidden_share"] == pytest.approx(0.6)
 
 
 def test_a_nets_gradient_tensors_are_the_trainers_parameters():
@@ -116,6 +139,9 @@ def test_bad_benchmark_options_are_refused(repo):
     import sys
 
     for args, message in ((["--compute-ms", "-1"], "--compute-ms must be 0 or more"),
+                          (["--overlap", "--algorithms", "horovod"], "--overlap times Horovod's allreduce beside a "
+                                                                     "step: give --algorithms with horovod and "
+                                                                     "--compute-ms"),
                           (["--algorithms", "ps,gossip"], "unknown gossip"),
                           (["--sweep", "--gradients-of", "lenet_same"],
                            "give one of --sweep, --sizes-mb and --gradients-of"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -108,5 +109,28 @@ def test_calibration_recovers_the_factors_and_round_trips(tmp_path):
     again = load_calibration(path)
     assert predict_point(start, "lenet_same", 4, 256, calibration=again).iteration_s == pytest.approx(
         predict_point(truth, "lenet_same", 4, 256).iteration_s)
+    assert again.comm_hidden_share is None and again.apply(replace(start, comm_hidden_share=0.0)
+                                                           ).comm_hidden_share == 0.0   # the site's kind decides
     with pytest.raises(FirescaleError, match="faster than the peak"):
         calibrate(start, "lenet_same", 64, measured / 10)
+
+
+def test_a_probes_hidden_share_goes_through_the_calibration_to_the_overlapped_schedule(tmp_path):
+    cpu = Platform("t", Device("d", 1e12, 1e11), Link(1e8, 1e-6), "tree", comm_hidden_share=0.0)
+    measured = predict_point(cpu, "lenet_same", 1, 64).iteration_s
+    probe = {"algorithm": "tree", "bytes": 1e7, "ranks": 2, "seconds": 0.2, "hidden_share": 0.4}
+    cal = calibrate(cpu, "lenet_same", 64, measured, probe)
+    assert cal.comm_hidden_share == 0.4 and cal.comm_source["hidden_share"] == 0.4
+    again = load_calibration(save_calibration(tmp_path / "calibration.json", cal))
+    assert again.comm_hidden_share == 0.4 and again.apply(cpu).comm_hidden_share == 0.4
+    grouped = predict_point(cpu, "lenet_same", 2, 512, calibration=again)
+    overlapped = predict_point(cpu, "lenet_same", 2, 512, calibration=again, overlap=True)
+    assert overlapped.iteration_s < grouped.iteration_s == overlapped.iteration_sequential_s
+    assert predict_point(cpu, "lenet_same", 2, 512, calibration=replace(again, comm_hidden_share=None),
+                         overlap=True).iteration_s == grouped.iteration_s   # unmeasured: a CPU site hides none
+    data = json.loads((tmp_path / "calibration.json").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**data, "comm_hidden_share": 1.5}))
+    with pytest.raises(FirescaleError, match="comm_hidden_share must be in \\[0, 1\\]"):
+        load_calibration(tmp_path / "bad.json")
+    with pytest.raises(FirescaleError, match="comm_hidden_share must be in"):
+        replace(cpu, comm_hidden_share=-0.1)

@@ -139,3 +139,7 @@ def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, 
     measured.unlink()
     assert titan.calibration_options("nin-imagenet") == "--io-record results/titan/bench-io.json"
     assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"  # the fit holds reads
+    # an experiment whose runs overlap the allreduce times the probe beside its step too
+    config["experiments"]["fashion-lenet"]["sweep"]["overlap_allreduce"] = True
+    overlapped = SweepPlan.build({**config, "site": "local"}, base=REPO)
+    assert overlapped.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2 --probe-overlap"

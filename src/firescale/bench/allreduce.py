@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from firescale.errors import FirescaleError
@@ -223,10 +223,13 @@ class HorovodIteration:
         per = max((self._fastest(alone, 15) - base) / probe_matmuls, 1e-7)
         self.matmuls = max(0, round((target_s - base) / per))
         self._with, self._without = self._trace(self.matmuls)
+        self._overlapped = self._trace(self.matmuls, overlap=True)[0]
 
-    def _trace(self, matmuls: int) -> tuple[Any, Any]:
+    def _trace(self, matmuls: int, overlap: bool = False) -> tuple[Any, Any]:
         """The iteration with Horovod's allreduce and without it, for `matmuls` matmuls of compute, as
-        concrete functions of the trainer's arguments."""
+        concrete functions of the trainer's arguments.  With `overlap` the gradients depend on the batch
+        but not on the compute, so their allreduce may start as the compute does (as the trainer's
+        overlapped allreduce starts beside the rest of backward); the update waits for both."""
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
@@ -240,21 +243,31 @@ class HorovodIteration:
                 # The compute depends on the batch and the gradients on the compute; both terms are 0 (the
                 # images and the matmuls are >= 0), which Grappler cannot know: it drops a product with 0.0,
                 # and the matmuls with it.
-                x = self._a + tf.minimum(tf.reduce_sum(images), 0.0)
+                before = tf.minimum(tf.reduce_sum(images), 0.0)
+                x = self._a + before
+                # Two matmuls a step, as backward computes a layer's weight and input gradients from one
+                # tensor: the executor runs one and queues the other, so an allreduce requested meanwhile
+                # gets its turn on the rank's one inter-op thread, as in the trainer, and is not held until
+                # a single chain ends.
+                sides = []
                 for _ in range(matmuls):
+                    sides.append(tf.reduce_sum(tf.linalg.matmul(self._a, x)))
                     x = tf.linalg.matmul(x, self._a) * 1e-3
-                after = tf.minimum(tf.reduce_sum(x), 0.0)
-                grads = [t + after for t in self._inputs]
+                after = tf.minimum(tf.reduce_sum(x) + tf.add_n(sides) * 1e-9 if sides else tf.reduce_sum(x), 0.0)
+                made = before if overlap else after
+                grads = [t + made for t in self._inputs]
                 if self._grouped:
-                    grads.append(tf.stack([after + tf.cast(tf.size(labels), tf.float32), flag]))   # loss pair
+                    grads.append(tf.stack([made + tf.cast(tf.size(labels), tf.float32), flag]))   # loss pair
                 if not reduce:
                     summed = [tf.identity(g) for g in grads]
+                elif overlap:    # one request per tensor, none waiting for another, as the trainer's overlap
+                    summed = [hvd.allreduce(g, op=hvd.Sum) for g in grads]
                 elif self._grouped:
                     summed = hvd.grouped_allreduce(grads, op=hvd.Sum)
                 else:
                     summed = [hvd.allreduce(grads[0], op=hvd.Sum, name="bench_iteration")]
                 for w, g in zip(self._weights, summed):
-                    w.assign_sub(g * rate / batch)
+                    w.assign_sub((g + after if overlap else g) * rate / batch)
                 return summed
             return tf.function(body, autograph=False).get_concrete_function(*specs)
 
@@ -285,6 +298,9 @@ class HorovodIteration:
 
     def without_allreduce(self) -> None:
         self._call(self._without)
+
+    def overlapped_allreduce(self) -> None:
+        self._result = self._call(self._overlapped)
 
     def copy_result(self, recv: Any) -> None:
         """The last sum into `recv` (the loss pair left out)."""
@@ -329,10 +345,26 @@ class AllreduceMeasurement:
     compute_s: float = 0.0
     tensors: int = 0          # Horovod's grouped allreduce of this many tensors (+ the loss pair); 0: one buffer
     graph_call_s: float = 0.0  # horovod: the same graph call and wait with no allreduce in it (median)
+    # horovod after a step, timed with the allreduce beside the step: what it then added, per repetition
+    overlapped_seconds: list[float] = field(default_factory=list)
 
     @property
     def median_s(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def hidden_share(self) -> float | None:
+        """How much of the allreduce a rank's compute hid when both ran at once: the mean cost in series less
+        the mean cost beside the step, over the most the step could hide (the smaller of the two), kept in
+        [0, 1].  0: the rank's core does all of the allreduce's work, as an unshaped veth's or shared memory's
+        copies; 1: it runs wholly beside the compute, on a link or device of its own.  None when not timed."""
+        if not self.overlapped_seconds or self.compute_s <= 0:
+            return None
+        serial = self.mean_s
+        if serial <= 0:
+            return 0.0
+        hidden = serial - statistics.fmean(self.overlapped_seconds)
+        return min(1.0, max(0.0, hidden / min(serial, self.compute_s)))
 
     @property
     def min_s(self) -> float:
@@ -345,7 +377,12 @@ class AllreduceMeasurement:
         return statistics.fmean(self.seconds)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "median_s": self.median_s, "min_s": self.min_s, "mean_s": self.mean_s}
+        shown = {**asdict(self), "median_s": self.median_s, "min_s": self.min_s, "mean_s": self.mean_s}
+        if self.overlapped_seconds:
+            shown["hidden_share"] = self.hidden_share
+        else:
+            del shown["overlapped_seconds"]
+        return shown
 
 
 class SyntheticStep:
@@ -377,7 +414,7 @@ class SyntheticStep:
 
 def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1,
                       compute_s: float = 0.0, tensors: Sequence[int] = (), batch: int = 1,
-                      input_shape: Sequence[int] = (1, 1, 1)) -> AllreduceMeasurement:
+                      input_shape: Sequence[int] = (1, 1, 1), overlap: bool = False) -> AllreduceMeasurement:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
     With `tensors` (element counts, e.g. a net's gradients, `NetCost.gradient_tensors`), the vector
@@ -387,7 +424,8 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     The repetitions run back to back, after one barrier, as a training loop's allreduces do.  With
     `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean step time in
     that repetition is subtracted from its slowest rank's total; Horovod's runs inside an iteration
-    shaped as the trainer's, fed a `batch` of `input_shape` images each time (HorovodIteration).
+    shaped as the trainer's, fed a `batch` of `input_shape` images each time (HorovodIteration); with
+    `overlap` also with the allreduce beside the step (`AllreduceMeasurement.hidden_share`).
     """
     import numpy as np
     from mpi4py import MPI
@@ -398,13 +436,16 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     count = sum(tensors) if tensors else max(1, nbytes // 4)
     send = np.full(count, float(rank + 1), dtype=np.float32)
     recv = np.empty_like(send)
+    if overlap and not (algorithm == "horovod" and compute_s > 0):
+        raise FirescaleError("an overlapped allreduce is timed for Horovod's, beside a step: give compute_s > 0")
     if algorithm == "horovod" and compute_s > 0:
         _horovod_world(comm)
         iteration = HorovodIteration(send, tensors, compute_s, batch=batch, input_shape=input_shape, seed=rank)
-        seconds, steps = _horovod_iterations(comm, iteration, reps, warmup)
+        seconds, steps, overlapped = _horovod_iterations(comm, iteration, reps, warmup, overlap)
         iteration.copy_result(recv)
         _check_sum(algorithm, size, recv)
-        return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps), len(tensors))
+        return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps), len(tensors),
+                                    overlapped_seconds=overlapped)
     run = HorovodAllreduce(tensors) if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
     step = SyntheticStep(compute_s) if compute_s > 0 else None
     local = np.zeros((warmup + reps, 2))      # per repetition: this rank's total and its step
@@ -442,18 +483,22 @@ def _check_sum(algorithm: str, size: int, recv: Any) -> None:
 ITERATION_BLOCK = 10    # repetitions with the allreduce, then as many without, in turn
 
 
-def _horovod_iterations(comm: Any, iteration: HorovodIteration, reps: int,
-                        warmup: int) -> tuple[list[float], list[float]]:
+def _horovod_iterations(comm: Any, iteration: HorovodIteration, reps: int, warmup: int,
+                        overlap: bool = False) -> tuple[list[float], list[float], list[float]]:
     """`reps` iterations with Horovod's allreduce, in blocks that alternate with as many without it; per
     repetition, what the allreduce added to the ranks' iteration (`allreduce_costs`), and per block the
-    ranks' mean median iteration without it."""
+    ranks' mean median iteration without it.  With `overlap`, each block also times `reps` iterations
+    whose allreduce runs beside the compute (HorovodIteration.overlapped_allreduce), and the third list
+    is what it added to the iteration (empty without)."""
     import numpy as np
 
+    kinds = [iteration.with_allreduce] + ([iteration.overlapped_allreduce] if overlap else [])
     for _ in range(warmup):
         iteration.without_allreduce()
-        iteration.with_allreduce()
+        for kind in kinds:
+            kind()
     blocks = -(-reps // ITERATION_BLOCK)
-    with_t, without_t = np.zeros(reps), np.zeros(blocks)
+    timed, without_t = np.zeros((len(kinds), reps)), np.zeros(blocks)
     comm.Barrier()
     for b in range(blocks):
         alone = []
@@ -462,16 +507,22 @@ def _horovod_iterations(comm: Any, iteration: HorovodIteration, reps: int,
             iteration.without_allreduce()
             alone.append(time.perf_counter() - start)
         without_t[b] = statistics.median(alone)
-        iteration.with_allreduce()      # untimed: the ranks come out of their blocks alone at different times
-        for rep in range(b * ITERATION_BLOCK, min(reps, (b + 1) * ITERATION_BLOCK)):
-            start = time.perf_counter()
-            iteration.with_allreduce()
-            with_t[rep] = time.perf_counter() - start
+        for k, kind in enumerate(kinds):
+            kind()      # untimed: the ranks come out of their previous block at different times
+            for rep in range(b * ITERATION_BLOCK, min(reps, (b + 1) * ITERATION_BLOCK)):
+                start = time.perf_counter()
+                kind()
+                timed[k, rep] = time.perf_counter() - start
     # Gathered once, after the timed calls (see measure_allreduce).
-    with_all, without_all = np.empty((comm.Get_size(), reps)), np.empty((comm.Get_size(), blocks))
-    comm.Allgather(with_t, with_all)
+    without_all = np.empty((comm.Get_size(), blocks))
     comm.Allgather(without_t, without_all)
-    return allreduce_costs(with_all, without_all)
+    costs = []
+    for k in range(len(kinds)):
+        all_ranks = np.empty((comm.Get_size(), reps))
+        comm.Allgather(np.ascontiguousarray(timed[k]), all_ranks)
+        costs.append(allreduce_costs(all_ranks, without_all))
+    seconds, steps = costs[0]
+    return seconds, steps, costs[1][0] if overlap else []
 
 
 def allreduce_costs(with_t: Any, without_t: Any) -> tuple[list[float], list[float]]:

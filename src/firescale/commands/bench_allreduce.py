@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 
 from firescale.atomic import atomic_write_json
 from firescale.bench.allreduce import (
@@ -48,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-per-rank", type=int, default=1,
                         help="with --compute-ms: images per rank the host passes to Horovod's iteration each time, "
                              "as the trainer passes its batch (default 1)")
+    parser.add_argument("--overlap", action="store_true",
+                        help="with horovod and --compute-ms: also time the allreduce started beside the step, "
+                             "as the trainer's --overlap-allreduce starts it, and give how much of it the step hid")
     parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
@@ -124,6 +128,12 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
             print(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} "
                   f"{m.min_s * 1e3:>9.3f} {model:>15} {(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} "
                   f"{ratio:>10}")
+    for m, _ in results:
+        if m.hidden_share is not None:
+            print(f"overlapped: Horovod's allreduce of {m.bytes / 1e6:.3f} MB started beside the "
+                  f"{m.compute_s * 1e3:.3f} ms step added {statistics.fmean(m.overlapped_seconds) * 1e3:.3f} ms "
+                  f"(mean), against {m.mean_s * 1e3:.3f} ms after it: the step hid {m.hidden_share:.0%} of what "
+                  "it could")
     pairs = horovod_vs_mpi([m for m, _ in results])
     if pairs:
         print(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} {'(fastest reps)':>15} "
@@ -151,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"--compute-ms must be 0 or more, not {args.compute_ms}")
     if args.batch_per_rank < 1:
         raise FirescaleError(f"--batch-per-rank must be at least 1, not {args.batch_per_rank}")
+    if args.overlap and not (args.compute_ms > 0 and "horovod" in algorithms):
+        raise FirescaleError("--overlap times Horovod's allreduce beside a step: give --algorithms with horovod "
+                             "and --compute-ms")
     comm = MPI.COMM_WORLD
     link, site_algorithm = _link(args)
     sizes, tensors, shape = _sizes(args)
@@ -159,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     for algo in horovod_last(algorithms):
         for nbytes in sizes:
             m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors,
-                                  batch=args.batch_per_rank, input_shape=shape)
+                                  batch=args.batch_per_rank, input_shape=shape,
+                                  overlap=args.overlap and algo == "horovod")
             predicted = {model: allreduce_time(model, m.bytes, m.ranks, link)
                          for model in _models(algo, site_algorithm)} if link else {}
             results.append((m, predicted))

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         def measure(step_s: float) -> dict:
             out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*.json')))}.json"
             probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s,
-                            batch_per_rank=max(1, args.batch // max(ranks)))
+                            batch_per_rank=max(1, args.batch // max(ranks)), overlap=args.overlap_allreduce)
             return allreduce_measurement(out, algorithm, gradient_bytes)
 
         return measure

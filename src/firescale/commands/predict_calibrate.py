@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "scheduler; on a cluster run `firescale bench allreduce --algorithms horovod` in a "
                              "job and pass --allreduce-json); with --short-run, the short run is also started on "
                              "RANKS cores at once, to measure how much slower ranks sharing a node compute")
+    parser.add_argument("--probe-overlap", action="store_true",
+                        help="with --allreduce-probe: also time the allreduce beside the step, as an experiment "
+                             "with overlap_allreduce runs it, and store how much of it the step hid (the share "
+                             "the overlapped schedule hides; without it a CPU site hides none)")
     parser.add_argument("--io-record", metavar="BENCH_IO.json",
                         help="JSON written by `firescale bench io --json`: stores its raw sequential read as one "
                              "node's read bandwidth, which gives t_io on a site whose storage has no "
@@ -125,14 +129,17 @@ def _probe(args: argparse.Namespace, spec: NetSpec, algorithm: str, step_s: floa
     cost = net_cost(spec, 1)
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         out = Path(args.workdir or tmp) / "allreduce-probe.json"
-        probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s, batch_per_rank=batch)
+        probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s, batch_per_rank=batch,
+                        overlap=args.probe_overlap)
         measurement = allreduce_measurement(out, algorithm, cost.weight_bytes)
     if not args.workdir:
         measurement["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod "
                                  f"--gradients-of {spec.name})")
     print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
           f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
-          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean)")
+          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean)"
+          + (f"; beside the step, the step hid {measurement['hidden_share']:.0%} of what it could"
+             if "hidden_share" in measurement else ""))
     return measurement
 
 
@@ -173,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError("give --net (no run record names the network)")
     shape, classes = _net_shape(args, measured[0] if measured else None)
     spec = get_net(net, num_classes=classes, input_shape=shape)
+    if args.probe_overlap and not args.allreduce_probe:
+        raise FirescaleError("--probe-overlap times the allreduce probe beside its step: give --allreduce-probe too")
     if sum(bool(x) for x in (args.allreduce_json, args.comm_record, args.allreduce_probe)) > 1:
         raise FirescaleError("give one of --allreduce-json, --comm-record and --allreduce-probe")
     gradient_bytes = net_cost(spec, 1).weight_bytes

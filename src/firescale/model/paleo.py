@@ -62,7 +62,10 @@ class Platform:
     accounting: str = "firescale"   # or "paleo": Paleo's own per-layer counts (model/paleo_flops.py)
     links: NodeLinks = NodeLinks()  # ranks per node, the intra-node link, hierarchical allreduce (model/hierarchy.py)
     data: DataPath = DataPath()     # read and host-to-device bandwidths for t_io and t_h2d (model/io_time.py)
-    comm_beside_compute: bool = True   # False: a rank's one core runs both its allreduce and its backward pass
+    # Of each allreduce, the share that runs beside the rank's compute (on a link or device of its own) and so
+    # can hide behind backward: 1 on a GPU; 0 where a rank's one core runs both its allreduce and its backward
+    # pass; between where a probe measured it (bench/allreduce.py AllreduceMeasurement.hidden_share)
+    comm_hidden_share: float = 1.0
 
     def __post_init__(self) -> None:
         if self.accounting not in ACCOUNTINGS:
@@ -71,6 +74,9 @@ class Platform:
         if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
             raise FirescaleError(f"platform {self.name!r}: overhead_s must be a finite number >= 0, "
                                  f"not {self.overhead_s}")
+        if not 0 <= self.comm_hidden_share <= 1:
+            raise FirescaleError(f"platform {self.name!r}: comm_hidden_share must be in [0, 1], "
+                                 f"not {self.comm_hidden_share}")
         if not (self.contention > 0 and math.isfinite(self.contention)):
             raise FirescaleError(f"platform {self.name!r}: contention must be a finite number > 0, "
                                  f"not {self.contention}")
@@ -92,7 +98,7 @@ def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, p
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
     return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model),
                     cycle_s=site_cycle_time_s(site), links=site_links(site), data=site_data_path(site),
-                    comm_beside_compute=site.device_kind == "gpu")   # the trainer pins a CPU rank to one core
+                    comm_hidden_share=1.0 if site.device_kind == "gpu" else 0.0)   # a CPU rank: one core
 
 
 def site_links(site: SiteProfile) -> NodeLinks:
@@ -249,12 +255,16 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     lower, _ = in_sequence(branch_bounds(spec, times.layer_forward)[0] + branch_bounds(spec, times.layer_backward)[0]
                            + times.update)
     from firescale.model.dag import wait_free_schedule  # the DAG model's overlapped schedule (Eq. 4-5)
+    # Of each gradient's allreduce, the hidden share runs on the link beside backward (the DAG model's task);
+    # the rest is the rank's core's work and runs in series with its compute, here with the update.
+    share = platform.comm_hidden_share
     layer_comm = [two_level_allreduce(algorithm, l.weight_bytes, gpus, platform.link, platform.links).total
                   if l.params else 0.0 for l in cost.layers]
-    overlapped = wait_free_schedule(list(times.layer_forward), list(times.layer_backward), layer_comm,
-                                    update=times.update, io=io, h2d=h2d,
+    overlapped = wait_free_schedule(list(times.layer_forward), list(times.layer_backward),
+                                    [c * share for c in layer_comm],
+                                    update=times.update + sum(layer_comm) * (1 - share), io=io, h2d=h2d,
                                     overlap_io=platform.data.overlap_io).iteration + overhead
-    if not platform.comm_beside_compute:   # nothing to hide behind: the core that computes also communicates
+    if share == 0:   # nothing to hide behind: the core that computes also communicates
         overlapped = sequential
     elif gpus > 1:   # beyond the DAG model: the last gradient's request, at the end of backward, waits for a cycle too
         overlap_wait = cycle_wait(overlapped, platform.cycle_s)

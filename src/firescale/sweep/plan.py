@@ -219,7 +219,8 @@ class SweepPlan:
                         if path.is_file()]
             return " ".join(f"{option} {shlex.quote(str(path))}" for option, path in measured)
         most = max(p.ranks for p in self.points[experiment])
-        return "--short-run 300" + (f" --allreduce-probe {most}" if most > 1 else "")
+        probe = f" --allreduce-probe {most}" + (" --probe-overlap" if self.overlap_allreduce(experiment) else "")
+        return "--short-run 300" + (probe if most > 1 else "")
 
     def point_names(self, experiment: str) -> list[str]:
         return [p.name for p in self.points[experiment]]
