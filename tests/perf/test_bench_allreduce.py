@@ -52,15 +52,16 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     # After a synthetic step, as an iteration pays it: the step's time alone is recorded and subtracted.
     stepped = tmp_path / "stepped.json"
     run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
-                  "--compute-ms", "3", "--overlap", "--json", str(stepped)], timeout=240, cwd=repo)
+                  "--compute-ms", "3", "--overlap-ms", "2", "--json", str(stepped)], timeout=240, cwd=repo)
     data = json.loads(stepped.read_text())
     (m,) = data["measurements"]
     assert data["compute_ms"] == 3 and 0.0015 < m["compute_s"] < 0.03   # sized to ~3 ms on this core
     picked = allreduce_measurement(stepped, "tree", 524_320)
     assert picked["after_step_s"] == m["compute_s"]
-    # --overlap: the same allreduce timed beside the step too (its sums checked as the others'), and the share
-    # of it the step hid, which the calibration takes
+    # --overlap-ms: the same allreduce timed beside 2 ms of compute too (its sums checked as the others'), and
+    # the share of it that compute hid, which the calibration takes
     assert len(m["overlapped_seconds"]) == 5 and 0 <= m["hidden_share"] <= 1
+    assert 0.001 < m["window_s"] < m["compute_s"]
     assert picked["hidden_share"] == m["hidden_share"]
     assert "hidden_share" not in allreduce_measurement(out, "tree", 524_320)
     only_mpi = tmp_path / "mpi.json"
@@ -88,20 +89,20 @@ def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_b
     assert "Horovod sums lenet_same's 8 gradients and the loss as one group" in proc.stdout
 
 
-def test_the_hidden_share_is_what_the_step_hid_of_what_it_could():
+def test_the_hidden_share_is_the_share_of_the_allreduce_that_ran_beside_the_compute():
     from firescale.bench.allreduce import AllreduceMeasurement
 
-    def share(serial: float, beside: float, step: float) -> float | None:
-        return AllreduceMeasurement("horovod", 2, 1000, [serial] * 3, step, 8, overlapped_seconds=[beside] * 3
-                                    ).hidden_share
+    def share(serial: float, beside: float, window: float) -> float | None:
+        return AllreduceMeasurement("horovod", 2, 1000, [serial] * 3, 0.05, 8, overlapped_seconds=[beside] * 3,
+                                    window_s=window).hidden_share
 
-    assert share(0.010, 0.004, 0.020) == pytest.approx(0.6)     # 6 of a 10 ms allreduce hid behind 20 ms
-    assert share(0.010, 0.004, 0.005) == 1.0                    # 6 hid behind a 5 ms step: kept at 1
-    assert share(0.010, 0.008, 0.004) == pytest.approx(0.5)     # a 4 ms step hides at most 4 ms: 2 of 4
-    assert share(0.010, 0.012, 0.020) == 0.0                    # slower beside the step: nothing hid
+    assert share(0.010, 0.004, 0.020) == pytest.approx(0.6)     # 6 of a 10 ms allreduce ran beside the compute
+    assert share(0.010, 0.008, 0.004) == pytest.approx(0.2)     # 2 of 10 beside a 4 ms window
+    assert share(0.010, 0.012, 0.020) == 0.0                    # slower beside the compute: none ran beside it
+    assert share(0.010, 0.004, 0.0) is None                     # no window timed
     plain = AllreduceMeasurement("horovod", 2, 1000, [0.01], 0.02, 8)
     assert plain.hidden_share is None and "overlapped_seconds" not in plain.to_dict()
-    assert AllreduceMeasurement("horovod", 2, 1000, [0.01], 0.02, 8, overlapped_seconds=[0.004]
+    assert AllreduceMeasurement("horovod", 2, 1000, [0.01], 0.02, 8, overlapped_seconds=[0.004], window_s=0.02
                                 ).to_dict()["hidden_share"] == pytest.approx(0.6)
 
 
@@ -139,9 +140,10 @@ def test_bad_benchmark_options_are_refused(repo):
     import sys
 
     for args, message in ((["--compute-ms", "-1"], "--compute-ms must be 0 or more"),
-                          (["--overlap", "--algorithms", "horovod"], "--overlap times Horovod's allreduce beside a "
-                                                                     "step: give --algorithms with horovod and "
-                                                                     "--compute-ms"),
+                          (["--overlap-ms", "5", "--algorithms", "horovod"],
+                           "--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod "
+                           "and --compute-ms"),
+                          (["--overlap-ms", "-1"], "--overlap-ms must be 0 or more"),
                           (["--algorithms", "ps,gossip"], "unknown gossip"),
                           (["--sweep", "--gradients-of", "lenet_same"],
                            "give one of --sweep, --sizes-mb and --gradients-of"),

@@ -200,7 +200,8 @@ class HorovodIteration:
     """
 
     def __init__(self, send: Any, tensors: Sequence[int], target_s: float, *, batch: int = 1,
-                 input_shape: Sequence[int] = (1, 1, 1), size: int = 128, seed: int = 0) -> None:
+                 input_shape: Sequence[int] = (1, 1, 1), size: int = 128, seed: int = 0,
+                 window_s: float = 0.0) -> None:
         import numpy as np
         import tensorflow as tf
 
@@ -223,13 +224,13 @@ class HorovodIteration:
         per = max((self._fastest(alone, 15) - base) / probe_matmuls, 1e-7)
         self.matmuls = max(0, round((target_s - base) / per))
         self._with, self._without = self._trace(self.matmuls)
-        self._overlapped = self._trace(self.matmuls, overlap=True)[0]
+        # the compute an overlapped allreduce can hide behind (backward), sized as the step is
+        self._window = self._trace(max(0, round((window_s - base) / per)))[1] if window_s > 0 else None
+        self._requests = self._trace_requests()
 
-    def _trace(self, matmuls: int, overlap: bool = False) -> tuple[Any, Any]:
+    def _trace(self, matmuls: int) -> tuple[Any, Any]:
         """The iteration with Horovod's allreduce and without it, for `matmuls` matmuls of compute, as
-        concrete functions of the trainer's arguments.  With `overlap` the gradients depend on the batch
-        but not on the compute, so their allreduce may start as the compute does (as the trainer's
-        overlapped allreduce starts beside the rest of backward); the update waits for both."""
+        concrete functions of the trainer's arguments."""
         import horovod.tensorflow as hvd
         import tensorflow as tf
 
@@ -243,35 +244,36 @@ class HorovodIteration:
                 # The compute depends on the batch and the gradients on the compute; both terms are 0 (the
                 # images and the matmuls are >= 0), which Grappler cannot know: it drops a product with 0.0,
                 # and the matmuls with it.
-                before = tf.minimum(tf.reduce_sum(images), 0.0)
-                x = self._a + before
-                # Two matmuls a step, as backward computes a layer's weight and input gradients from one
-                # tensor: the executor runs one and queues the other, so an allreduce requested meanwhile
-                # gets its turn on the rank's one inter-op thread, as in the trainer, and is not held until
-                # a single chain ends.
-                sides = []
+                x = self._a + tf.minimum(tf.reduce_sum(images), 0.0)
                 for _ in range(matmuls):
-                    sides.append(tf.reduce_sum(tf.linalg.matmul(self._a, x)))
                     x = tf.linalg.matmul(x, self._a) * 1e-3
-                after = tf.minimum(tf.reduce_sum(x) + tf.add_n(sides) * 1e-9 if sides else tf.reduce_sum(x), 0.0)
-                made = before if overlap else after
-                grads = [t + made for t in self._inputs]
+                after = tf.minimum(tf.reduce_sum(x), 0.0)
+                grads = [t + after for t in self._inputs]
                 if self._grouped:
-                    grads.append(tf.stack([made + tf.cast(tf.size(labels), tf.float32), flag]))   # loss pair
+                    grads.append(tf.stack([after + tf.cast(tf.size(labels), tf.float32), flag]))   # loss pair
                 if not reduce:
                     summed = [tf.identity(g) for g in grads]
-                elif overlap:    # one request per tensor, none waiting for another, as the trainer's overlap
-                    summed = [hvd.allreduce(g, op=hvd.Sum) for g in grads]
                 elif self._grouped:
                     summed = hvd.grouped_allreduce(grads, op=hvd.Sum)
                 else:
                     summed = [hvd.allreduce(grads[0], op=hvd.Sum, name="bench_iteration")]
                 for w, g in zip(self._weights, summed):
-                    w.assign_sub((g + after if overlap else g) * rate / batch)
+                    w.assign_sub(g * rate / batch)
                 return summed
             return tf.function(body, autograph=False).get_concrete_function(*specs)
 
         return iteration(True), iteration(False)
+
+    def _trace_requests(self) -> Any:
+        """The allreduce alone, one request a tensor (the loss pair too), as the trainer's overlapped mode
+        makes them (`Rank.sum_each`)."""
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        def requests(flag: Any) -> Any:
+            tensors = [*map(tf.identity, self._inputs), *([tf.stack([flag, flag])] if self._grouped else [])]
+            return [hvd.allreduce(t, op=hvd.Sum) for t in tensors]
+        return tf.function(requests, autograph=False).get_concrete_function(tf.TensorSpec((), tf.float32))
 
     def _call(self, fn: Any) -> Any:
         """One iteration as the trainer makes it: the step's scalars and seed made on the host, the batch
@@ -299,8 +301,35 @@ class HorovodIteration:
     def without_allreduce(self) -> None:
         self._call(self._without)
 
+    def window_alone(self) -> None:
+        self._call(self._window)
+
     def overlapped_allreduce(self) -> None:
-        self._result = self._call(self._overlapped)
+        """The allreduce's requests made as the window's compute starts (the iteration without the allreduce,
+        sized to `window_s`), and that compute beside them.  The requests are a graph call of their own on a
+        second Python thread.  Made inside one graph, TensorFlow's single inter-op thread ran the matmul
+        chain on and held them until it ended in some calls and not in others (0-70% hidden at one step and
+        link), which measured its scheduling rather than the link.  The second thread is given 0.2 ms to
+        enter its call, counted in the time."""
+        import threading
+
+        import tensorflow as tf
+
+        flag = tf.constant(0.0)
+        made: dict[str, Any] = {}
+        entered = threading.Event()
+
+        def request() -> None:
+            entered.set()
+            made["sums"] = self._requests(flag)
+
+        requester = threading.Thread(target=request)
+        requester.start()
+        entered.wait()
+        time.sleep(0.0002)     # into TensorFlow's call, which enqueues the requests on its own
+        self._call(self._window)
+        requester.join()
+        self._result = made["sums"]
 
     def copy_result(self, recv: Any) -> None:
         """The last sum into `recv` (the loss pair left out)."""
@@ -345,8 +374,10 @@ class AllreduceMeasurement:
     compute_s: float = 0.0
     tensors: int = 0          # Horovod's grouped allreduce of this many tensors (+ the loss pair); 0: one buffer
     graph_call_s: float = 0.0  # horovod: the same graph call and wait with no allreduce in it (median)
-    # horovod after a step, timed with the allreduce beside the step: what it then added, per repetition
+    # horovod after a step, timed too with the allreduce beside a window of compute (the backward pass an
+    # overlapped allreduce can hide behind): what it then added, per repetition, and the window's median
     overlapped_seconds: list[float] = field(default_factory=list)
+    window_s: float = 0.0
 
     @property
     def median_s(self) -> float:
@@ -354,17 +385,18 @@ class AllreduceMeasurement:
 
     @property
     def hidden_share(self) -> float | None:
-        """How much of the allreduce a rank's compute hid when both ran at once: the mean cost in series less
-        the mean cost beside the step, over the most the step could hide (the smaller of the two), kept in
-        [0, 1].  0: the rank's core does all of the allreduce's work, as an unshaped veth's or shared memory's
-        copies; 1: it runs wholly beside the compute, on a link or device of its own.  None when not timed."""
-        if not self.overlapped_seconds or self.compute_s <= 0:
+        """The share of the allreduce that ran beside the rank's compute when its requests were made as the
+        window's compute started: its mean cost after the step less its mean cost beside the window, over
+        the first, kept in [0, 1].  0: the rank's core does all of the allreduce's work, as an unshaped veth's
+        or shared memory's copies; 1: it runs wholly beside the compute, on a link or device of its own.  The
+        window is the backward pass the trainer can hide the allreduce behind, so the share is what the
+        overlapped schedule may hide (Platform.comm_hidden_share).  None when not timed."""
+        if not self.overlapped_seconds or self.window_s <= 0:
             return None
         serial = self.mean_s
         if serial <= 0:
             return 0.0
-        hidden = serial - statistics.fmean(self.overlapped_seconds)
-        return min(1.0, max(0.0, hidden / min(serial, self.compute_s)))
+        return min(1.0, max(0.0, (serial - statistics.fmean(self.overlapped_seconds)) / serial))
 
     @property
     def min_s(self) -> float:
@@ -414,7 +446,7 @@ class SyntheticStep:
 
 def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1,
                       compute_s: float = 0.0, tensors: Sequence[int] = (), batch: int = 1,
-                      input_shape: Sequence[int] = (1, 1, 1), overlap: bool = False) -> AllreduceMeasurement:
+                      input_shape: Sequence[int] = (1, 1, 1), overlap_s: float = 0.0) -> AllreduceMeasurement:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
     With `tensors` (element counts, e.g. a net's gradients, `NetCost.gradient_tensors`), the vector
@@ -425,7 +457,7 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     `compute_s`, each one follows a synthetic step of about that long, and the ranks' mean step time in
     that repetition is subtracted from its slowest rank's total; Horovod's runs inside an iteration
     shaped as the trainer's, fed a `batch` of `input_shape` images each time (HorovodIteration); with
-    `overlap` also with the allreduce beside the step (`AllreduceMeasurement.hidden_share`).
+    `overlap_s` also with the allreduce beside compute of about that long (`AllreduceMeasurement.hidden_share`).
     """
     import numpy as np
     from mpi4py import MPI
@@ -436,16 +468,18 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     count = sum(tensors) if tensors else max(1, nbytes // 4)
     send = np.full(count, float(rank + 1), dtype=np.float32)
     recv = np.empty_like(send)
-    if overlap and not (algorithm == "horovod" and compute_s > 0):
+    if overlap_s > 0 and not (algorithm == "horovod" and compute_s > 0):
         raise FirescaleError("an overlapped allreduce is timed for Horovod's, beside a step: give compute_s > 0")
     if algorithm == "horovod" and compute_s > 0:
         _horovod_world(comm)
-        iteration = HorovodIteration(send, tensors, compute_s, batch=batch, input_shape=input_shape, seed=rank)
-        seconds, steps, overlapped = _horovod_iterations(comm, iteration, reps, warmup, overlap)
+        iteration = HorovodIteration(send, tensors, compute_s, batch=batch, input_shape=input_shape, seed=rank,
+                                     window_s=overlap_s)
+        seconds, steps, overlapped, windows = _horovod_iterations(comm, iteration, reps, warmup, overlap_s > 0)
         iteration.copy_result(recv)
         _check_sum(algorithm, size, recv)
         return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps), len(tensors),
-                                    overlapped_seconds=overlapped)
+                                    overlapped_seconds=overlapped,
+                                    window_s=statistics.median(windows) if windows else 0.0)
     run = HorovodAllreduce(tensors) if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
     step = SyntheticStep(compute_s) if compute_s > 0 else None
     local = np.zeros((warmup + reps, 2))      # per repetition: this rank's total and its step
@@ -483,46 +517,49 @@ def _check_sum(algorithm: str, size: int, recv: Any) -> None:
 ITERATION_BLOCK = 10    # repetitions with the allreduce, then as many without, in turn
 
 
-def _horovod_iterations(comm: Any, iteration: HorovodIteration, reps: int, warmup: int,
-                        overlap: bool = False) -> tuple[list[float], list[float], list[float]]:
+def _horovod_iterations(comm: Any, iteration: HorovodIteration, reps: int, warmup: int, overlap: bool = False
+                        ) -> tuple[list[float], list[float], list[float], list[float]]:
     """`reps` iterations with Horovod's allreduce, in blocks that alternate with as many without it; per
     repetition, what the allreduce added to the ranks' iteration (`allreduce_costs`), and per block the
-    ranks' mean median iteration without it.  With `overlap`, each block also times `reps` iterations
-    whose allreduce runs beside the compute (HorovodIteration.overlapped_allreduce), and the third list
-    is what it added to the iteration (empty without)."""
+    ranks' mean median iteration without it.  With `overlap`, each block also times the window's compute
+    alone and `reps` calls with the allreduce beside it (HorovodIteration.overlapped_allreduce): the third
+    list is what the allreduce then added, the fourth the window's per block (both empty without)."""
     import numpy as np
 
-    kinds = [iteration.with_allreduce] + ([iteration.overlapped_allreduce] if overlap else [])
+    # (timed kind, the kind alone it is measured against): the step for the allreduce after it, the window
+    # for the allreduce beside it
+    pairs = [(iteration.with_allreduce, iteration.without_allreduce)]
+    if overlap:
+        pairs.append((iteration.overlapped_allreduce, iteration.window_alone))
     for _ in range(warmup):
-        iteration.without_allreduce()
-        for kind in kinds:
+        for kind, alone_kind in pairs:
+            alone_kind()
             kind()
     blocks = -(-reps // ITERATION_BLOCK)
-    timed, without_t = np.zeros((len(kinds), reps)), np.zeros(blocks)
+    timed, alone_t = np.zeros((len(pairs), reps)), np.zeros((len(pairs), blocks))
     comm.Barrier()
     for b in range(blocks):
-        alone = []
-        for _ in range(ITERATION_BLOCK):
-            start = time.perf_counter()
-            iteration.without_allreduce()
-            alone.append(time.perf_counter() - start)
-        without_t[b] = statistics.median(alone)
-        for k, kind in enumerate(kinds):
-            kind()      # untimed: the ranks come out of their previous block at different times
+        for k, (kind, alone_kind) in enumerate(pairs):
+            alone = []
+            for _ in range(ITERATION_BLOCK):
+                start = time.perf_counter()
+                alone_kind()
+                alone.append(time.perf_counter() - start)
+            alone_t[k, b] = statistics.median(alone)
+            kind()      # untimed: the ranks come out of their blocks alone at different times
             for rep in range(b * ITERATION_BLOCK, min(reps, (b + 1) * ITERATION_BLOCK)):
                 start = time.perf_counter()
                 kind()
                 timed[k, rep] = time.perf_counter() - start
     # Gathered once, after the timed calls (see measure_allreduce).
-    without_all = np.empty((comm.Get_size(), blocks))
-    comm.Allgather(without_t, without_all)
     costs = []
-    for k in range(len(kinds)):
-        all_ranks = np.empty((comm.Get_size(), reps))
-        comm.Allgather(np.ascontiguousarray(timed[k]), all_ranks)
-        costs.append(allreduce_costs(all_ranks, without_all))
+    for k in range(len(pairs)):
+        with_all, alone_all = np.empty((comm.Get_size(), reps)), np.empty((comm.Get_size(), blocks))
+        comm.Allgather(np.ascontiguousarray(timed[k]), with_all)
+        comm.Allgather(np.ascontiguousarray(alone_t[k]), alone_all)
+        costs.append(allreduce_costs(with_all, alone_all))
     seconds, steps = costs[0]
-    return seconds, steps, costs[1][0] if overlap else []
+    return (seconds, steps, *costs[1]) if overlap else (seconds, steps, [], [])
 
 
 def allreduce_costs(with_t: Any, without_t: Any) -> tuple[list[float], list[float]]:

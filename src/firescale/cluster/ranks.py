@@ -78,16 +78,19 @@ def site_ranks(site: SiteProfile) -> SiteRanks:
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
                     *, step_s: float = 0.0, batch_per_rank: int = 1, reps: int = 100, timeout: float = 600.0,
-                    overlap: bool = False) -> None:
+                    overlap_s: float = 0.0) -> None:
     """Time Horovod's allreduce of `spec`'s gradients over `ranks` ranks started as the site starts them,
     summed as the trainer sums them (one group of tensors), each inside an iteration shaped as the
     trainer's that takes `step_s` without it (fed `batch_per_rank` images each time), into `out`
     (`firescale bench allreduce --json` format): the communication measurement a calibration fits.  With
-    `overlap` also beside the step, as the trainer's --overlap-allreduce runs it: how much of it can hide."""
+    `overlap_s` also with its requests made as `overlap_s` of compute starts (the backward pass the trainer's
+    --overlap-allreduce hides it behind): how much of it can hide."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
     command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
                "--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
                "--classes", str(spec.num_classes), "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
-               "--batch-per-rank", str(batch_per_rank), "--json", str(out)] + (["--overlap"] if overlap else [])
+               "--batch-per-rank", str(batch_per_rank), "--json", str(out)]
+    if overlap_s > 0:
+        command += ["--overlap-ms", f"{overlap_s * 1e3:.4f}"]
     ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)

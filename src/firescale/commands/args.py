@@ -158,7 +158,9 @@ def describe(platform: Platform) -> str:
             f"link {l.bandwidth * 8 / 1e9:.4g} Gbit/s x {l.ppp:.3g}, {l.latency * 1e6:.3g} us; "
             f"allreduce {platform.algorithm}"
             + (f" [{ALGORITHM_NAMES[platform.algorithm]}]" if platform.algorithm in ALGORITHM_NAMES else "")
-            + (f"; fixed overhead {platform.overhead_s * 1e3:.4g} ms per iteration" if platform.overhead_s else ""))
+            + (f"; fixed overhead {platform.overhead_s * 1e3:.4g} ms per iteration" if platform.overhead_s else "")
+            + (f"; {platform.comm_hidden_share:.0%} of an allreduce can hide behind backward"
+               if 0 < platform.comm_hidden_share < 1 else ""))
 
 
 def site_or_none(args: Any) -> Any:

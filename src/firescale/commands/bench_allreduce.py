@@ -49,9 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-per-rank", type=int, default=1,
                         help="with --compute-ms: images per rank the host passes to Horovod's iteration each time, "
                              "as the trainer passes its batch (default 1)")
-    parser.add_argument("--overlap", action="store_true",
-                        help="with horovod and --compute-ms: also time the allreduce started beside the step, "
-                             "as the trainer's --overlap-allreduce starts it, and give how much of it the step hid")
+    parser.add_argument("--overlap-ms", type=float, default=0.0,
+                        help="with horovod and --compute-ms: also time the allreduce's requests made as compute of "
+                             "about this long starts (the backward pass the trainer's --overlap-allreduce hides "
+                             "it behind), and give the share of it that compute hid")
     parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
@@ -130,10 +131,10 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
                   f"{ratio:>10}")
     for m, _ in results:
         if m.hidden_share is not None:
-            print(f"overlapped: Horovod's allreduce of {m.bytes / 1e6:.3f} MB started beside the "
-                  f"{m.compute_s * 1e3:.3f} ms step added {statistics.fmean(m.overlapped_seconds) * 1e3:.3f} ms "
-                  f"(mean), against {m.mean_s * 1e3:.3f} ms after it: the step hid {m.hidden_share:.0%} of what "
-                  "it could")
+            print(f"overlapped: Horovod's allreduce of {m.bytes / 1e6:.3f} MB started beside "
+                  f"{m.window_s * 1e3:.3f} ms of compute added {statistics.fmean(m.overlapped_seconds) * 1e3:.3f} ms "
+                  f"(mean), against {m.mean_s * 1e3:.3f} ms after the step: {m.hidden_share:.0%} of it ran beside "
+                  "the compute")
     pairs = horovod_vs_mpi([m for m, _ in results])
     if pairs:
         print(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} {'(fastest reps)':>15} "
@@ -161,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"--compute-ms must be 0 or more, not {args.compute_ms}")
     if args.batch_per_rank < 1:
         raise FirescaleError(f"--batch-per-rank must be at least 1, not {args.batch_per_rank}")
-    if args.overlap and not (args.compute_ms > 0 and "horovod" in algorithms):
-        raise FirescaleError("--overlap times Horovod's allreduce beside a step: give --algorithms with horovod "
+    if not args.overlap_ms >= 0:
+        raise FirescaleError(f"--overlap-ms must be 0 or more, not {args.overlap_ms}")
+    if args.overlap_ms and not (args.compute_ms > 0 and "horovod" in algorithms):
+        raise FirescaleError("--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod "
                              "and --compute-ms")
     comm = MPI.COMM_WORLD
     link, site_algorithm = _link(args)
@@ -173,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         for nbytes in sizes:
             m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors,
                                   batch=args.batch_per_rank, input_shape=shape,
-                                  overlap=args.overlap and algo == "horovod")
+                                  overlap_s=args.overlap_ms / 1e3 if algo == "horovod" else 0.0)
             predicted = {model: allreduce_time(model, m.bytes, m.ranks, link)
                          for model in _models(algo, site_algorithm)} if link else {}
             results.append((m, predicted))

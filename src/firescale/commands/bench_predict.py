@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.site import load_site
     from firescale.commands.args import describe, int_list
     from firescale.model.layers import net_cost
-    from firescale.model.paleo import platform_from_site
+    from firescale.model.paleo import backward_share, platform_from_site
     from firescale.nets.zoo import get_net
     from firescale.predict.calibrate import allreduce_measurement
     from firescale.predict.measurements import MeasuredIteration, contention
@@ -51,16 +51,20 @@ def run(args: argparse.Namespace) -> int:
     ranks = int_list(args.ranks)
     manifest = load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
     spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
-    algorithm, gradient_bytes = platform_from_site(site).algorithm, net_cost(spec, 1).weight_bytes
+    platform = platform_from_site(site)
+    algorithm, gradient_bytes = platform.algorithm, net_cost(spec, 1).weight_bytes
     allreduce = allreduce_measurement(args.allreduce_json, algorithm, gradient_bytes) if args.allreduce_json else None
 
     def probe(workdir: Path) -> Callable[[float], dict]:
         """The workflow's communication measurement: Horovod's allreduce of the net's gradients after a step
-        of the given length."""
+        of the given length; overlapped, also beside that step's backward pass (as the model splits it)."""
+        per_rank = max(1, args.batch // max(ranks))
+        window = backward_share(platform, spec, per_rank) if args.overlap_allreduce else 0.0
+
         def measure(step_s: float) -> dict:
             out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*.json')))}.json"
-            probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s,
-                            batch_per_rank=max(1, args.batch // max(ranks)), overlap=args.overlap_allreduce)
+            probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s, batch_per_rank=per_rank,
+                            overlap_s=step_s * window)
             return allreduce_measurement(out, algorithm, gradient_bytes)
 
         return measure
@@ -83,12 +87,12 @@ def run(args: argparse.Namespace) -> int:
         runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
                          site_ranks(site), reference_batch=args.batch, overlap_allreduce=args.overlap_allreduce)
         load_before = os.getloadavg()
-        cal, rows = prediction_check(runs, spec, platform_from_site(site), args.batch, ranks, args.repeats,
+        cal, rows = prediction_check(runs, spec, platform, args.batch, ranks, args.repeats,
                                      allreduce=allreduce, fit_comm=args.fit_comm, say=print,
                                      probe=None if (allreduce or args.fit_comm or max(ranks) < 2) else probe(workdir),
                                      contend=contend(workdir) if shares_node else None)
         load_after = os.getloadavg()
-        print(describe(cal.apply(platform_from_site(site))))
+        print(describe(cal.apply(platform)))
         if shares_node:
             print(f"contention: compute of {max(ranks)} ranks on this node at once scaled by {cal.contention:.3f} "
                   "(median of the rounds)")

@@ -18,6 +18,7 @@ from firescale.commands.args import (
 from firescale.data.manifest import manifest_if_ingested
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
+from firescale.model.paleo import Platform
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import NET_NAMES, get_net
 from firescale.predict.calibrate import (
@@ -60,9 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "job and pass --allreduce-json); with --short-run, the short run is also started on "
                              "RANKS cores at once, to measure how much slower ranks sharing a node compute")
     parser.add_argument("--probe-overlap", action="store_true",
-                        help="with --allreduce-probe: also time the allreduce beside the step, as an experiment "
-                             "with overlap_allreduce runs it, and store how much of it the step hid (the share "
-                             "the overlapped schedule hides; without it a CPU site hides none)")
+                        help="with --allreduce-probe: also time the allreduce requested as the step's backward "
+                             "pass starts, as an experiment with overlap_allreduce requests it, and store the "
+                             "share of it that ran beside the compute (the share the overlapped schedule hides; "
+                             "without it a CPU site hides none)")
     parser.add_argument("--io-record", metavar="BENCH_IO.json",
                         help="JSON written by `firescale bench io --json`: stores its raw sequential read as one "
                              "node's read bandwidth, which gives t_io on a site whose storage has no "
@@ -118,27 +120,30 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     return contended
 
 
-def _probe(args: argparse.Namespace, spec: NetSpec, algorithm: str, step_s: float, batch: int) -> dict:
+def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: float, batch: int) -> dict:
     """Run the Horovod allreduce probe on this machine with the site's launcher: the net's gradients
     summed as the trainer sums them, inside an iteration shaped as the trainer's that takes `step_s`
     without the allreduce (a measured iteration's time less its allreduce) and is fed `batch` images
-    per rank; its measurement."""
+    per rank; its measurement.  With --probe-overlap, also with its requests made as the step's backward
+    pass starts (its share of the step, as the model counts it)."""
     from firescale.cluster.ranks import probe_allreduce, site_ranks
+    from firescale.model.paleo import backward_share
 
     site = _local_site(args, "--allreduce-probe")
     cost = net_cost(spec, 1)
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         out = Path(args.workdir or tmp) / "allreduce-probe.json"
+        window = step_s * backward_share(platform, spec, batch) if args.probe_overlap else 0.0
         probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s, batch_per_rank=batch,
-                        overlap=args.probe_overlap)
-        measurement = allreduce_measurement(out, algorithm, cost.weight_bytes)
+                        overlap_s=window)
+        measurement = allreduce_measurement(out, platform.algorithm, cost.weight_bytes)
     if not args.workdir:
         measurement["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod "
                                  f"--gradients-of {spec.name})")
     print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
           f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
           f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean)"
-          + (f"; beside the step, the step hid {measurement['hidden_share']:.0%} of what it could"
+          + (f"; requested as backward starts, {measurement['hidden_share']:.0%} of it ran beside the compute"
              if "hidden_share" in measurement else ""))
     return measurement
 
@@ -191,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         # The step before each allreduce: the smallest per-rank batch measured, as the most ranks run it.
         smallest = min(measured, key=lambda m: m.batch_per_rank) if measured else None
         step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
-        allreduce = _probe(args, spec, platform.algorithm, step_s, smallest.batch_per_rank if smallest else 1)
+        allreduce = _probe(args, spec, platform, step_s, smallest.batch_per_rank if smallest else 1)
     if args.comm_record:
         comm_run = read_measured_iteration(args.comm_record)
         if comm_run.net != spec.name:

@@ -212,6 +212,13 @@ class Prediction:
         return asdict(self)
 
 
+def backward_share(platform: Platform, spec: NetSpec, batch: int) -> float:
+    """The backward pass's share of one device's compute for `batch` images: the window an overlapped
+    allreduce can hide behind, as a share of a measured step."""
+    times = compute_times(platform_cost(platform, spec, batch), platform.device, elementwise=platform.elementwise)
+    return times.backward / times.compute if times.compute > 0 else 0.0
+
+
 def per_gpu_batch(batch: int, gpus: int, scaling: str) -> int:
     """Images per device and iteration: strong scaling splits `batch`, weak scaling keeps it per device."""
     if scaling == "strong":
