@@ -321,7 +321,10 @@ class HorovodIteration:
 
         def request() -> None:
             entered.set()
-            made["sums"] = self._requests(flag)
+            try:
+                made["sums"] = self._requests(flag)
+            except Exception as exc:    # raised again in the calling thread, not lost with this one
+                made["error"] = exc
 
         requester = threading.Thread(target=request)
         requester.start()
@@ -329,6 +332,8 @@ class HorovodIteration:
         time.sleep(0.0002)     # into TensorFlow's call, which enqueues the requests on its own
         self._call(self._window)
         requester.join()
+        if "error" in made:
+            raise made["error"]
         self._result = made["sums"]
 
     def copy_result(self, recv: Any) -> None:

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap-ms", type=float, default=0.0,
                         help="with horovod and --compute-ms: also time the allreduce's requests made as compute of "
                              "about this long starts (the backward pass the trainer's --overlap-allreduce hides "
-                             "it behind), and give the share of it that compute hid")
+                             "it behind), and give the share of it that ran beside that compute")
     parser.add_argument("--json", help="write measured and predicted times to this JSON file (rank 0)")
     add_platform_arguments(parser, device=False)
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
