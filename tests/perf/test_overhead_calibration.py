@@ -152,6 +152,17 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     # The input shape came from the record's dataset manifest (8x8 digits), not LeNet's 28x28 default.
     fitted = {r["batch"]: r["ideal_compute_s"] for r in cal.compute_source["runs"]}
     assert fitted[64] < 0.01
+    # An experiment with overlap_allreduce: the probe on 2 ranks also times the allreduce requested as the step's
+    # backward pass starts, and the calibration keeps the share of it that ran beside the compute.
+    overlapped = tmp_path / "overlapped.json"
+    proc = env_run("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
+                   "--allreduce-probe", "2", "--probe-overlap", "--out", overlapped)
+    assert proc.returncode == 0, proc.stderr
+    probed = load_calibration(overlapped)
+    assert probed.comm_source["measured"] == "horovod" and probed.comm_source["ranks"] == 2
+    assert probed.comm_hidden_share is not None and 0 <= probed.comm_hidden_share <= 1
+    assert probed.comm_source["hidden_share"] == probed.comm_hidden_share
+    assert f"{probed.comm_hidden_share:.0%} of it ran beside the compute" in proc.stdout
 
 
 def test_comm_record_fits_communication_from_the_trainers_allreduce(repo, tmp_path):
