@@ -226,7 +226,7 @@ class HorovodIteration:
         self._with, self._without = self._trace(self.matmuls)
         # the compute an overlapped allreduce can hide behind (backward), sized as the step is
         self._window = self._trace(max(0, round((window_s - base) / per)))[1] if window_s > 0 else None
-        self._requests = self._trace_requests()
+        self._requests = self._trace_requests() if window_s > 0 else None
 
     def _trace(self, matmuls: int) -> tuple[Any, Any]:
         """The iteration with Horovod's allreduce and without it, for `matmuls` matmuls of compute, as
@@ -417,8 +417,8 @@ class AllreduceMeasurement:
         shown = {**asdict(self), "median_s": self.median_s, "min_s": self.min_s, "mean_s": self.mean_s}
         if self.overlapped_seconds:
             shown["hidden_share"] = self.hidden_share
-        else:
-            del shown["overlapped_seconds"]
+        else:     # not timed beside compute
+            del shown["overlapped_seconds"], shown["window_s"]
         return shown
 
 

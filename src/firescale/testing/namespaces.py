@@ -40,9 +40,7 @@ def shape_link(namespace: str, gbits: float | None) -> None:
     with None, as fast as the bridge carries it: a slower interconnect than a veth pair, whose wire time
     leaves the host's core free (a veth's own "wire" is a copy on the sending core)."""
     if gbits is None:
-        current = subprocess.run(["tc", "-n", namespace, "qdisc", "show", "dev", "eth0"], capture_output=True,
-                                 text=True).stdout
-        if " tbf " in f" {current}":
+        if link_rate(namespace) != "unshaped":
             _tc("-n", namespace, "qdisc", "del", "dev", "eth0", "root")
         return
     check_link_rate(gbits)
