@@ -6,12 +6,12 @@ mode), and that a cycle far longer than the iteration paces it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from cli import run_firescale
 from firescale.bench.knobs import KnobRow, Setting, compare_knobs, knob_settings, parse_knob
 from firescale.errors import FirescaleError
 
@@ -77,12 +77,10 @@ def test_a_setting_is_clearly_faster_only_when_every_run_beats_every_run_of_the_
 
 @pytest.mark.slow
 def test_each_setting_reaches_the_ranks_and_a_long_cycle_paces_the_iteration(tmp_path, repo, digits_dataset):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     out, runs = tmp_path / "knobs.json", tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "knobs", "--dataset", str(digits_dataset),
-                           "--knob", "cycle_time_ms=20", "--mode", "overlapped", "--batch-per-rank", "4",
-                           "--iterations", "15", "--repeats", "1", "--workdir", str(runs), "--json", str(out)],
-                          capture_output=True, text=True, timeout=400, cwd=repo, env=env)
+    proc = run_firescale("bench", "knobs", "--dataset", digits_dataset, "--knob", "cycle_time_ms=20", "--mode",
+                         "overlapped", "--batch-per-rank", "4", "--iterations", "15", "--repeats", "1", "--workdir",
+                         runs, "--json", out, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     site_row, slow_row = json.loads(out.read_text())["rows"]
     assert (site_row["setting"], slow_row["setting"]) == ("site, grouped", "cycle_time_ms=20, overlapped")

@@ -242,16 +242,12 @@ def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_
 def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp_path, repo, digits_dataset):
     # The command end to end on real ranks: the round's contention run (one copy on each core at once) is
     # kept, its factor is the calibration's, and the 2-rank prediction is the model's with it.
-    import os
-    import subprocess
-
+    from cli import run_firescale
     from firescale.predict.calibrate import load_calibration
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     out, work = tmp_path / "check.json", tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "predict", "--dataset", str(digits_dataset),
-                           "--solver", "workflow/solvers/lenet-digits-b8.yaml", "--batch", "8", "--iterations", "20",
-                           "--repeats", "1", "--workdir", str(work), "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=repo, env=env)
+    proc = run_firescale("bench", "predict", "--dataset", digits_dataset, "--solver",
+                         "workflow/solvers/lenet-digits-b8.yaml", "--batch", "8", "--iterations", "20",
+                         "--repeats", "1", "--workdir", work, "--json", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
     (round_,) = data["calibration"]["compute_source"]["contention"]["rounds"]

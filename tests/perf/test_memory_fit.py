@@ -3,13 +3,12 @@ layer-to-device plans in the solver file (Oh and Lee's dist blocks) are read, ch
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from cli import run_firescale
 from firescale.caffe.solver import load_solver
 from firescale.errors import FirescaleError
 from firescale.model.memory import net_memory
@@ -58,13 +57,9 @@ def _config(tmp_path: Path, solver_text: str, site: str, gpus: list[int], batch:
     return path
 
 
-def _firescale(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "firescale", *args], capture_output=True, text=True, cwd=REPO)
-
-
 def test_vgg19_at_batch_64_on_a_k20x_is_flagged_with_a_split_that_fits(tmp_path):
     config = _config(tmp_path, NIN_SOLVER, "titan", [1], [64])
-    proc = _firescale("site", "lint", "titan", "--config", str(config))
+    proc = run_firescale("site", "lint", "titan", "--config", str(config))
     assert proc.returncode == 1, proc.stdout
     line = next(l for l in proc.stdout.splitlines() if "needs" in l and "GB over" in l)
     assert ("point baseline needs 8.81 GB on one NVIDIA Tesla K20X (64 images per GPU, SGD), "
@@ -74,7 +69,7 @@ def test_vgg19_at_batch_64_on_a_k20x_is_flagged_with_a_split_that_fits(tmp_path)
     assert "site titan has 1 GPU(s) per node" in line and "38 images per GPU would fit one device" in line
 
     out = tmp_path / "predict.json"
-    proc = _firescale("predict", "experiment", "titan", "--experiment", "vgg19-imagenet", "--config", str(config),
+    proc = run_firescale("predict", "experiment", "titan", "--experiment", "vgg19-imagenet", "--config", str(config),
                       "--json", str(out))
     assert proc.returncode == 1 and "error: point baseline needs 8.81 GB" in proc.stdout
     memory = json.loads(out.read_text())["points"]["baseline"]["memory"]
@@ -90,14 +85,14 @@ def test_vgg19_at_batch_64_on_a_k20x_is_flagged_with_a_split_that_fits(tmp_path)
 def test_a_dist_plan_in_the_solver_file_is_used_and_checked(tmp_path):
     config = _config(tmp_path, NIN_SOLVER + VGG_DIST, "ib-cluster", [1, 4], [160])
     assert load_solver(tmp_path / "vgg19.prototxt").base_lr == 0.01  # the solver's reader passes dist over
-    proc = _firescale("site", "lint", "ib-cluster", "--config", str(config))
+    proc = run_firescale("site", "lint", "ib-cluster", "--config", str(config))
     assert proc.returncode == 0, proc.stdout  # 160 per GPU is over 16 GB on one V100, under it split in two
     config = _config(tmp_path, NIN_SOLVER, "ib-cluster", [1], [160])
-    unsplit = _firescale("site", "lint", "ib-cluster", "--config", str(config))
+    unsplit = run_firescale("site", "lint", "ib-cluster", "--config", str(config))
     assert unsplit.returncode == 1 and "GB over its 16 GB" in unsplit.stdout, unsplit.stdout
 
     titan = _config(tmp_path, NIN_SOLVER + VGG_DIST, "titan", [1], [64])
-    proc = _firescale("site", "lint", "titan", "--config", str(titan))
+    proc = run_firescale("site", "lint", "titan", "--config", str(titan))
     assert proc.returncode == 1
     assert ("dist (train) arch 0: layer_assign 'conv3_1' puts it on device 1, but a node of site titan has "
             "1 device(s), numbered 0 to 0") in proc.stdout

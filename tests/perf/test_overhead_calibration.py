@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from cli import run_firescale
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link
 from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_point
@@ -129,19 +130,15 @@ def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
 @pytest.mark.slow
 def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8."""
-    def env_run(*a):
-        return subprocess.run([sys.executable, "-m", "firescale", *map(str, a)], capture_output=True, text=True,
-                              cwd=repo, timeout=600)
-
-    proc = env_run("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
+    proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
-    proc = env_run("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
+    proc = run_firescale("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
                    repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
                    "--out", tmp_path / "base",
                    "--set", "max_iter=100", "--set", "test_interval=0", "--set", "snapshot=0")
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "calibration.json"
-    proc = env_run("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
+    proc = run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
                    "--short-run", "100", "--short-batch", "8", "--workdir", tmp_path / "short", "--out", out)
     assert proc.returncode == 0, proc.stderr
     cal = load_calibration(out)
@@ -155,7 +152,7 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     # An experiment with overlap_allreduce: the probe on 2 ranks also times the allreduce requested as the step's
     # backward pass starts, and the calibration keeps the share of it that ran beside the compute.
     overlapped = tmp_path / "overlapped.json"
-    proc = env_run("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
+    proc = run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
                    "--allreduce-probe", "2", "--probe-overlap", "--out", overlapped)
     assert proc.returncode == 0, proc.stderr
     probed = load_calibration(overlapped)

@@ -3,20 +3,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import yaml
 
+from cli import run_firescale
 from firescale.errors import FirescaleError
 from firescale.predict.calibrate import Calibration, save_calibration
 from firescale.predict.experiment import ILSVRC12_TRAIN_IMAGES
-
-
-def _firescale(repo, *args):
-    return subprocess.run([sys.executable, "-m", "firescale", *map(str, args)], capture_output=True, text=True,
-                          cwd=repo)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def local_site(repo, tmp_path_factory):
     (root / "local").mkdir()
     path = root / "local" / "site.yaml"                     # a site's folder carries its name
     path.write_text(yaml.safe_dump(site))
-    proc = _firescale(repo, "data", "ingest", "--source", "digits", "--out", root / "datasets")
+    proc = run_firescale("data", "ingest", "--source", "digits", "--out", root / "datasets")
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -51,7 +45,7 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     save_calibration(cal, Calibration("local", 0.35, 0.8, {"net": "lenet_same"}, {"fitted": False}, overhead_s=0.002,
                                       eval_s=0.05))
     out, md = tmp_path / "predict.json", tmp_path / "predict.md"
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+    proc = run_firescale("predict", "experiment", local_site, "--experiment", "digits-lenet",
                       "--config", digits_config,
                       "--calibration", cal, "--json", out, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
@@ -89,15 +83,15 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
 def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site, digits_config):
     cal = tmp_path / "calibration.json"
     save_calibration(cal, Calibration("titan", 0.21, 0.56, {}, {}))
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+    proc = run_firescale("predict", "experiment", local_site, "--experiment", "digits-lenet",
                       "--config", digits_config,
                       "--calibration", cal, "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "calibration is for site 'titan'" in proc.stderr
     assert not (tmp_path / "p.json").exists()
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "nin-imagenet",
+    proc = run_firescale("predict", "experiment", local_site, "--experiment", "nin-imagenet",
                       "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "does not run on site 'local'" in proc.stderr
-    proc = _firescale(repo, "predict", "experiment", local_site, "--experiment", "digits-lenet",
+    proc = run_firescale("predict", "experiment", local_site, "--experiment", "digits-lenet",
                       "--config", digits_config,
                       "--dataset-size", "1000", "--json", tmp_path / "p.json")
     assert proc.returncode == 1 and "disagrees" in proc.stderr
@@ -105,7 +99,7 @@ def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site, di
 
 def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
     out = tmp_path / "titan.json"
-    proc = _firescale(repo, "predict", "experiment", "titan", "--experiment", "nin-imagenet",
+    proc = run_firescale("predict", "experiment", "titan", "--experiment", "nin-imagenet",
                       "--ppp-compute", "0.21", "--ppp-comm", "0.56", "--json", out)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
@@ -159,7 +153,7 @@ def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_mod
 @pytest.mark.parametrize("site", ["titan", "ib-cluster"])
 def test_googlenet_table3_predicts_on_titan_and_the_ib_cluster(repo, tmp_path, site):
     out = tmp_path / "googlenet.json"
-    proc = _firescale(repo, "predict", "experiment", site, "--experiment", "googlenet-imagenet", "--json", out)
+    proc = run_firescale("predict", "experiment", site, "--experiment", "googlenet-imagenet", "--json", out)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     points = data["points"]
