@@ -71,3 +71,23 @@ def test_the_localhost_slurm_conf_is_as_before():
 def test_a_value_missing_from_a_script_template_is_an_error():
     with pytest.raises(jinja2.UndefinedError, match="enter"):
         render_script("ssh.sh.j2", name="fsvc")
+
+
+def test_cpus_per_node_reach_slurm_conf_and_are_read_back(tmp_path, capsys):
+    # Two CPUs a node (two ranks taking turns on its core): every node line says so, the status reads it back,
+    # and the count is checked before anything is written.
+    from firescale.cli import main
+    from firescale.testing.layout import VClusterError
+    cluster = VirtualCluster(root=tmp_path / "vc", nodes=2, cpus_per_node=2)
+    assert cluster.node_cpus() == {}
+    write_host_files(cluster)
+    nodes = [line for line in cluster.conf.read_text().splitlines() if line.startswith("NodeName=")]
+    assert len(nodes) == 2 and all(" CPUs=2 " in line for line in nodes)
+    assert cluster.node_cpus() == {"n1": 2, "n2": 2}
+    assert cluster.runs_this_conf()
+    assert not VirtualCluster(root=tmp_path / "vc", nodes=2).runs_this_conf()   # `up` restarts it at 1 CPU
+    for bad in (0, 65):
+        with pytest.raises(VClusterError, match=f"{bad} CPUs a node asked for; choose 1 to 64"):
+            VirtualCluster(root=tmp_path, cpus_per_node=bad)
+    assert main(["vcluster", "status", "--dir", str(tmp_path / "vc"), "--cpus-per-node", "2"]) != 0
+    assert "--cpus-per-node goes with `vcluster up` only" in capsys.readouterr().err

@@ -10,12 +10,15 @@ DEFAULT_DIR = Path(".firescale-work") / "vcluster"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("up", "down", "status", "link"),
-                        help="up: start (a no-op when already up); down: stop and remove; status: print as JSON; "
+                        help="up: start (a no-op when already up as asked); down: stop and remove; status: print as JSON; "
                              "link: shape every node's link to --gbits")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                         help=f"folder for its configuration, logs and state (default: {DEFAULT_DIR}, "
                              "as site/vcluster expects)")
     parser.add_argument("--nodes", type=int, default=2, help="compute nodes n1..nN (default 2)")
+    parser.add_argument("--cpus-per-node", type=int, default=1,
+                        help="with up: CPUs Slurm counts on each node (default 1); each node still owns one real "
+                             "core, so K ranks a node take turns on it (2 nodes x 2 ranks: --cpus-per-node 2)")
     parser.add_argument("--name", default="fsvc", help="prefix of its network namespaces (default fsvc)")
     parser.add_argument("--gbits", help="with link: the most each node sends, in Gbit/s (e.g. 1), or 'off' for the "
                                         "bridge's own speed")
@@ -41,14 +44,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.gbits is not None and args.action != "link":
         raise FirescaleError(f"vcluster {args.action}: --gbits goes with `vcluster link` only")
-    cluster = VirtualCluster(root=args.dir.resolve(), nodes=args.nodes, name=args.name)
+    if args.cpus_per_node != 1 and args.action != "up":
+        raise FirescaleError(f"vcluster {args.action}: --cpus-per-node goes with `vcluster up` only")
+    cluster = VirtualCluster(root=args.dir.resolve(), nodes=args.nodes, name=args.name,
+                             cpus_per_node=args.cpus_per_node)
     if args.action == "link":
         cluster.shape_links(link_gbits(args.gbits))
         rates = cluster.link_rates()
         print(f"vcluster {cluster.name}: links " + ", ".join(f"{n} {r}" for n, r in rates.items()))
     elif args.action == "up":
         cluster.up()
-        print(f"vcluster {cluster.name}: up, nodes {', '.join(cluster.node_names)}; "
+        print(f"vcluster {cluster.name}: up, nodes {', '.join(cluster.node_names)} of {cluster.cpus_per_node} "
+              f"CPU{'s' if cluster.cpus_per_node > 1 else ''} on one core each; "
               f"Slurm clients: {cluster.bin}/ (e.g. {cluster.bin}/sinfo)")
     elif args.action == "down":
         cluster.down()
@@ -56,5 +63,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(json.dumps({"name": cluster.name, "dir": str(cluster.root), "up": cluster.is_up(),
                           "namespaces": cluster.existing_namespaces(), "nodes": cluster.node_states(),
+                          "cpus": cluster.node_cpus(),
                           "links": cluster.link_rates()}, indent=2))
     return 0

@@ -31,16 +31,23 @@ def bridge_first(namespace: str) -> tuple[bool, str]:
 
 @dataclass(frozen=True)
 class ClusterLayout:
-    """Files under `root`, namespaces `<name>-*`, `nodes` compute nodes n1..nN of `memory_mb` each."""
+    """Files under `root`, namespaces `<name>-*`, `nodes` compute nodes n1..nN of `memory_mb` each.
+
+    Each node owns one real core; Slurm counts `cpus_per_node` CPUs on it, so that many one-CPU tasks (ranks)
+    can run on a node at once, taking turns on its core (the way to try 2 nodes x 2 ranks on 2 cores).
+    """
 
     root: Path
     nodes: int = 2
     name: str = "fsvc"
     memory_mb: int = 2000
+    cpus_per_node: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 200:
             raise VClusterError(f"vcluster: {self.nodes} nodes asked for; choose 1 to 200")
+        if not 1 <= self.cpus_per_node <= 64:
+            raise VClusterError(f"vcluster: {self.cpus_per_node} CPUs a node asked for; choose 1 to 64")
         if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", self.name):
             raise VClusterError(f"vcluster: name {self.name!r}: use up to 20 lowercase letters, digits or '-', "
                                 "starting with a letter")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from firescale.testing import daemons
 from firescale.testing.cpusets import make_cpusets, remove_cpusets
-from firescale.testing.host_files import write_host_files
+from firescale.testing.host_files import vcluster_slurm_conf, write_host_files
 from firescale.testing.layout import ClusterLayout, VClusterError, bridge_first
 from firescale.testing.namespaces import (
     check_link_rate,
@@ -72,6 +72,15 @@ class VirtualCluster(ClusterLayout):
         for node in self.node_names:
             shape_link(self.namespace(node), gbits)
 
+    def node_cpus(self) -> dict[str, int]:
+        """The CPUs slurm.conf on disk gives each node (empty before the first bring-up)."""
+        text = self.conf.read_text() if self.conf.is_file() else ""
+        return {m[1]: int(m[2]) for m in re.finditer(r"^NodeName=(\S+) .*\bCPUs=(\d+)", text, re.M)}
+
+    def runs_this_conf(self) -> bool:
+        """Whether the slurm.conf the daemons read is the one this layout writes."""
+        return self.conf.is_file() and self.conf.read_text() == vcluster_slurm_conf(self)
+
     def is_up(self) -> bool:
         if self.existing_namespaces() != sorted(self.namespaces(), key=bridge_first):
             return False
@@ -81,9 +90,10 @@ class VirtualCluster(ClusterLayout):
 
     # --- bring-up
     def up(self, timeout: float = 60) -> None:
-        """Start the cluster; a no-op when it is already up, a clean restart when half up."""
+        """Start the cluster; a no-op when it is already up as laid out, a clean restart when half up or up
+        with another slurm.conf (another count of CPUs a node)."""
         check_machine()
-        if self.is_up():
+        if self.is_up() and self.runs_this_conf():
             return
         self.down()
         write_host_files(self)
