@@ -261,4 +261,4 @@ def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp
     one, two = data["rows"]
     assert two["predicted_s"] == pytest.approx(predict_point(model, spec, 2, 8).iteration_s, rel=1e-9)
     assert one["predicted_s"] == pytest.approx(predict_point(model, spec, 1, 8).iteration_s, rel=1e-9)
-    assert "contention: compute of 2 ranks on this node at once scaled by" in proc.stdout
+    assert "contention: compute of 2 ranks on one node at once scaled by" in proc.stdout

@@ -22,3 +22,31 @@ def test_a_failed_rank_is_quoted_by_its_own_error_not_the_launchers_notice():
     assert "the check (1 ranks on site local) failed with exit code 1" in message
     assert "ValueError: no such solver key: momentum3" in message
     assert "Process name" not in message and "-----" not in message
+
+
+def test_copies_on_a_node_are_one_srun_step_and_each_copy_names_its_own_out(tmp_path):
+    # The step `bench predict` runs for a node's contention: the site's srun options less its MPI plugin, one
+    # node, a task per copy; each task runs the script with the command and OUT as arguments, never spliced in.
+    import subprocess
+
+    from firescale.cluster.ranks import site_ranks
+    ranks = site_ranks(load_site("vcluster-2x2"))
+    out = tmp_path / "a dir; echo no" / "contention-b4"
+    argv = ranks.copies_argv(2, ["prog", "--x", "1", "--out"], out)
+    assert argv[:5] == ["srun", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--mpi=none"]
+    assert not any(a.startswith("--mpi=pmix") for a in argv)
+    script_at = argv.index("-c") + 1
+    assert argv[script_at + 1:] == [str(out), "prog", "--x", "1", "--out"]
+    # the task's script, run as srun would run it on the node (task 1 of step 7): its own out, no step id left
+    shown = "import os, sys; print(sys.argv[1:], os.environ.get('SLURM_STEP_ID'), os.environ.get('SLURM_STEPID'))"
+    task = subprocess.run(["sh", "-c", argv[script_at], str(out), sys.executable, "-c", shown, "--out"],
+                          capture_output=True, text=True, check=True,
+                          env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_STEP_ID": "7", "SLURM_STEPID": "7"})
+    assert task.stdout.strip() == f"{['--out', str(out) + '-1']} None None"
+
+
+def test_copies_on_a_node_need_srun():
+    from firescale.cluster.ranks import site_ranks
+    with pytest.raises(FirescaleError, match="site local: copies of a run on one of its nodes start through srun "
+                                             "only, not mpirun"):
+        site_ranks(load_site("local")).copies_argv(2, ["prog", "--out"], "/tmp/x")

@@ -19,6 +19,9 @@ from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
+# One task of a step: its own --out (positional, never spliced into the script), Slurm's step id cleared.
+_OWN_COPY = 'out="$0-$SLURM_PROCID"; unset SLURM_STEP_ID SLURM_STEPID; exec "$@" "$out"'
+
 
 @dataclass(frozen=True)
 class SiteRanks:
@@ -35,6 +38,21 @@ class SiteRanks:
         per_node = min(ranks, self.per_node or ranks)
         placement = Placement(ranks, per_node, 1, -(-ranks // per_node))
         return [str(a) for a in wrap(self.launcher, list(command), placement, self.options)]
+
+    def copies_argv(self, copies: int, command: Sequence[str], out: str | os.PathLike[str]) -> list[str]:
+        """argv of one job step that runs `copies` copies of a single-rank `command` at once on one node, with no
+        MPI between them: copy i appends OUT-i to `command` (which ends with its --out option).
+
+        Each copy is a process of its own, as a rank computing beside its node's other ranks is: Open MPI
+        (under Horovod) starts it as a singleton once Slurm's step id is out of its environment.  Only srun
+        places tasks of one step on one node here.
+        """
+        if self.launcher != "srun":
+            raise FirescaleError(f"site {self.site}: copies of a run on one of its nodes start through srun only, "
+                                 f"not {self.launcher}; leave the node's contention out")
+        options = [o for o in self.options if not o.startswith("--mpi")]
+        return ["srun", "--nodes=1", f"--ntasks={copies}", f"--ntasks-per-node={copies}", "--mpi=none", *options,
+                "sh", "-c", _OWN_COPY, str(out), *command]
 
     def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:
         """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed."""

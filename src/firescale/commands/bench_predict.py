@@ -28,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train the runs of several ranks with --overlap-allreduce and predict them with the "
                              "DAG model's overlapped schedule")
     parser.add_argument("--no-contention", action="store_true",
-                        help="leave the node's contention out (by default, on a site whose ranks share this "
-                             "machine, the single-rank run is started once on each core at once, once a round, "
-                             "as the workflow's calibration does, and the model scales compute by the slowdown)")
+                        help="leave the node's contention out (by default, where the most ranks put several on a "
+                             "node, the single-rank run is started once for each of them at once, once a round: on "
+                             "as many cores here as the workflow's calibration does, or as one srun step on one "
+                             "of the site's nodes; the model scales compute by the slowdown)")
     parser.add_argument("--tolerance", type=float, default=15.0, help="percent counted as a match (default 15)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write calibration, rows and load averages here")
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
     spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
     platform = platform_from_site(site)
+    here = site_ranks(site)
+    per_node = min(max(ranks), here.per_node or max(ranks))   # the ranks of the most ranks' point on one node
     algorithm, gradient_bytes = platform.algorithm, net_cost(spec, 1).weight_bytes
     allreduce = allreduce_measurement(args.allreduce_json, algorithm, gradient_bytes) if args.allreduce_json else None
 
@@ -63,29 +66,30 @@ def run(args: argparse.Namespace) -> int:
 
         def measure(step_s: float) -> dict:
             out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*.json')))}.json"
-            probe_allreduce(site_ranks(site), max(ranks), spec, out, step_s=step_s, batch_per_rank=per_rank,
+            probe_allreduce(here, max(ranks), spec, out, step_s=step_s, batch_per_rank=per_rank,
                             overlap_s=step_s * window)
             return allreduce_measurement(out, algorithm, gradient_bytes)
 
         return measure
 
     def contend(workdir: Path) -> Callable[[MeasuredIteration], dict]:
-        """The workflow's contention measurement: the round's small-batch run again as one copy on each of as
-        many cores as the most ranks, all at once."""
+        """The workflow's contention measurement: the round's small-batch run again as one copy for each rank of
+        a node, all at once: on as many cores here, or as tasks of one step on one of the site's nodes."""
         rounds = itertools.count()
 
         def measure(alone: MeasuredIteration) -> dict:
             where = workdir / f"contention-round-{next(rounds)}"
             where.mkdir(parents=True)
-            return contention(alone, alone, max(ranks), args.iterations, where)
+            return contention(alone, alone, per_node, args.iterations, where,
+                              node=None if site.scheduler == "local" else here)
 
         return measure
 
-    shares_node = site.scheduler == "local" and max(ranks) > 1 and not args.no_contention
+    shares_node = per_node > 1 and not args.no_contention
 
     def go(workdir: Path) -> int:
         runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
-                         site_ranks(site), reference_batch=args.batch, overlap_allreduce=args.overlap_allreduce)
+                         here, reference_batch=args.batch, overlap_allreduce=args.overlap_allreduce)
         load_before = os.getloadavg()
         cal, rows = prediction_check(runs, spec, platform, args.batch, ranks, args.repeats,
                                      allreduce=allreduce, fit_comm=args.fit_comm, say=print,
@@ -94,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         load_after = os.getloadavg()
         print(describe(cal.apply(platform)))
         if shares_node:
-            print(f"contention: compute of {max(ranks)} ranks on this node at once scaled by {cal.contention:.3f} "
+            print(f"contention: compute of {per_node} ranks on one node at once scaled by {cal.contention:.3f} "
                   "(median of the rounds)")
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")
         print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'(wait ms)':>9} {'best ms':>8} "

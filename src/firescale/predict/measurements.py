@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.atomic import load_json
+from firescale.cluster.ranks import SiteRanks
 from firescale.errors import FirescaleError
 from firescale.results import RESULT_FORMAT, TrainResult, result_from_dict
 from firescale.sweep.records import RUN_FORMAT
@@ -112,9 +113,9 @@ def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int,
         i += 1
     scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
     return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
-            "--out", str(out), "--set", f"max_iter={iterations}", "--set", "test_interval=0",
+            "--set", f"max_iter={iterations}", "--set", "test_interval=0",
             "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false",
-            "--set", f"display={iterations}"]
+            "--set", f"display={iterations}", "--out", str(out)]     # last: copies on a node each name their own
 
 
 def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, out: Path) -> list[str]:
@@ -122,6 +123,13 @@ def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations
         raise FirescaleError(f"{baseline.source}: a short calibration run repeats a single-rank baseline, "
                              f"not one of {baseline.ranks} ranks")
     return short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
+
+
+def _finish(argv: list[str], proc: subprocess.Popen[str], timeout: float) -> None:
+    """Wait for `proc`, which runs the short run `argv`; an error quoting its output when it fails."""
+    output, _ = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise _short_run_failed(argv, proc, output)
 
 
 def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError:
@@ -143,40 +151,55 @@ def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int,
 
 
 def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
-               workdir: str | Path, *, timeout: float = 1800.0) -> dict[str, Any]:
-    """How much slower a rank computes when `copies` ranks share this node, measured, not fitted.
+               workdir: str | Path, *, node: SiteRanks | None = None, timeout: float = 1800.0) -> dict[str, Any]:
+    """How much slower a rank computes when `copies` ranks share a node, measured, not fitted.
 
     `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
-    the same run is started `copies` times at once, each on its own core, with no communication
-    between them, and the ratio of their median compute to `alone`'s is the factor: what ranks take
-    from each other through shared caches and memory bandwidth.  Horovod's share of a rank's core
-    is not in it; the allreduce probe measures that.
+    the same run is started `copies` times at once with no communication between them, and the ratio of
+    their median compute to `alone`'s is the factor: what ranks take from each other through shared cores,
+    caches and memory bandwidth.  Without `node` the copies run here, each on its own core, as a site
+    without a scheduler places its ranks; with it, as `copies` tasks of one job step on one of the site's
+    nodes (SiteRanks.copies_argv), where they share what the node's ranks share.  Horovod's share of a
+    rank's core is not in it; the allreduce probe measures that.
     """
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < copies:       # this process kept to fewer cores (a test worker): the node's, as mpirun does
-        cores = list(range(os.cpu_count() or 1))
-    if copies < 2 or copies > len(cores):
-        raise FirescaleError(f"a contention run needs 2 to {len(cores)} copies (one per core here), not {copies}")
-    procs = []
-    for i in range(copies):
-        out = Path(workdir) / f"contention-b{alone.batch_per_rank}-{i}"
-        argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, out)
-        procs.append((argv, out, subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
-            preexec_fn=lambda core=cores[i]: os.sched_setaffinity(0, {core}))))
-    runs = []
-    try:
-        for argv, out, proc in procs:
-            output, _ = proc.communicate(timeout=timeout)
-            if proc.returncode != 0:
-                raise _short_run_failed(argv, proc, output)
-            runs.append(read_measured_iteration(out / "result.json"))
-    finally:                                  # one copy failed or timed out: stop the others too
-        for _, _, proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    root = Path(workdir) / f"contention-b{alone.batch_per_rank}"
+    argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, root)[:-1]   # each copy adds its --out
+    outs = [root.with_name(f"{root.name}-{i}") for i in range(copies)]
+    if node is not None:
+        if copies < 2:
+            raise FirescaleError(f"a contention run needs 2 or more copies, not {copies}")
+        step = subprocess.Popen(node.copies_argv(copies, argv, root), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env={**os.environ, **node.env})
+        try:
+            _finish(argv, step, timeout)
+        finally:
+            if step.poll() is None:
+                step.kill()
+                step.wait()
+    else:
+        _copies_on_cores(argv, outs, timeout)
+    runs = [read_measured_iteration(out / "result.json") for out in outs]
     loaded = sorted(m.iteration_s - m.data_wait_s for m in runs)
     alone_s = alone.iteration_s - alone.data_wait_s
     return {"factor": statistics.median(loaded) / alone_s, "copies": copies, "batch": alone.batch_per_rank,
             "alone_s": alone_s, "loaded_s": loaded}
+
+
+def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
+    """argv + [out] for each of `outs` at once, each pinned to a core of its own here."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < len(outs):    # this process kept to fewer cores (a test worker): the node's, as mpirun does
+        cores = list(range(os.cpu_count() or 1))
+    if len(outs) < 2 or len(outs) > len(cores):
+        raise FirescaleError(f"a contention run needs 2 to {len(cores)} copies (one per core here), not {len(outs)}")
+    procs = [([*argv, str(out)], subprocess.Popen(
+        [*argv, str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+        preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}))) for out, core in zip(outs, cores)]
+    try:
+        for copy_argv, proc in procs:
+            _finish(copy_argv, proc, timeout)
+    finally:                                  # one copy failed or timed out: stop the others too
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
