@@ -10,8 +10,8 @@ DEFAULT_DIR = Path(".firescale-work") / "vcluster"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("up", "down", "status", "link"),
-                        help="up: start (a no-op when already up as asked); down: stop and remove; status: print as JSON; "
-                             "link: shape every node's link to --gbits")
+                        help="up: start (a no-op when already up as asked); down: stop and remove; status: print "
+                             "as JSON; link: shape every node's link to --gbits")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                         help=f"folder for its configuration, logs and state (default: {DEFAULT_DIR}, "
                              "as site/vcluster expects)")
