@@ -25,7 +25,7 @@ from firescale.errors import FirescaleError
 from firescale.report import formatting as cells
 from firescale.report.collect import collect_runs
 from firescale.report.html import to_html
-from firescale.report.summary import load_predictions, run_metrics, summarize
+from firescale.report.summary import load_predictions, run_metrics, summarize, unmeasured_in_calibration
 from firescale.report.tables import tex_escape, to_csv, to_json, to_latex, to_markdown
 from firescale.sweep.records import run_record_from_dict
 
@@ -258,3 +258,36 @@ def test_predictions_from_predict_experiment_are_keyed_by_point(tmp_path):
     path.write_text(json.dumps({"points": {"g2-b64-r0": {"gpus": 2, "batch": 64, "iteration_s": 0.006}}}))
     with pytest.raises(FirescaleError, match=r"points\['g2-b64-r0'\] lacks key 'time_to_accuracy_s'"):
         load_predictions(path)
+
+
+def test_the_report_says_what_the_predictions_calibration_did_not_measure(tmp_path, records, ctx):
+    # As the workflow calibrates a Slurm site of two ranks a node: from the baseline's record alone, so the link
+    # stays at its peak, the fixed cost is not split out and the node's contention is not measured.
+    points = {"baseline": {"gpus": 1, "nodes": 1, "batch": 64, "iteration_s": 0.01, "time_to_accuracy_s": 10.0},
+              "g4-b64-r0": {"gpus": 4, "nodes": 2, "batch": 64, "iteration_s": 0.004, "time_to_accuracy_s": 4.0}}
+    unmeasured = {"contention": 1.0, "comm_source": {"fitted": False}, "compute_source": {"overhead_fitted": False}}
+    path = tmp_path / "predict-calibrated.json"
+    path.write_text(json.dumps({"points": points, "calibration": unmeasured}))
+    gaps = unmeasured_in_calibration(path)
+    assert gaps == ["the link (its factor left at the peak)",
+                    "the fixed cost of an iteration (one batch size measured)",
+                    "how much a node's ranks slow each other (taken as not at all)"]
+    summary = summarize(records, TOL, predictions=load_predictions(path), predictions_source=str(path),
+                        calibration_gaps=gaps)
+    note = next(n for n in cells.notes(summary, ctx) if "did not measure" in n)
+    assert note.startswith("The calibration behind the predictions did not measure the link (its factor left at the "
+                           "peak), the fixed cost of an iteration (one batch size measured) or how much a node's")
+    assert to_json(summary, ctx)["calibration_gaps"] == gaps
+    # As on local: everything measured (the contention too), or one rank a node: nothing to say.
+    measured = {"contention": 2.1, "comm_source": {"fitted": True},
+                "compute_source": {"overhead_fitted": True, "contention": {"factor": 2.1}}}
+    path.write_text(json.dumps({"points": points, "calibration": measured}))
+    assert unmeasured_in_calibration(path) == []
+    one_a_node = {**points, "g4-b64-r0": {**points["g4-b64-r0"], "nodes": 4}}
+    path.write_text(json.dumps({"points": one_a_node, "calibration": {**measured, "contention": 1.0,
+                                                                       "compute_source": {"overhead_fitted": True}}}))
+    assert unmeasured_in_calibration(path) == []
+    path.write_text(json.dumps({"points": points}))      # `predict sweep` output: no calibration
+    assert unmeasured_in_calibration(path) == []
+    summary = summarize(records, TOL, predictions=load_predictions(path), predictions_source=str(path))
+    assert not any("did not measure" in n for n in cells.notes(summary, ctx))

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.report.formatting import ReportContext
     from firescale.report.memory_plots import write_memory_and_batch_figures
     from firescale.report.provenance import collect_provenance
-    from firescale.report.summary import load_predictions, summarize
+    from firescale.report.summary import load_predictions, summarize, unmeasured_in_calibration
     from firescale.sweep.net_file import net_file_digest
     from firescale.sweep.paths import config_file
     from firescale.sweep.plan import load_plan
@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     predictions = load_predictions(args.predictions) if args.predictions else None
     summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"),
-                        predictions=predictions, predictions_source=args.predictions or "")
+                        predictions=predictions, predictions_source=args.predictions or "",
+                        calibration_gaps=unmeasured_in_calibration(args.predictions) if args.predictions else None)
     provenance = collect_provenance(
         records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
         repo=plan.base, command=_command_line(args, config_path),

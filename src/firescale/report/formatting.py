@@ -220,6 +220,16 @@ def notes(summary: Summary, ctx: ReportContext) -> list[str]:
                    f"the rest is compute and the allreduce (figure time_split).")
     if summary.predictions_source:
         out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured.")
+        if summary.calibration_gaps:
+            out.append("The calibration behind the predictions did not measure " + _or(summary.calibration_gaps)
+                       + ", so points of smaller per-rank batches or of several ranks a node may take longer than "
+                       "predicted.")
         if summary.unmatched_predictions:
             out.append("Predicted points without a measured row: " + ", ".join(summary.unmatched_predictions) + ".")
     return out
+
+
+def _or(items: list[str]) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+

@@ -158,6 +158,7 @@ class Summary:
     target_accuracy: float | None = None   # a fixed target from the config, else None
     predictions_source: str = ""
     unmatched_predictions: list[str] = field(default_factory=list)
+    calibration_gaps: list[str] = field(default_factory=list)   # what the predictions' calibration did not measure
 
 
 def _row(group: str, members: list[RunRecord], target: float | None = None) -> Row:
@@ -184,7 +185,8 @@ def _baseline_note(baseline: Row | None, record: RunRecord | None) -> str:
 
 
 def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: float | None = None,
-              predictions: dict[str, dict[str, float]] | None = None, predictions_source: str = "") -> Summary:
+              predictions: dict[str, dict[str, float]] | None = None, predictions_source: str = "",
+              calibration_gaps: list[str] | None = None) -> Summary:
     """Group repeats, compute speedup and efficiency per repeat against the baseline, judge parity.
 
     Speedup, efficiency and Δ top-1 are computed for every repeat and then averaged, so their ± is the
@@ -229,12 +231,34 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
                                                 row.iteration_s.mean, row.time_s.mean,
                                                 {k: p[k] for k in PREDICTED_PARTS if k in p})
         unmatched = sorted(set(predictions) - used)
-    return Summary(rows, failures, tolerance, baseline, note, target_accuracy, predictions_source, unmatched)
+    return Summary(rows, failures, tolerance, baseline, note, target_accuracy, predictions_source, unmatched,
+                   list(calibration_gaps or []))
 
 
 # The parts of a predicted iteration that `predict experiment` gives beside it: the allreduce's intra- and
 # inter-node steps, reading the batch and copying it to the device (seconds).
 PREDICTED_PARTS = ("comm_intra_s", "comm_inter_s", "io_s", "h2d_s")
+
+
+def unmeasured_in_calibration(path: str | Path) -> list[str]:
+    """What the calibration behind `firescale predict experiment --json` left unmeasured, in words: the link
+    (its factor left at the peak), the fixed cost of an iteration (one batch size measured), and, where a
+    point puts several ranks on a node, their contention.  Empty for predictions without a calibration."""
+    data = load_json(path, "predictions")
+    cal = data.get("calibration") if isinstance(data, dict) else None
+    if not isinstance(cal, dict):
+        return []
+    comm, compute = cal.get("comm_source") or {}, cal.get("compute_source") or {}
+    points = data.get("points") if isinstance(data.get("points"), dict) else {}
+    shared = any(isinstance(p, dict) and int(p.get("gpus", 1)) > int(p.get("nodes", 1)) for p in points.values())
+    gaps = []
+    if not comm.get("fitted"):
+        gaps.append("the link (its factor left at the peak)")
+    if compute.get("overhead_fitted") is False:
+        gaps.append("the fixed cost of an iteration (one batch size measured)")
+    if shared and "contention" not in compute and float(cal.get("contention", 1.0)) == 1.0:
+        gaps.append("how much a node's ranks slow each other (taken as not at all)")
+    return gaps
 
 
 def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:

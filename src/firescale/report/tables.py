@@ -253,6 +253,7 @@ def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
         "rows": [_row_json(r) for r in summary.rows], "failures": [_failure_json(f) for f in summary.failures],
         "notes": cells.notes(summary, ctx), "sections": [x.to_dict() for x in sections(summary)],
         "predictions": summary.predictions_source or None,
+        "calibration_gaps": summary.calibration_gaps,
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
         "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(summary).items()
                                 for ext in ("png", "pdf")}},
