@@ -153,3 +153,64 @@ def test_one_link_sites_split_by_where_their_ranks_are():
     assert on_one_node.comm_intra_s == on_one_node.comm_s > 0
     assert one_rank_a_node.nodes == 2 and one_rank_a_node.comm_intra_s == 0.0
     assert one_rank_a_node.comm_inter_s == one_rank_a_node.comm_s > 0
+
+
+@pytest.mark.parametrize("algorithm", ["tree", "ring", "ps"])
+def test_each_link_gets_its_own_factor_back_from_the_times_it_gives(algorithm):
+    # The intra-node link at 0.4 of its peak, the inter-node link at 0.05 (a slower network than the site says):
+    # an allreduce within one node gives back the first; one across two nodes, with the first known, the second.
+    from dataclasses import replace
+
+    from firescale.model.hierarchy import fit_inter_node_ppp, fit_intra_node_ppp
+    links = NodeLinks(4, INTRA, intra_ppp=0.4)
+    inter = replace(INTER, ppp=0.05)
+    within = two_level_allreduce(algorithm, N, 4, inter, links).total
+    across = two_level_allreduce(algorithm, N, 8, inter, links).total
+    assert fit_intra_node_ppp(algorithm, N, 4, within, INTER, NodeLinks(4, INTRA)) == pytest.approx(0.4, rel=1e-9)
+    assert fit_inter_node_ppp(algorithm, N, 8, across, INTER, links) == pytest.approx(0.05, rel=1e-6)
+    # tied to one factor (no measurement within a node) the fit is against both levels, not one link
+    tied = two_level_allreduce(algorithm, N, 8, replace(INTER, ppp=0.3), NodeLinks(4, INTRA)).total
+    assert fit_inter_node_ppp(algorithm, N, 8, tied, INTER, NodeLinks(4, INTRA)) == pytest.approx(0.3, rel=1e-6)
+
+
+def test_fitting_each_link_keeps_one_link_sites_and_the_peak_and_refuses_what_cannot_fit():
+    from firescale.model.comm import fit_comm_ppp
+    from firescale.model.hierarchy import fit_inter_node_ppp, fit_intra_node_ppp
+    measured = 3 * allreduce_time("tree", N, 8, INTER)
+    assert fit_inter_node_ppp("tree", N, 8, measured, INTER, NodeLinks(4)) == fit_comm_ppp("tree", N, 8, measured, INTER)
+    fast = two_level_allreduce("tree", N, 8, INTER, NodeLinks(4, INTRA)).total / 2
+    assert fit_inter_node_ppp("tree", N, 8, fast, INTER, NodeLinks(4, INTRA)) == 1.0   # faster than the peak: kept
+    with pytest.raises(FirescaleError, match="stays within one node of 4; fitting the link between nodes needs"):
+        fit_inter_node_ppp("tree", N, 4, measured, INTER, NodeLinks(4, INTRA))
+    with pytest.raises(FirescaleError, match="a node of at least 8 ranks and an intra-node link"):
+        fit_intra_node_ppp("tree", N, 8, measured, INTER, NodeLinks(4, INTRA))
+    with pytest.raises(FirescaleError, match="percent of peak must be in"):
+        NodeLinks(4, INTRA, intra_ppp=1.5)
+
+
+def test_a_calibration_with_an_allreduce_within_one_node_fits_both_links_and_keeps_them(tmp_path):
+    from dataclasses import replace
+
+    from firescale.commands.args import describe
+    from firescale.predict.calibrate import calibrate, load_calibration, save_calibration
+    platform = platform_from_site(load_site("vcluster-2x2"))          # 2 ranks a node, 40 Gbit/s in it, 30 between
+    truth = replace(platform.links, intra_ppp=0.4)
+    inter = replace(platform.link, ppp=0.05)
+    across = two_level_allreduce("tree", N, 4, inter, truth).total
+    within = two_level_allreduce("tree", N, 2, inter, truth).total
+    measured = {"algorithm": "tree", "measured": "mpi", "bytes": N, "ranks": 4, "seconds": across,
+                "intra": {"algorithm": "tree", "measured": "mpi", "bytes": N, "ranks": 2, "seconds": within}}
+    cal = calibrate(platform, "lenet", 64, 0.01, measured)
+    assert cal.ppp_comm_intra == pytest.approx(0.4, rel=1e-9) and cal.ppp_comm == pytest.approx(0.05, rel=1e-6)
+    assert cal.comm_source["intra"]["ranks"] == 2 and cal.comm_source["ranks"] == 4
+    model = cal.apply(platform)
+    assert model.links.intra_ppp == cal.ppp_comm_intra and model.link.ppp == cal.ppp_comm
+    assert "in a node 40 Gbit/s x 0.4, 0.5 us; " in describe(model)
+    # without the measurement within a node, one factor for both links, fitted against both levels
+    tied = calibrate(platform, "lenet", 64, 0.01, {k: v for k, v in measured.items() if k != "intra"})
+    assert tied.ppp_comm_intra is None and tied.ppp_comm > cal.ppp_comm
+    path = save_calibration(tmp_path / "calibration.json", cal)
+    assert load_calibration(path) == cal
+    path.write_text(json.dumps({**cal.to_dict(), "ppp_comm_intra": 1.5}))
+    with pytest.raises(FirescaleError, match="ppp_comm_intra must be in"):
+        load_calibration(path)

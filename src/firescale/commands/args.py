@@ -156,11 +156,21 @@ def describe(platform: Platform) -> str:
     d, l = platform.device, platform.link
     return (f"{platform.name}: {d.peak_flops / 1e12:.4g} TFLOP/s x {d.ppp:.3g}, {d.memory_bandwidth / 1e9:.4g} GB/s; "
             f"link {l.bandwidth * 8 / 1e9:.4g} Gbit/s x {l.ppp:.3g}, {l.latency * 1e6:.3g} us; "
-            f"allreduce {platform.algorithm}"
+            + _intra_link(platform)
+            + f"allreduce {platform.algorithm}"
             + (f" [{ALGORITHM_NAMES[platform.algorithm]}]" if platform.algorithm in ALGORITHM_NAMES else "")
             + (f"; fixed overhead {platform.overhead_s * 1e3:.4g} ms per iteration" if platform.overhead_s else "")
             + (f"; {platform.comm_hidden_share:.0%} of an allreduce can hide behind backward"
                if 0 < platform.comm_hidden_share < 1 else ""))
+
+
+def _intra_link(platform: Platform) -> str:
+    """The intra-node link as describe() gives it ('' for one link for every hop)."""
+    intra = platform.links.intra
+    if intra is None:
+        return ""
+    ppp = platform.link.ppp if platform.links.intra_ppp is None else platform.links.intra_ppp
+    return f"in a node {intra.bandwidth * 8 / 1e9:.4g} Gbit/s x {ppp:.3g}, {intra.latency * 1e6:.3g} us; "
 
 
 def site_or_none(args: Any) -> Any:

@@ -60,15 +60,21 @@ def run(args: argparse.Namespace) -> int:
 
     def probe(workdir: Path) -> Callable[[float], dict]:
         """The workflow's communication measurement: Horovod's allreduce of the net's gradients after a step
-        of the given length; overlapped, also beside that step's backward pass (as the model splits it)."""
+        of the given length; overlapped, also beside that step's backward pass (as the model splits it).  On
+        a site with a link inside its nodes whose most ranks span nodes, also on one node's ranks alone:
+        each link then gets a factor of its own."""
         per_rank = max(1, args.batch // max(ranks))
         window = backward_share(platform, spec, per_rank) if args.overlap_allreduce else 0.0
+        within_node = platform.links.intra is not None and 1 < per_node < max(ranks)
+
+        def one(count: int, name: str, step_s: float) -> dict:
+            out = workdir / f"{name}-{len(list(workdir.glob(f'{name}-*.json')))}.json"
+            probe_allreduce(here, count, spec, out, step_s=step_s, batch_per_rank=per_rank, overlap_s=step_s * window)
+            return allreduce_measurement(str(out), algorithm, gradient_bytes)
 
         def measure(step_s: float) -> dict:
-            out = workdir / f"allreduce-probe-{len(list(workdir.glob('allreduce-probe-*.json')))}.json"
-            probe_allreduce(here, max(ranks), spec, out, step_s=step_s, batch_per_rank=per_rank,
-                            overlap_s=step_s * window)
-            return allreduce_measurement(out, algorithm, gradient_bytes)
+            found = one(max(ranks), "allreduce-probe", step_s)
+            return {**found, "intra": one(per_node, "allreduce-probe-node", step_s)} if within_node else found
 
         return measure
 

@@ -11,6 +11,7 @@ from firescale.model.comm import (
     allreduce_time,
     butterfly_allreduce_time,
     canonical_algorithm,
+    fit_comm_ppp,
     parameter_server_time,
     resolve_algorithm,
     ring_allreduce_time,
@@ -29,15 +30,20 @@ class NodeLinks:
     site's launcher places them.  `intra` is the link between two ranks of one node (PCIe, NVLink,
     shared memory); None means one link for every hop, the platform's own, as before two levels.
     `hierarchical` is Horovod's hierarchical allreduce: within each node, across nodes, within again.
+    `intra_ppp` is the intra-node link's percent of peak when a calibration measured it apart (an
+    allreduce within one node); None: it takes the platform link's, as one calibration fits both.
     """
 
     ranks_per_node: int = 1
     intra: Link | None = None
     hierarchical: bool = False
+    intra_ppp: float | None = None
 
     def __post_init__(self) -> None:
         if self.ranks_per_node < 1:
             raise FirescaleError(f"ranks_per_node must be at least 1, not {self.ranks_per_node}")
+        if self.intra_ppp is not None and not 0 < self.intra_ppp <= 1:
+            raise FirescaleError(f"the intra-node link's percent of peak must be in (0, 1], not {self.intra_ppp}")
 
 
 @dataclass(frozen=True)
@@ -181,13 +187,14 @@ def hierarchical_allreduce(algorithm: str, nbytes: float, p: int, k: int, intra:
 def two_level_allreduce(algorithm: str, nbytes: float, p: int, link: Link, links: NodeLinks) -> CommParts:
     """Seconds to allreduce `nbytes` over `p` ranks, split into intra- and inter-node parts.
 
-    `link` is the platform's link between nodes; the intra-node link takes its percent of peak and
-    reduction rate, since one calibration fits the platform's communication.  Without an intra-node
-    link every hop is on `link` and the total is exactly model/comm.py's allreduce_time.
+    `link` is the platform's link between nodes; the intra-node link takes its reduction rate, and its
+    percent of peak unless one was measured apart (`links.intra_ppp`).  Without an intra-node link every
+    hop is on `link` and the total is exactly model/comm.py's allreduce_time.
     """
     hierarchical, name = hierarchical_choice(algorithm, links.hierarchical)
     k = links.ranks_per_node
-    intra = link if links.intra is None else replace(links.intra, ppp=link.ppp, reduce_rate=link.reduce_rate)
+    intra = link if links.intra is None else replace(
+        links.intra, ppp=link.ppp if links.intra_ppp is None else links.intra_ppp, reduce_rate=link.reduce_rate)
     if hierarchical:
         return hierarchical_allreduce(canonical_algorithm(name), nbytes, p, k, intra, link)
     key = canonical_algorithm(name)
@@ -200,6 +207,44 @@ def two_level_allreduce(algorithm: str, nbytes: float, p: int, link: Link, links
         total = allreduce_time(key, nbytes, p, link)
         return CommParts(parts.intra, total - parts.intra, total)
     return parts
+
+
+def fit_intra_node_ppp(algorithm: str, nbytes: float, p: int, seconds: float, link: Link, links: NodeLinks) -> float:
+    """The intra-node link's percent of peak from an allreduce of `p` ranks within one node, every hop on it
+    (with the platform link's reduction rate, as two_level_allreduce gives it)."""
+    if links.intra is None or p > links.ranks_per_node:
+        raise FirescaleError(f"an allreduce of {p} ranks within one node needs a node of at least {p} ranks and an "
+                             f"intra-node link (this platform: {links.ranks_per_node} a node, "
+                             f"{'an' if links.intra else 'no'} intra-node link)")
+    return fit_comm_ppp(algorithm, nbytes, p, seconds, replace(links.intra, reduce_rate=link.reduce_rate))
+
+
+def fit_inter_node_ppp(algorithm: str, nbytes: float, p: int, seconds: float, link: Link, links: NodeLinks) -> float:
+    """The percent of peak of the link between nodes that makes two_level_allreduce give the measured
+    `seconds` for `nbytes` over `p` ranks, the intra-node link at `links.intra_ppp` (or tied to it, when
+    None).  With one link for every hop it is model/comm.py's fit_comm_ppp.  The total falls as the factor
+    rises, so it is found by bisection (on its logarithm); a measurement at or under the time at the
+    peak keeps the peak, as fit_comm_ppp caps at 1."""
+    if links.intra is None:
+        return fit_comm_ppp(algorithm, nbytes, p, seconds, link)
+    if p <= links.ranks_per_node:
+        raise FirescaleError(f"an allreduce of {p} ranks stays within one node of {links.ranks_per_node}; "
+                             "fitting the link between nodes needs ranks on two or more")
+
+    def total(ppp: float) -> float:
+        return two_level_allreduce(algorithm, nbytes, p, replace(link, ppp=ppp), links).total
+
+    if seconds <= total(1.0):
+        return 1.0
+    low, high = 1e-9, 1.0       # total(low) > seconds >= total(high) is kept
+    if total(low) <= seconds:
+        return low
+    for _ in range(100):
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if total(mid) > seconds else (low, mid)
+        if high / low < 1 + 1e-9:
+            break
+    return high
 
 
 def algorithm_label(algorithm: str, nbytes: float, p: int, link: Link, links: NodeLinks) -> str:

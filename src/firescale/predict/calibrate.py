@@ -10,8 +10,9 @@ from typing import Any
 
 from firescale.atomic import atomic_write_json, load_json
 from firescale.errors import FirescaleError
-from firescale.model.comm import LIBRARY_DEFAULTS, fit_comm_ppp
+from firescale.model.comm import LIBRARY_DEFAULTS
 from firescale.model.cycle import allreduce_without_wait
+from firescale.model.hierarchy import fit_inter_node_ppp, fit_intra_node_ppp
 from firescale.model.layers import net_cost
 from firescale.model.paleo import Device, Platform, compute_times
 from firescale.nets.spec import NetSpec
@@ -43,6 +44,7 @@ class Calibration:
     read_bandwidth: float = 0.0
     io_source: dict[str, Any] = field(default_factory=dict)
     comm_hidden_share: float | None = None   # measured by an overlapped probe (None: the site's kind decides)
+    ppp_comm_intra: float | None = None      # the intra-node link's, measured apart (None: it takes ppp_comm)
 
     def apply(self, platform: Platform) -> Platform:
         """The platform with these factors (and this overhead and contention) in place of its own, and
@@ -51,9 +53,11 @@ class Calibration:
         if self.read_bandwidth > 0 and data.read_bandwidth == 0:
             data = replace(data, read_bandwidth=self.read_bandwidth, read_source="calibration")
         share = platform.comm_hidden_share if self.comm_hidden_share is None else self.comm_hidden_share
+        links = platform.links if self.ppp_comm_intra is None else replace(platform.links,
+                                                                            intra_ppp=self.ppp_comm_intra)
         return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
                        link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s,
-                       contention=self.contention, data=data, comm_hidden_share=share)
+                       contention=self.contention, data=data, comm_hidden_share=share, links=links)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,33 +237,48 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
             compute_source["runs"] = [{"batch": b, "measured_iteration_s": s,
                                        "ideal_compute_s": _ideal_compute_s(spec, b, device, elementwise)}
                                       for b, s in runs]
-    ppp_comm, comm_source = platform.link.ppp, {"fitted": False}
+    ppp_comm, ppp_intra, comm_source = platform.link.ppp, None, {"fitted": False}
     if allreduce is not None:
-        try:
-            algo, nbytes, ranks, seconds = (allreduce["algorithm"], float(allreduce["bytes"]),
-                                            int(allreduce["ranks"]), float(allreduce["seconds"]))
-        except (KeyError, TypeError, ValueError):
-            raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
-        comm_source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
-                       **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share")
-                          if k in allreduce}}
-        determined = True
-        if allreduce.get("measured") == "horovod":
-            # Horovod's allreduce waited for its negotiation cycle, which the model adds per point.
-            step = float(allreduce.get("after_step_s", 0.0))
-            own, determined = allreduce_without_wait(seconds, step, platform.cycle_s)
-            comm_source.update(cycle_s=platform.cycle_s, cycle_wait_s=seconds - own, allreduce_own_s=own)
-            seconds = own
-            if not determined:
-                comm_source.update(fitted=False, allreduce_at_most_s=platform.cycle_s - step, why=(
-                    f"the measured iterations ran at one per Horovod cycle ({platform.cycle_s * 1e3:g} ms): any "
-                    f"allreduce up to {(platform.cycle_s - step) * 1e3:.3g} ms gives the same time, so the "
-                    "communication factor stays at the platform's"))
-        if determined:
-            ppp_comm = fit_comm_ppp(algo, nbytes, ranks, seconds, platform.link)
+        comm_source, own = _measured_allreduce(allreduce, platform)
+        algo, nbytes, ranks = comm_source["algorithm"], comm_source["bytes"], comm_source["ranks"]
+        if allreduce.get("intra") is not None and platform.links.intra is not None:
+            # An allreduce within one node as well: the intra-node link gets a factor of its own.
+            intra_source, intra_own = _measured_allreduce(allreduce["intra"], platform)
+            comm_source["intra"] = intra_source
+            if intra_own is not None:
+                ppp_intra = fit_intra_node_ppp(intra_source["algorithm"], intra_source["bytes"],
+                                               intra_source["ranks"], intra_own, platform.link, platform.links)
+        if own is not None:
+            ppp_comm = fit_inter_node_ppp(algo, nbytes, ranks, own, platform.link,
+                                          replace(platform.links, intra_ppp=ppp_intra))
     share = None if allreduce is None or allreduce.get("hidden_share") is None else float(allreduce["hidden_share"])
     return Calibration(platform.name, ppp_compute, ppp_comm, compute_source, comm_source, overhead,
-                       comm_hidden_share=share)
+                       comm_hidden_share=share, ppp_comm_intra=ppp_intra)
+
+
+def _measured_allreduce(allreduce: dict[str, Any], platform: Platform) -> tuple[dict[str, Any], float | None]:
+    """What a calibration records of an allreduce measurement, and the seconds to fit the link to: Horovod's
+    wait for its negotiation cycle taken out (the model adds it per point); None when the measured
+    iterations ran at one per cycle, so that any allreduce short enough gives the same time."""
+    try:
+        algo, nbytes, ranks, seconds = (allreduce["algorithm"], float(allreduce["bytes"]),
+                                        int(allreduce["ranks"]), float(allreduce["seconds"]))
+    except (KeyError, TypeError, ValueError):
+        raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
+    source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
+              **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share") if k in allreduce}}
+    if allreduce.get("measured") != "horovod":
+        return source, seconds
+    step = float(allreduce.get("after_step_s", 0.0))
+    own, determined = allreduce_without_wait(seconds, step, platform.cycle_s)
+    source.update(cycle_s=platform.cycle_s, cycle_wait_s=seconds - own, allreduce_own_s=own)
+    if determined:
+        return source, own
+    source.update(fitted=False, allreduce_at_most_s=platform.cycle_s - step, why=(
+        f"the measured iterations ran at one per Horovod cycle ({platform.cycle_s * 1e3:g} ms): any "
+        f"allreduce up to {(platform.cycle_s - step) * 1e3:.3g} ms gives the same time, so the "
+        "communication factor stays at the platform's"))
+    return source, None
 
 
 def save_calibration(path: str | Path, calibration: Calibration) -> Path:
@@ -280,11 +299,12 @@ def load_calibration(path: str | Path) -> Calibration:
                           float(data.get("overhead_s", 0.0)), float(data.get("eval_s", 0.0)),
                           float(data.get("contention", 1.0)), float(data.get("read_bandwidth", 0.0)),
                           dict(data.get("io_source", {})),
-                          None if data.get("comm_hidden_share") is None else float(data["comm_hidden_share"]))
+                          None if data.get("comm_hidden_share") is None else float(data["comm_hidden_share"]),
+                          None if data.get("ppp_comm_intra") is None else float(data["ppp_comm_intra"]))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError(f"{path}: a calibration needs site, ppp_compute and ppp_comm") from None
-    for key in ("ppp_compute", "ppp_comm"):
-        if not 0 < getattr(cal, key) <= 1:
+    for key in ("ppp_compute", "ppp_comm", "ppp_comm_intra"):
+        if getattr(cal, key) is not None and not 0 < getattr(cal, key) <= 1:
             raise FirescaleError(f"{path}: {key} must be in (0, 1], not {getattr(cal, key)}")
     if not (cal.contention > 0 and math.isfinite(cal.contention)):
         raise FirescaleError(f"{path}: contention must be a number > 0 (a ratio of times), not {cal.contention}")

@@ -124,7 +124,9 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
         if probe is not None:
             probes.append(probe(min(m.iteration_s - m.allreduce_s for m in small_runs)))
             say(f"round {k + 1}: allreduce probe after a {probes[-1].get('after_step_s', 0) * 1e3:.3f} ms step: "
-                f"{probes[-1]['seconds'] * 1e3:.3f} ms")
+                f"{probes[-1]['seconds'] * 1e3:.3f} ms"
+                + (f" ({probes[-1]['intra']['ranks']} ranks of one node: {probes[-1]['intra']['seconds'] * 1e3:.3f} ms)"
+                   if "intra" in probes[-1] else ""))
         if contend is not None:
             contended.append(contend(small_runs[-1]))
             say(f"round {k + 1}: contention, {contended[-1]['copies']} copies at batch {small} at once: "
@@ -137,6 +139,8 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
     fit = [(b, min(ts)) for b, ts in calibration_runs.items()]
     if probes:
         allreduce = min(probes, key=lambda a: a["seconds"])   # the least disturbed, as for the compute
+        if "intra" in allreduce:                               # and within one node, its own least disturbed
+            allreduce = {**allreduce, "intra": min((a["intra"] for a in probes), key=lambda a: a["seconds"])}
     if fit_comm:
         best = min(comm_runs, key=lambda m: m.iteration_s)
         allreduce = allreduce_from_run(best.ranks, best.allreduce_s, spec, platform.algorithm,
