@@ -37,12 +37,16 @@ def test_copies_on_a_node_are_one_srun_step_and_each_copy_names_its_own_out(tmp_
     assert not any(a.startswith("--mpi=pmix") for a in argv)
     script_at = argv.index("-c") + 1
     assert argv[script_at + 1:] == [str(out), "prog", "--x", "1", "--out"]
-    # the task's script, run as srun would run it on the node (task 1 of step 7): its own out, no step id left
+    # the task's script, run as srun would run it on the node (task 1 of step 7): its own out and its own log,
+    # no step id left
+    out.parent.mkdir()
     shown = "import os, sys; print(sys.argv[1:], os.environ.get('SLURM_STEP_ID'), os.environ.get('SLURM_STEPID'))"
     task = subprocess.run(["sh", "-c", argv[script_at], str(out), sys.executable, "-c", shown, "--out"],
                           capture_output=True, text=True, check=True,
                           env={"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_STEP_ID": "7", "SLURM_STEPID": "7"})
-    assert task.stdout.strip() == f"{['--out', str(out) + '-1']} None None"
+    assert task.stdout == ""
+    log = out.with_name("contention-b4-1.log").read_text()
+    assert log.strip() == f"{['--out', str(out) + '-1']} None None"
 
 
 def test_copies_on_a_node_need_srun():

@@ -177,7 +177,8 @@ def test_fitting_each_link_keeps_one_link_sites_and_the_peak_and_refuses_what_ca
     from firescale.model.comm import fit_comm_ppp
     from firescale.model.hierarchy import fit_inter_node_ppp, fit_intra_node_ppp
     measured = 3 * allreduce_time("tree", N, 8, INTER)
-    assert fit_inter_node_ppp("tree", N, 8, measured, INTER, NodeLinks(4)) == fit_comm_ppp("tree", N, 8, measured, INTER)
+    one_link = fit_comm_ppp("tree", N, 8, measured, INTER)
+    assert fit_inter_node_ppp("tree", N, 8, measured, INTER, NodeLinks(4)) == one_link
     fast = two_level_allreduce("tree", N, 8, INTER, NodeLinks(4, INTRA)).total / 2
     assert fit_inter_node_ppp("tree", N, 8, fast, INTER, NodeLinks(4, INTRA)) == 1.0   # faster than the peak: kept
     with pytest.raises(FirescaleError, match="stays within one node of 4; fitting the link between nodes needs"):
@@ -214,3 +215,18 @@ def test_a_calibration_with_an_allreduce_within_one_node_fits_both_links_and_kee
     path.write_text(json.dumps({**cal.to_dict(), "ppp_comm_intra": 1.5}))
     with pytest.raises(FirescaleError, match="ppp_comm_intra must be in"):
         load_calibration(path)
+
+
+def test_an_allreduce_within_one_node_alone_fits_the_one_factor_on_the_link_inside_the_node():
+    # `bench predict --ranks 1,2` on a site of two ranks a node probes two ranks of one node: every hop of it is
+    # on the intra-node link, so the one factor (both links take it) is fitted there, not on the network.
+    from dataclasses import replace
+
+    from firescale.predict.calibrate import calibrate
+    platform = platform_from_site(load_site("vcluster-2x2"))
+    within = two_level_allreduce("tree", N, 2, replace(platform.link, ppp=0.2), platform.links).total
+    cal = calibrate(platform, "lenet", 64, 0.01, {"algorithm": "tree", "measured": "mpi", "bytes": N, "ranks": 2,
+                                                  "seconds": within})
+    assert cal.ppp_comm == pytest.approx(0.2, rel=1e-9) and cal.ppp_comm_intra is None
+    model = cal.apply(platform)
+    assert two_level_allreduce("tree", N, 2, model.link, model.links).total == pytest.approx(within, rel=1e-9)

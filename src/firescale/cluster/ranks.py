@@ -19,8 +19,9 @@ from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
-# One task of a step: its own --out (positional, never spliced into the script), Slurm's step id cleared.
-_OWN_COPY = 'out="$0-$SLURM_PROCID"; unset SLURM_STEP_ID SLURM_STEPID; exec "$@" "$out"'
+# One task of a step: its own --out (positional, never spliced into the script) and its own log beside it,
+# Slurm's step id cleared.
+_OWN_COPY = 'out="$0-$SLURM_PROCID"; unset SLURM_STEP_ID SLURM_STEPID; exec "$@" "$out" > "$out.log" 2>&1'
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class SiteRanks:
 
     def copies_argv(self, copies: int, command: Sequence[str], out: str | os.PathLike[str]) -> list[str]:
         """argv of one job step that runs `copies` copies of a single-rank `command` at once on one node, with no
-        MPI between them: copy i appends OUT-i to `command` (which ends with its --out option).
+        MPI between them: copy i appends OUT-i to `command` (which ends with its --out option) and writes its
+        output to OUT-i.log.
 
         Each copy is a process of its own, as a rank computing beside its node's other ranks is: Open MPI
         (under Horovod) starts it as a singleton once Slurm's step id is out of its environment.  Only srun

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
         def measure(step_s: float) -> dict:
             found = one(max(ranks), "allreduce-probe", step_s)
-            return {**found, "intra": one(per_node, "allreduce-probe-node", step_s)} if within_node else found
+            return {**found, "intra": one(per_node, "allreduce-node-probe", step_s)} if within_node else found
 
         return measure
 

@@ -248,7 +248,10 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
             if intra_own is not None:
                 ppp_intra = fit_intra_node_ppp(intra_source["algorithm"], intra_source["bytes"],
                                                intra_source["ranks"], intra_own, platform.link, platform.links)
-        if own is not None:
+        if own is not None and platform.links.intra is not None and ranks <= platform.links.ranks_per_node:
+            # Within one node alone: every hop on the link inside it, which takes the one factor as the other does.
+            ppp_comm = fit_intra_node_ppp(algo, nbytes, ranks, own, platform.link, platform.links)
+        elif own is not None:
             ppp_comm = fit_inter_node_ppp(algo, nbytes, ranks, own, platform.link,
                                           replace(platform.links, intra_ppp=ppp_intra))
     share = None if allreduce is None or allreduce.get("hidden_share") is None else float(allreduce["hidden_share"])

@@ -171,11 +171,15 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
         step = subprocess.Popen(node.copies_argv(copies, argv, root), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env={**os.environ, **node.env})
         try:
-            _finish(argv, step, timeout)
+            output, _ = step.communicate(timeout=timeout)
         finally:
             if step.poll() is None:
                 step.kill()
                 step.wait()
+        if step.returncode != 0:     # quote the first copy that left no result, from its own log
+            failed = next((o for o in outs if not (o / "result.json").is_file()), outs[0])
+            log = failed.with_name(failed.name + ".log")
+            raise _short_run_failed(argv, step, (log.read_text() if log.is_file() else "") + output)
     else:
         _copies_on_cores(argv, outs, timeout)
     runs = [read_measured_iteration(out / "result.json") for out in outs]
