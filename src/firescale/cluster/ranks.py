@@ -20,8 +20,11 @@ from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
 # One task of a step: its own --out (positional, never spliced into the script) and its own log beside it,
-# Slurm's step id cleared.
-_OWN_COPY = 'out="$0-$SLURM_PROCID"; unset SLURM_STEP_ID SLURM_STEPID; exec "$@" "$out" > "$out.log" 2>&1'
+# Slurm's step id cleared, and a session folder of its own for Open MPI: two singletons starting at once on a
+# node race to create the shared /tmp/ompi.HOST.UID and one fails ("File exists"; 2 of 30 steps here).
+_OWN_COPY = ('out="$0-$SLURM_PROCID"; unset SLURM_STEP_ID SLURM_STEPID; '
+             'session=$(mktemp -d) || exit 1; export OMPI_MCA_orte_tmpdir_base="$session"; '
+             '"$@" "$out" > "$out.log" 2>&1; status=$?; rm -rf "$session"; exit $status')
 
 
 @dataclass(frozen=True)

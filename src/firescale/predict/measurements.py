@@ -1,10 +1,12 @@
 """Measured iteration times for calibration: read them from run records, or take a short single-rank run."""
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,14 +198,19 @@ def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
         cores = list(range(os.cpu_count() or 1))
     if len(outs) < 2 or len(outs) > len(cores):
         raise FirescaleError(f"a contention run needs 2 to {len(cores)} copies (one per core here), not {len(outs)}")
-    procs = [([*argv, str(out)], subprocess.Popen(
-        [*argv, str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
-        preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}))) for out, core in zip(outs, cores)]
-    try:
-        for copy_argv, proc in procs:
-            _finish(copy_argv, proc, timeout)
-    finally:                                  # one copy failed or timed out: stop the others too
-        for _, proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    # Each its own session folder for Open MPI: singletons starting at once race to create the shared one.
+    with contextlib.ExitStack() as stack:
+        sessions = [stack.enter_context(tempfile.TemporaryDirectory(prefix="firescale-copy-")) for _ in outs]
+        procs = [([*argv, str(out)], subprocess.Popen(
+            [*argv, str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "OMPI_MCA_orte_tmpdir_base": session},
+            preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})))
+            for out, core, session in zip(outs, cores, sessions)]
+        try:
+            for copy_argv, proc in procs:
+                _finish(copy_argv, proc, timeout)
+        finally:                                  # one copy failed or timed out: stop the others too
+            for _, proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
