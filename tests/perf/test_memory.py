@@ -33,8 +33,10 @@ def test_lenet_matches_tensorflows_allocations_layer_by_layer(lenet_measured):
     # The model keeps each layer's forward tensors until its backward pass; TensorFlow frees some earlier,
     # how many depends on the executor's kernel order (24.2 to 28.9 MB measured here for a model of 30.1 MB).
     assert lenet_measured.training_peak <= training <= 1.3 * lenet_measured.training_peak
-    # The update's order of kernels (and so its peak) is the executor's choice: the model takes a bound.
-    assert model.peak == pytest.approx(lenet_measured.peak, rel=0.15)
+    # The update's order of kernels (and so its peak) is the executor's choice: the model takes a bound.  The
+    # measured peak was 28.9-30.0 MB in six runs alone and 25.0 MB once in a loaded test session (a model of
+    # 30.1 MB), where "within 15%" failed: the model is held to being a bound, as for the training peak.
+    assert lenet_measured.peak <= model.peak <= 1.3 * lenet_measured.peak
     text = comparison_markdown(model, lenet_measured)
     assert "| ip1 (+relu1) | 0.128 / 0.128 |" in text and "Peak in use during forward and backward" in text
     assert measured_from_dict(lenet_measured.to_dict(), "x").peak == lenet_measured.peak
