@@ -54,3 +54,21 @@ def test_copies_on_a_node_need_srun():
     with pytest.raises(FirescaleError, match="site local: copies of a run on one of its nodes start through srun "
                                              "only, not mpirun"):
         site_ranks(load_site("local")).copies_argv(2, ["prog", "--out"], "/tmp/x")
+
+
+def test_a_copy_that_outlives_its_timeout_is_asked_to_stop_before_it_is_killed():
+    # srun cancels its step on SIGTERM; a killed srun cannot.  A process that exits on TERM exits by itself,
+    # one that ignores it is killed after the grace.
+    import subprocess
+    import time
+
+    from firescale.predict.measurements import stop
+    polite = subprocess.Popen(["sh", "-c", 'trap "exit 3" TERM; sleep 30 & wait'], text=True)
+    time.sleep(0.3)
+    stop(polite, grace_s=10)
+    assert polite.returncode == 3
+    stubborn = subprocess.Popen(["sh", "-c", 'trap "" TERM; sleep 30 & wait; sleep 30'], text=True)
+    time.sleep(0.3)
+    started = time.monotonic()
+    stop(stubborn, grace_s=0.5)
+    assert stubborn.returncode == -9 and time.monotonic() - started < 5

@@ -134,6 +134,19 @@ def _finish(argv: list[str], proc: subprocess.Popen[str], timeout: float) -> Non
         raise _short_run_failed(argv, proc, output)
 
 
+def stop(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+    """Stop `proc` if it still runs: SIGTERM first, so that srun cancels its step on the nodes (a killed srun
+    cannot), then SIGKILL after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError:
     lines = output.strip().splitlines()
     tail = "\n".join([l for l in lines if l.startswith("firescale: error")] or lines[-5:])
@@ -175,9 +188,7 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
         try:
             output, _ = step.communicate(timeout=timeout)
         finally:
-            if step.poll() is None:
-                step.kill()
-                step.wait()
+            stop(step)
         if step.returncode != 0:     # quote the first copy that left no result, from its own log
             failed = next((o for o in outs if not (o / "result.json").is_file()), outs[0])
             log = failed.with_name(failed.name + ".log")
@@ -211,6 +222,4 @@ def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
                 _finish(copy_argv, proc, timeout)
         finally:                                  # one copy failed or timed out: stop the others too
             for _, proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop(proc)
