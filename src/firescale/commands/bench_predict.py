@@ -66,15 +66,18 @@ def run(args: argparse.Namespace) -> int:
         per_rank = max(1, args.batch // max(ranks))
         window = backward_share(platform, spec, per_rank) if args.overlap_allreduce else 0.0
         within_node = platform.links.intra is not None and 1 < per_node < max(ranks)
+        rounds = itertools.count()
 
-        def one(count: int, name: str, step_s: float) -> dict:
-            out = workdir / f"{name}-{len(list(workdir.glob(f'{name}-*.json')))}.json"
+        def one(count: int, out: Path, step_s: float) -> dict:
             probe_allreduce(here, count, spec, out, step_s=step_s, batch_per_rank=per_rank, overlap_s=step_s * window)
             return allreduce_measurement(str(out), algorithm, gradient_bytes)
 
         def measure(step_s: float) -> dict:
-            found = one(max(ranks), "allreduce-probe", step_s)
-            return {**found, "intra": one(per_node, "allreduce-node-probe", step_s)} if within_node else found
+            k = next(rounds)
+            found = one(max(ranks), workdir / f"allreduce-probe-{k}.json", step_s)
+            if not within_node:
+                return found
+            return {**found, "intra": one(per_node, workdir / f"allreduce-node-probe-{k}.json", step_s)}
 
         return measure
 

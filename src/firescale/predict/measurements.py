@@ -177,12 +177,12 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     nodes (SiteRanks.copies_argv), where they share what the node's ranks share.  Horovod's share of a
     rank's core is not in it; the allreduce probe measures that.
     """
+    if copies < 2:
+        raise FirescaleError(f"a contention run needs 2 or more copies, not {copies}")
     root = Path(workdir) / f"contention-b{alone.batch_per_rank}"
     argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, root)[:-1]   # each copy adds its --out
     outs = [root.with_name(f"{root.name}-{i}") for i in range(copies)]
     if node is not None:
-        if copies < 2:
-            raise FirescaleError(f"a contention run needs 2 or more copies, not {copies}")
         step = subprocess.Popen(node.copies_argv(copies, argv, root), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env={**os.environ, **node.env})
         try:
@@ -207,8 +207,9 @@ def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < len(outs):    # this process kept to fewer cores (a test worker): the node's, as mpirun does
         cores = list(range(os.cpu_count() or 1))
-    if len(outs) < 2 or len(outs) > len(cores):
-        raise FirescaleError(f"a contention run needs 2 to {len(cores)} copies (one per core here), not {len(outs)}")
+    if len(outs) > len(cores):
+        raise FirescaleError(f"a contention run here needs a core for each copy: {len(outs)} copies, "
+                             f"{len(cores)} cores")
     # Each its own session folder for Open MPI: singletons starting at once race to create the shared one.
     with contextlib.ExitStack() as stack:
         sessions = [stack.enter_context(tempfile.TemporaryDirectory(prefix="firescale-copy-")) for _ in outs]
