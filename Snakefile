@@ -60,6 +60,7 @@ rule predict:
 rule render:
     input:
         PLAN.files(JOB_SCRIPT),
+        [CALIBRATION_JOB.format(site=SITE, experiment=e) for e in EXPERIMENTS],
 
 
 rule report:

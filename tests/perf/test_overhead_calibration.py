@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -202,12 +203,19 @@ def test_an_unphysical_fit_keeps_the_device_at_its_peak_and_the_rest_as_overhead
         calibrate(START, DIGITS_LENET, 64, ideal[64] / 2, more_runs=[(32, ideal[32] / 2)])
 
 
-def test_the_allreduce_probe_is_refused_where_it_would_run_on_a_login_node(repo, tmp_path):
+def test_the_allreduce_probe_measures_a_clusters_nodes_only_from_inside_its_job(repo, tmp_path):
     base = [sys.executable, "-m", "firescale", "predict", "calibrate", "--net", "lenet_same", "--batch", "64",
             "--iteration-s", "0.5", "--out", str(tmp_path / "c.json")]
     proc = subprocess.run([*base, "--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True,
-                          cwd=repo)
-    assert proc.returncode == 1 and "scheduler 'torque'" in proc.stderr and "--allreduce-json" in proc.stderr
+                          cwd=repo, env={k: v for k, v in os.environ.items() if k != "PBS_JOBID"})
+    assert proc.returncode == 1 and "whose scheduler is 'torque', but this is not one of its jobs" in proc.stderr
+    assert "$PBS_JOBID is unset" in proc.stderr and "calibration job" in proc.stderr
+    # Inside one of the site's jobs it measures: here that ends at titan's launcher, which this machine lacks.
+    in_job = {**os.environ, "PBS_JOBID": "123.titan", "PATH": os.path.dirname(sys.executable)}
+    proc = subprocess.run([*base, "--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True,
+                          cwd=repo, env=in_job)
+    assert proc.returncode == 1 and "not one of its jobs" not in proc.stderr, proc.stderr
+    assert "aprun, the launcher of site titan's ranks, is not on the PATH here" in proc.stderr
     proc = subprocess.run(base + ["--site", "local", "--allreduce-probe", "2", "--allreduce-json", "x.json"],
                           capture_output=True, text=True, cwd=repo)
     assert proc.returncode == 1 and "give one of --allreduce-json, --comm-record and --allreduce-probe" in proc.stderr

@@ -113,6 +113,31 @@ def test_directives_follow_the_scheduler():
     assert "#" not in render_job_script(load_site("local"), fixed_job(2)).split("\n", 2)[1][:1] or True
 
 
+def test_a_one_process_job_starts_its_command_once_in_an_allocation_for_all_ranks(tmp_path):
+    """A calibration job: the scheduler allocates the ranks' nodes and tasks, and the command starts once, bare,
+    on the first node (it starts its own steps there); after a failure every node is still asked for it."""
+    job = JobSpec(**{**vars(fixed_job(8)), "one_process": True})
+    slurm = render_job_script(load_site("ib-cluster"), job)
+    assert "#SBATCH --nodes=2\n" in slurm and "#SBATCH --ntasks-per-node=4" in slurm
+    launch = next(line for line in slurm.splitlines() if line.endswith(" &") and "train" in line)
+    assert launch == "firescale train --net nin --out /shared/firescale/results/demo/g8 &"
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in slurm        # the program probe, one a node
+    assert "# --- one process here; it starts its own steps on the allocation (8 rank(s), 2 node(s))" in slurm
+    # Run here: a 2-rank job of the local site (mpirun) starts its command once, not once a rank.
+    run = tmp_path / "run"
+    code = "import os; open('started', 'a').write(os.environ.get('OMPI_COMM_WORLD_RANK', 'none') + '\\n')"
+    two = JobSpec(name="once", ranks=2, walltime_s=60, workdir=run, log_file=run / "job.log",
+                  status_file=run / "status.json", command=[sys.executable, "-c", code])
+    proc = _run_script(tmp_path, render_job_script(load_site("local"), JobSpec(**{**vars(two), "one_process": True})))
+    assert proc.returncode == 0, proc.stderr
+    assert (run / "started").read_text() == "none\n"
+    assert _status(run)["ranks"] == 2 and _status(run)["exit_code"] == 0
+    (run / "started").unlink()
+    proc = _run_script(tmp_path, render_job_script(load_site("local"), two))     # as a point: once a rank
+    assert proc.returncode == 0, proc.stderr
+    assert sorted((run / "started").read_text().split()) == ["0", "1"]
+
+
 def test_a_missing_template_value_is_an_error_not_an_empty_string(tmp_path):
     (tmp_path / "local.sh.j2").write_text("#!/bin/bash\necho {{ job.name }} {{ no_such_value }}\n")
     environment.cache_clear()

@@ -117,29 +117,29 @@ def test_snakemake_lint_is_clean():
     assert "Lints for" not in proc.stdout + proc.stderr
 
 
-def test_calibration_measures_here_only_on_a_site_without_a_scheduler(tmp_path, monkeypatch):
-    """`local` runs the short run and the Horovod allreduce probe on the sweep's most ranks; a cluster
-    calibrates communication only from an allreduce.json, and its reads only from a bench-io.json, that
-    someone measured there in a job."""
+def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_measured(tmp_path, monkeypatch):
+    """Every site measures the same things in its calibration job: the short run, and Horovod's allreduce
+    probe on the sweep's most ranks; a cluster also takes its reads from a bench-io.json someone measured
+    there in a job (on this machine the runs' own reads are in their times)."""
     from firescale.sweep.plan import SweepPlan
 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     local = SweepPlan.build({**config, "site": "local"}, base=REPO)
-    assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"
+    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", "--allreduce-probe", "2"]
     titan = SweepPlan.build({**config, "site": "titan"}, base=REPO)
-    assert titan.calibration_options("nin-imagenet") == ""
-    measured = tmp_path / "results" / "titan" / "allreduce.json"
+    most = max(p.ranks for p in titan.points["nin-imagenet"])
+    assert most > 1
+    assert titan.calibration_options("nin-imagenet") == ["--short-run", "300", "--allreduce-probe", str(most)]
+    measured = tmp_path / "results" / "titan" / "bench-io.json"     # a node's reads, `bench io --json` in a job
     measured.parent.mkdir(parents=True)
     measured.write_text("{}")
-    assert titan.calibration_options("nin-imagenet") == "--allreduce-json results/titan/allreduce.json"
-    (measured.parent / "bench-io.json").write_text("{}")     # a node's reads, `bench io --json` in a job
-    assert titan.calibration_options("nin-imagenet") == ("--allreduce-json results/titan/allreduce.json"
-                                                         " --io-record results/titan/bench-io.json")
-    measured.unlink()
-    assert titan.calibration_options("nin-imagenet") == "--io-record results/titan/bench-io.json"
-    assert local.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2"  # the fit holds reads
+    assert titan.calibration_options("nin-imagenet")[-2:] == ["--io-record", str(measured)]   # absolute: for a job
+    (tmp_path / "results" / "local").mkdir()
+    (tmp_path / "results" / "local" / "bench-io.json").write_text("{}")
+    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", "--allreduce-probe", "2"]
     # an experiment whose runs overlap the allreduce times the probe beside its step too
     config["experiments"]["fashion-lenet"]["sweep"]["overlap_allreduce"] = True
     overlapped = SweepPlan.build({**config, "site": "local"}, base=REPO)
-    assert overlapped.calibration_options("fashion-lenet") == "--short-run 300 --allreduce-probe 2 --probe-overlap"
+    assert overlapped.calibration_options("fashion-lenet") == ["--short-run", "300", "--allreduce-probe", "2",
+                                                               "--probe-overlap"]

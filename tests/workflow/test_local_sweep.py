@@ -114,9 +114,14 @@ def test_report_shows_each_points_data_wait_as_its_real_runs_recorded_it(sweep):
 
 
 def test_calibration_fits_communication_from_horovods_allreduce(sweep):
-    """On a site without a scheduler the workflow times Horovod's allreduce of the net's gradients on the
-    sweep's most ranks, so the 2-rank prediction carries a measured communication term."""
+    """The workflow's calibration job times Horovod's allreduce of the net's gradients on the sweep's most
+    ranks, so the 2-rank prediction carries a measured communication term.  On this site the job runs here."""
     cal = json.loads((sweep / "results" / "local" / "digits-lenet" / "calibration.json").read_text())
+    job = sweep / ".firescale-work" / "results" / "local" / "digits-lenet" / "calibration"
+    assert (sweep / "results" / "local" / "digits-lenet" / "jobs" / "calibration.sh").is_file()
+    assert json.loads((job / "status.json").read_text())["exit_code"] == 0
+    assert json.loads((job / "calibration.json").read_text()) == cal      # what the job wrote, collected whole
+    assert (job / "work" / "allreduce-probe.json").is_file()
     comm = cal["comm_source"]
     assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2
     assert comm["bytes"] == 524_320 and comm["seconds"] > 0     # LeNet on 8x8 digits: 131,080 float32

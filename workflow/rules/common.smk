@@ -24,6 +24,7 @@ RUN_STATUS = "results/{site}/{experiment}/runs/{point}/status.json"
 REPORT = "reports/{site}/{experiment}/report.md"
 PREDICTION = "results/{site}/{experiment}/predict.json"
 CALIBRATION = "results/{site}/{experiment}/calibration.json"
+CALIBRATION_JOB = "results/{site}/{experiment}/jobs/calibration.sh"
 DATASET_MANIFEST = PLAN.dataset_manifest_pattern()
 
 

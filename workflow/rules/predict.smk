@@ -1,5 +1,5 @@
 # Predict every point before anything is submitted (Paleo's model with the site's devices and
-# interconnect), calibrate on the baseline once it has run, and predict again for the report: each
+# interconnect), calibrate in a job once the baseline has run, and predict again for the report: each
 # point's whole fixed-epoch budget, the report's train time.
 
 
@@ -19,20 +19,36 @@ rule predict_experiment:
         " --config {input.config:q} --json {output.json:q} --markdown {output.md:q} > {log:q} 2>&1"
 
 
+rule render_calibration_job:
+    input:
+        config=EFFECTIVE_CONFIG,
+    output:
+        CALIBRATION_JOB,
+    log:
+        "results/{site}/{experiment}/logs/render-calibration.log",
+    conda:
+        ENV
+    shell:
+        "firescale site render {wildcards.site:q} --experiment {wildcards.experiment:q} --calibration"
+        " --config {input.config:q} --out {output:q} > {log:q} 2>&1"
+
+
+# The baseline's run again at half its batch, once alone and once for each rank of a node at once, and
+# Horovod's allreduce over the sweep's most ranks: measured in a job on the site's nodes, as the points run.
 rule calibrate:
     input:
+        script=CALIBRATION_JOB,
+        config=EFFECTIVE_CONFIG,
         baseline=lambda wc: RUN_RESULT.format(site=wc.site, experiment=wc.experiment, point="baseline"),
     output:
         CALIBRATION,
     log:
         "results/{site}/{experiment}/logs/calibrate.log",
-    params:
-        extra=lambda wc: PLAN.calibration_options(wc.experiment),
     conda:
         ENV
     shell:
-        "firescale predict calibrate --site {wildcards.site:q} --record {input.baseline:q} {params.extra}"
-        " --out {output:q} > {log:q} 2>&1"
+        "firescale sweep calibrate {wildcards.site:q} --experiment {wildcards.experiment:q}"
+        " --config {input.config:q} --script {input.script:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule predict_calibrated:

@@ -62,7 +62,12 @@ class SiteRanks:
     def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:
         """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed."""
         argv = self.argv(ranks, command)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  env={**os.environ, **self.env})
+        except FileNotFoundError:
+            raise FirescaleError(f"{what}: {argv[0]}, the launcher of site {self.site}'s ranks, is not on the PATH "
+                                 "here") from None
         if proc.returncode != 0:
             lines = _without_launcher_notices((proc.stderr or proc.stdout).strip().splitlines())
             tail = "\n".join([line for line in lines if "firescale: error" in line] or lines[-5:])

@@ -98,53 +98,86 @@ def _option(command: tuple[str, ...], name: str) -> str | None:
     return None
 
 
-def _local_site(args: argparse.Namespace, what: str) -> Any:
-    """The site whose ranks a measurement starts on this machine (only a site without a scheduler)."""
+def _measuring_site(args: argparse.Namespace, what: str) -> Any:
+    """The site whose ranks a measurement starts as its jobs start them: a site without a scheduler here, a
+    site with one only from inside one of its jobs (where its launcher places ranks on the job's nodes)."""
+    from firescale.jobs.schedulers import get_scheduler
+
     site = site_or_none(args)
     if site is None:
         raise FirescaleError(f"{what} starts ranks as a site does: give --site")
-    if site.scheduler != "local":
-        raise FirescaleError(f"{what} starts ranks on this machine, but site {site.name} has scheduler "
-                             f"{site.scheduler!r}; run `firescale bench allreduce --algorithms horovod` in a job "
-                             "there and pass its --json output as --allreduce-json")
+    scheduler = get_scheduler(site.scheduler)
+    if site.scheduler != "local" and not scheduler.inside_job():
+        raise FirescaleError(f"{what} measures on the nodes of site {site.name}, whose scheduler is "
+                             f"{site.scheduler!r}, but this is not one of its jobs (${scheduler.job_id_variable} is "
+                             "unset); the workflow runs it in a calibration job (results/<site>/<experiment>/jobs/"
+                             "calibration.sh), or run `firescale bench allreduce --algorithms horovod` in a job "
+                             "and pass its --json output as --allreduce-json")
     return site
 
 
+def _ranks_per_node(site: Any, ranks: int) -> int:
+    """How many of `ranks` ranks the site puts on one node, as its jobs place them."""
+    from firescale.cluster.ranks import site_ranks
+
+    return min(ranks, site_ranks(site).per_node or ranks)
+
+
 def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: MeasuredIteration,
-                workdir: str) -> dict:
-    """The short run again on as many cores as the probe has ranks, all at once: the node's contention."""
-    _local_site(args, "--allreduce-probe")
-    contended = contention(alone, baseline, args.allreduce_probe, args.short_run, workdir)
-    print(f"measured: {contended['copies']} copies of the short run at once compute "
-          f"{contended['factor']:.3f} times as long as one alone ({contended['alone_s'] * 1e3:.3f} ms)")
+                workdir: str) -> dict | None:
+    """The short run again once for each rank the probe's point puts on a node, all at once: the node's
+    contention (None when it puts one a node).  On a Slurm site the copies are one job step on one node;
+    elsewhere they run here, each on a core of its own (in a job, here is the job's first node)."""
+    from firescale.cluster.ranks import site_ranks
+
+    site = _measuring_site(args, "--allreduce-probe")
+    copies = _ranks_per_node(site, args.allreduce_probe)
+    if copies < 2:
+        return None
+    node = site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
+    contended = contention(alone, baseline, copies, args.short_run, workdir, node=node)
+    print(f"measured: {contended['copies']} copies of the short run at once"
+          f"{' on one node' if node is not None else ''} compute {contended['factor']:.3f} times as long as one "
+          f"alone ({contended['alone_s'] * 1e3:.3f} ms)")
     return contended
 
 
 def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: float, batch: int) -> dict:
-    """Run the Horovod allreduce probe on this machine with the site's launcher: the net's gradients
-    summed as the trainer sums them, inside an iteration shaped as the trainer's that takes `step_s`
-    without the allreduce (a measured iteration's time less its allreduce) and is fed `batch` images
-    per rank; its measurement.  With --probe-overlap, also with its requests made as the step's backward
-    pass starts (its share of the step, as the model counts it)."""
+    """Run the Horovod allreduce probe with the site's launcher: the net's gradients summed as the trainer
+    sums them, inside an iteration shaped as the trainer's that takes `step_s` without the allreduce (a
+    measured iteration's time less its allreduce) and is fed `batch` images per rank; its measurement.
+    With --probe-overlap, also with its requests made as the step's backward pass starts (its share of the
+    step, as the model counts it).  On a site with a link inside its nodes whose probe spans nodes of
+    several ranks, one node's ranks are probed as well ("intra"): each link then gets a factor of its own."""
     from firescale.cluster.ranks import probe_allreduce, site_ranks
     from firescale.model.paleo import backward_share
 
-    site = _local_site(args, "--allreduce-probe")
+    site = _measuring_site(args, "--allreduce-probe")
     cost = net_cost(spec, 1)
+    per_node = _ranks_per_node(site, args.allreduce_probe)
+    window = step_s * backward_share(platform, spec, batch) if args.probe_overlap else 0.0
+
+    def one(ranks: int, folder: Path, name: str) -> dict:
+        out = folder / name
+        probe_allreduce(site_ranks(site), ranks, spec, out, step_s=step_s, batch_per_rank=batch, overlap_s=window)
+        found = allreduce_measurement(out, platform.algorithm, cost.weight_bytes)
+        if not args.workdir:
+            found["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms "
+                               f"horovod --gradients-of {spec.name})")
+        return found
+
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
-        out = Path(args.workdir or tmp) / "allreduce-probe.json"
-        window = step_s * backward_share(platform, spec, batch) if args.probe_overlap else 0.0
-        probe_allreduce(site_ranks(site), args.allreduce_probe, spec, out, step_s=step_s, batch_per_rank=batch,
-                        overlap_s=window)
-        measurement = allreduce_measurement(out, platform.algorithm, cost.weight_bytes)
-    if not args.workdir:
-        measurement["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms horovod "
-                                 f"--gradients-of {spec.name})")
+        folder = Path(args.workdir or tmp)
+        measurement = one(args.allreduce_probe, folder, "allreduce-probe.json")
+        if platform.links.intra is not None and 1 < per_node < args.allreduce_probe:
+            measurement["intra"] = one(per_node, folder, "allreduce-node-probe.json")
     print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
           f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
           f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean)"
           + (f"; requested as backward starts, {measurement['hidden_share']:.0%} of it ran beside the compute"
              if "hidden_share" in measurement else ""))
+    if "intra" in measurement:
+        print(f"measured: the same over one node's {per_node} ranks: {measurement['intra']['seconds'] * 1e3:.3f} ms")
     return measurement
 
 
@@ -170,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         batch = args.short_batch or max(1, measured[0].batch_per_rank // 2)
         with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
             workdir = args.workdir or tmp
+            if site_or_none(args) is not None:    # the trainer runs here: only on a site's node
+                _measuring_site(args, "--short-run")
             measured.append(short_run(measured[0], batch, args.short_run, workdir))
             if args.allreduce_probe:
                 contended = _contention(args, measured[0], measured[-1], workdir)

@@ -93,12 +93,13 @@ def walltime_signal(status: dict[str, Any], rules: ResubmitRules) -> tuple[bool,
     return True, f"the walltime signal SIG{name}{when} (due at {_clock(due)}, walltime {_clock(rules.walltime_s)})"
 
 
-def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any] | None,
-           rules: ResubmitRules) -> Verdict:
-    """From the job's own status file, its result and the scheduler's confirmed last word."""
+def decide(status: dict[str, Any] | None, state: JobState, finished: bool, rules: ResubmitRules,
+           *, missing: str = "training wrote no finished result.json") -> Verdict:
+    """From the job's own status file, whether it left its finished result, and the scheduler's confirmed last
+    word; `missing` says what is missing when the job exited 0 without that result."""
     why = state.words()
     code = None if status is None else int(status.get("exit_code", -1))
-    if code == 0 and result is not None and result.get("status") in FINISHED_RESULTS:
+    if code == 0 and finished:
         return Verdict("succeeded")
     if state.state == UNKNOWN:
         return Verdict("failed", f"the scheduler stopped answering about the job ({state.raw})")
@@ -116,7 +117,7 @@ def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any
     if status is None or code is None:
         return Verdict("failed", f"the job ended (scheduler state {why}) without writing status.json")
     is_walltime, words = walltime_signal(status, rules)
-    if is_walltime and result is not None and result.get("status") in FINISHED_RESULTS:
+    if is_walltime and finished:
         # The signal came after the last iteration, while the job was ending: nothing is left to resume.
         return Verdict("succeeded", f"training finished before {words} ended the job")
     if is_walltime:
@@ -125,7 +126,7 @@ def decide(status: dict[str, Any] | None, state: JobState, result: dict[str, Any
         return Verdict("failed", f"stopped by {words}: a request to stop, not the walltime; "
                                  f"{exit_code_words(code)}, scheduler state {why}")
     if code == 0:
-        return Verdict("failed", "exit code 0 but training wrote no finished result.json")
+        return Verdict("failed", f"exit code 0 but {missing}")
     because = f": {status['reason']}" if status.get("reason") else ""  # the job's own words, when it has them
     return Verdict("failed", f"{exit_code_words(code)} (status.json), scheduler state {why}{because}")
 

@@ -137,7 +137,7 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
                    "--gpu-operations", gpu_operations] if gpu_operations else None
     srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it
     options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
-    launch = wrap(site.launcher, command, placement, options)
+    launch = command if job.one_process else wrap(site.launcher, command, placement, options)
     env_list = ENV_LIST_VARIABLE.get(site.launcher)
     collectives = {**site_allreduce(site).environment(), **site_horovod_environment(site)}
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}

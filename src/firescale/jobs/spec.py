@@ -14,7 +14,8 @@ SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job: N ranks of one command, with where its log and status file go."""
+    """One job: N ranks of one command (or one process in an allocation for N ranks), with where its log and
+    status file go."""
 
     name: str
     ranks: int
@@ -25,6 +26,9 @@ class JobSpec:
     status_file: Path
     env: Mapping[str, str] = field(default_factory=dict)
     devices_per_rank: int = 1   # a replica split over D devices: one rank per D of a node's GPUs
+    # The command runs once, on the job's first node, and starts its own steps on the allocation (a
+    # calibration's measurements); otherwise once for each rank, through the site's launcher.
+    one_process: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):

@@ -1,4 +1,5 @@
-"""From a sweep point to a JobSpec: the `firescale train` command, its run folder, log and status file."""
+"""From a sweep point to a JobSpec: the `firescale train` command, its run folder, log and status file; and
+the experiment's calibration job."""
 from __future__ import annotations
 
 import re
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from firescale.cluster.site import parse_walltime
 from firescale.jobs.spec import JobSpec
+from firescale.predict.calibrate import CALIBRATION_FILE
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import SweepPoint
 from firescale.sweep.records import PointRecord
@@ -78,10 +80,14 @@ def transform_options(plan: SweepPlan, experiment: str) -> list[str]:
     return argv + {True: ["--mirror"], False: ["--no-mirror"], None: []}[t["mirror"]]
 
 
+def _job_name(experiment: str, what: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"fs-{experiment[:6]}-{what}")[:40]  # a schedule's '+'
+
+
 def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpec:
     out = run_dir(plan, experiment, point)
     return JobSpec(
-        name=re.sub(r"[^A-Za-z0-9_.-]", "_", f"fs-{experiment[:6]}-{point.name}")[:40],  # a schedule's '+'
+        name=_job_name(experiment, point.name),
         ranks=point.ranks,
         devices_per_rank=point.devices,
         walltime_s=parse_walltime(plan.walltimes[experiment]),
@@ -100,3 +106,24 @@ def point_record(plan: SweepPlan, experiment: str, point: SweepPoint) -> PointRe
         nodes=plan.site.nodes_for(point.ranks, point.devices), batch=point.batch, lr=point.lr, repeat=point.repeat,
         baseline=point.baseline, walltime=plan.walltimes[experiment], run_dir=str(run_dir(plan, experiment, point)),
         max_resubmits=min(int(plan.experiment(experiment)["max_resubmits"]), plan.site.max_resubmits))
+
+
+def calibration_dir(plan: SweepPlan, experiment: str) -> Path:
+    """Where the experiment's calibration job measures and writes its calibration, log and status file."""
+    return (plan.site.paths.results / plan.site.name / experiment / "calibration").resolve()
+
+
+def calibration_job(plan: SweepPlan, experiment: str) -> JobSpec:
+    """The job that calibrates the experiment's predictions where its points run: `firescale predict
+    calibrate` as one process on the first node of an allocation as large as the sweep's most ranks, from
+    the baseline's result (plan.calibration_options: its run again at half the batch, once alone and once
+    for each rank of a node at once; Horovod's allreduce over the most ranks with the site's launcher).
+    It keeps its runs and probes in work/ and writes calibration.json last; the site's default walltime."""
+    out = calibration_dir(plan, experiment)
+    baseline = run_dir(plan, experiment, plan.baselines(experiment)[0]) / "result.json"
+    command = [*plan.site.config["environment"]["firescale"].split(), "predict", "calibrate",
+               "--site", str(plan.site.source), "--record", str(baseline), *plan.calibration_options(experiment),
+               "--workdir", str(out / "work"), "--out", str(out / CALIBRATION_FILE)]
+    return JobSpec(name=_job_name(experiment, "calibration"), ranks=max(p.ranks for p in plan.points[experiment]),
+                   walltime_s=parse_walltime(plan.site.default_walltime), command=command, workdir=out,
+                   log_file=out / "job.log", status_file=out / "status.json", one_process=True)

@@ -197,30 +197,28 @@ class SweepPlan:
             atomic_write_text(path, text)
         return str(path)
 
-    def allreduce_measurement(self) -> Path:
-        """Where a cluster's Horovod allreduce measurement goes (`bench allreduce --json`, run in a job)."""
-        return Path("results") / self.site.name / "allreduce.json"
-
     def io_measurement(self) -> Path:
         """Where a cluster's read measurement goes (`bench io --json`, run in a job on one node)."""
         return Path("results") / self.site.name / "bench-io.json"
 
-    def calibration_options(self, experiment: str) -> str:
-        """Extra `predict calibrate` options.  On a site without a scheduler, a short second run at half
-        the batch fits the fixed per-iteration overhead, and Horovod's allreduce timed on the sweep's most
-        ranks fits the communication factor.  On a cluster both would run on the login node: there the
-        communication factor comes from results/<site>/allreduce.json, and a node's read bandwidth from
-        results/<site>/bench-io.json, when someone measured them in a job."""
-        import shlex
+    def calibration_options(self, experiment: str) -> list[str]:
+        """The measurements of `predict calibrate` in the experiment's calibration job, as argv.
 
-        if self.site.scheduler != "local":
-            measured = [(option, path) for option, path in (("--allreduce-json", self.allreduce_measurement()),
-                                                            ("--io-record", self.io_measurement()))
-                        if path.is_file()]
-            return " ".join(f"{option} {shlex.quote(str(path))}" for option, path in measured)
+        A short second run at half the baseline's batch fits the fixed per-iteration overhead.  Where the
+        sweep's most ranks are several, Horovod's allreduce of the net's gradients timed over as many fits the
+        communication factor (beside the step's backward pass too when the experiment overlaps them), and
+        where they share a node, the short run started once for each of a node's ranks at once measures the
+        node's contention.  A cluster also takes a node's read bandwidth from results/<site>/bench-io.json
+        when someone measured it in a job (on this machine the runs' own reads are in their times)."""
         most = max(p.ranks for p in self.points[experiment])
-        probe = f" --allreduce-probe {most}" + (" --probe-overlap" if self.overlap_allreduce(experiment) else "")
-        return "--short-run 300" + (probe if most > 1 else "")
+        argv = ["--short-run", "300"]
+        if most > 1:
+            argv += ["--allreduce-probe", str(most)]
+            if self.overlap_allreduce(experiment):
+                argv.append("--probe-overlap")
+        if self.site.scheduler != "local" and self.io_measurement().is_file():
+            argv += ["--io-record", str(self.io_measurement().resolve())]
+        return argv
 
     def point_names(self, experiment: str) -> list[str]:
         return [p.name for p in self.points[experiment]]

@@ -12,7 +12,7 @@ from typing import Any
 
 from firescale.atomic import atomic_write_json
 from firescale.errors import FirescaleError
-from firescale.jobs.outcome import ResubmitRules, Verdict, decide, first_lost_rank, without_progress
+from firescale.jobs.outcome import FINISHED_RESULTS, ResubmitRules, Verdict, decide, first_lost_rank, without_progress
 from firescale.jobs.schedulers import Scheduler
 from firescale.jobs.watch import Polling, cancel_job, gave_up, watch_job
 from firescale.sweep.records import PointRecord, write_run_record
@@ -61,9 +61,16 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
+def trained(run_dir: Path) -> bool:
+    """Whether a point's job left what it is for: the trainer's finished result.json."""
+    result = read_json(run_dir / "result.json")
+    return result is not None and result.get("status") in FINISHED_RESULTS
+
+
 @dataclass
 class PointRun:
-    """Everything needed to run one point; `log` receives one line per submission and state change."""
+    """Everything needed to run one point's job (or another job, given what it leaves when done: `finished`,
+    and the words for its absence: `missing`); `log` receives one line per submission and state change."""
 
     scheduler: Scheduler
     script: Path
@@ -74,6 +81,8 @@ class PointRun:
     sleep: Callable[[float], None] = time.sleep
     current: str | None = None  # the job id being watched, for cancel_current()
     rules: ResubmitRules = field(default_factory=ResubmitRules)
+    finished: Callable[[Path], bool] = trained
+    missing: str = "training wrote no finished result.json"
 
     def run(self) -> tuple[Verdict, list[Submission]]:
         submissions: list[Submission] = []
@@ -115,7 +124,7 @@ class PointRun:
             sub.signal = status.get("signal", "")
         sub.queue_s = _seconds_between(sub.submitted, sub.started)
         sub.state = state.raw or state.state
-        verdict = decide(status, state, read_json(self.run_dir / "result.json"), self.rules)
+        verdict = decide(status, state, self.finished(self.run_dir), self.rules, missing=self.missing)
         if gave_up(state, status):
             verdict.reason += "; " + cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
         if verdict.outcome == "failed" and not (status or {}).get("reason"):  # else the job said why itself

@@ -86,6 +86,10 @@ class Scheduler:
     def __init__(self, runner: Runner = run_command) -> None:
         self.runner = runner
 
+    def inside_job(self) -> bool:
+        """Whether this process runs inside one of this scheduler's jobs (its job id variable is set)."""
+        return bool(self.job_id_variable and os.environ.get(self.job_id_variable))
+
     def directives(self, site: SiteProfile, job: JobSpec) -> list[str]:
         """Directive lines (with their prefix), sorted, for the top of the job script."""
         return []

@@ -1,0 +1,67 @@
+"""`firescale sweep calibrate`: submit an experiment's calibration job (or run it here), watch it, collect."""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from firescale.errors import FirescaleError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("site", help="site name or path")
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--config", default=None, help="experiments file (default: ./workflow/config.yaml)")
+    parser.add_argument("--script", required=True, type=Path,
+                        help="the calibration job's script (`firescale site render --calibration`)")
+    parser.add_argument("--out", required=True, type=Path, help="where to write the calibration it measured")
+    parser.add_argument("--poll-seconds", type=float, default=None,
+                        help="polling interval (default: the site's poll_seconds, as `firescale sweep run`)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from firescale.atomic import atomic_write_text
+    from firescale.jobs.lock import run_lock
+    from firescale.jobs.outcome import ResubmitRules
+    from firescale.jobs.schedulers import get_scheduler, prefixed
+    from firescale.predict.calibrate import CALIBRATION_FILE, load_calibration
+    from firescale.sweep.jobs import calibration_dir
+    from firescale.sweep.plan import load_plan
+    from firescale.sweep.run import PointRun, Polling, install_cancel_handlers, log_tail
+
+    plan = load_plan(args.site, args.config, experiments=[args.experiment])
+    site = plan.site
+    if site.archival:
+        raise FirescaleError(f"site {site.name} is archival (a retired machine): its calibration job is rendered, "
+                             "never submitted")
+    if not args.script.is_file():
+        raise FirescaleError(f"{args.script}: no such job script")
+    folder = calibration_dir(plan, args.experiment)
+    made = folder / CALIBRATION_FILE
+    here = site.scheduler == "local"
+    first = args.poll_seconds or site.config["poll_seconds"] or (1.0 if here else 10.0)
+    job = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])),
+                   script=args.script.resolve(), run_dir=folder, max_resubmits=0,
+                   polling=Polling(first=first, factor=1.0, most=first) if here else Polling(first=first),
+                   log=lambda line: print(line, flush=True), rules=ResubmitRules.for_site(site, site.default_walltime),
+                   finished=lambda d: (d / CALIBRATION_FILE).is_file(),
+                   missing=f"the calibration wrote no {CALIBRATION_FILE}")
+    with run_lock(folder, f"firescale sweep calibrate {site.name} {args.experiment}") as lock:
+        made.unlink(missing_ok=True)                # a calibration measures afresh; nothing stale is taken
+        shutil.rmtree(folder / "work", ignore_errors=True)
+        job.sleep = lambda seconds: (lock.refresh(), time.sleep(seconds))
+        install_cancel_handlers(job)
+        try:
+            verdict, _ = job.run()
+        except KeyboardInterrupt:
+            print("firescale: sweep calibrate interrupted; the job was cancelled", file=sys.stderr)
+            return 130
+    if verdict.outcome != "succeeded":
+        raise FirescaleError(f"the calibration job of {args.experiment} on site {site.name} failed: {verdict.reason}"
+                             f"; its log is {folder / 'job.log'}:\n{log_tail(folder / 'job.log')}")
+    load_calibration(made)                           # a file the predictions can read, or one sentence why not
+    atomic_write_text(args.out, made.read_text())
+    print(f"calibration of {args.experiment} on site {site.name} (job in {folder}) -> {args.out}")
+    return 0
