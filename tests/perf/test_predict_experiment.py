@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -148,6 +149,11 @@ def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_mod
     assert evaluation_s(model, platform, 2, 100, cal) == pytest.approx(2 * 0.02)
     no_test = ExperimentModel(model.net, 1438, "test", 4.0, "test", test_interval=50, test_size=0)
     assert evaluation_s(no_test, platform, 1, 100, cal) == 0.0
+    # Ranks that share a node evaluate their shards at once, as they train: the node's contention slows both.
+    shared = replace(platform, contention=2.1)
+    assert evaluation_s(model, shared, 2, 100, cal) == pytest.approx(2 * 0.02 * 2.1)
+    assert evaluation_s(model, shared, 2, 101) == pytest.approx(3 * forward * 2.1)
+    assert evaluation_s(model, shared, 1, 100, cal) == pytest.approx(2 * 0.04)        # one device: alone
 
 
 @pytest.mark.parametrize("site", ["titan", "ib-cluster"])

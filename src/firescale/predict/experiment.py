@@ -93,17 +93,19 @@ def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iteratio
     solver has Caffe's test_initialization, each sharded over the `gpus` devices.
 
     One evaluation takes the baseline's measured time when the calibration has it, else the forward
-    pass over the test set at the platform's compute factor (Paleo's forward time; no overhead).
+    pass over the test set at the platform's compute factor (Paleo's forward time; no overhead).  Where
+    several devices share a node, their shards take the platform's contention longer, as training does.
     """
     if not model.test_interval or not model.test_size:
         return 0.0
     interval = max(1, round(model.test_interval * batch_ratio))  # at batch B: test_interval x baseline batch / B
     evaluations = math.ceil(iterations / interval) + int(model.test_initialization)
+    shared = platform.contention if gpus > 1 else 1.0    # one device evaluates alone
     if calibration is not None and calibration.eval_s > 0:
-        return evaluations * calibration.eval_s / gpus
+        return evaluations * calibration.eval_s / gpus * shared
     per_device = math.ceil(model.test_size / gpus)
-    return evaluations * compute_times(net_cost(model.net, per_device), platform.device,
-                                       elementwise=platform.elementwise).forward
+    return evaluations * shared * compute_times(net_cost(model.net, per_device), platform.device,
+                                                elementwise=platform.elementwise).forward
 
 
 def experiment_platform(site: SiteProfile, calibration: Calibration | None = None) -> Platform:
