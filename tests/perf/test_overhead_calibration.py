@@ -210,6 +210,12 @@ def test_the_allreduce_probe_measures_a_clusters_nodes_only_from_inside_its_job(
                           cwd=repo, env={k: v for k, v in os.environ.items() if k != "PBS_JOBID"})
     assert proc.returncode == 1 and "whose scheduler is 'torque', but this is not one of its jobs" in proc.stderr
     assert "$PBS_JOBID is unset" in proc.stderr and "calibration job" in proc.stderr
+    assert "--allreduce-json" in proc.stderr
+    record = tmp_path / "baseline.json"     # a short run repeats a record: refused before it is read
+    proc = subprocess.run([sys.executable, "-m", "firescale", "predict", "calibrate", "--site", "titan", "--record",
+                           str(record), "--short-run", "50"], capture_output=True, text=True, cwd=repo,
+                          env={k: v for k, v in os.environ.items() if k != "PBS_JOBID"})
+    assert proc.returncode == 1 and "--short-run measures on the nodes of site titan" in proc.stderr
     # Inside one of the site's jobs it measures: here that ends at titan's launcher, which this machine lacks.
     in_job = {**os.environ, "PBS_JOBID": "123.titan", "PATH": os.path.dirname(sys.executable)}
     proc = subprocess.run([*base, "--site", "titan", "--allreduce-probe", "2"], capture_output=True, text=True,

@@ -1,5 +1,6 @@
-"""End to end on the virtual cluster: `snakemake --profile vcluster speedup_sweep` submits the baseline and
-the 2-GPU point with sbatch, watches them with squeue, and the report's 2-GPU row ran on two hosts."""
+"""End to end on the virtual cluster: `snakemake --profile vcluster speedup_sweep` submits the baseline, the
+2-GPU point and the calibration job with sbatch, watches them with squeue, and the report's 2-GPU row ran on
+two hosts."""
 from __future__ import annotations
 
 import json
@@ -61,3 +62,16 @@ def test_report_row_of_the_two_gpu_point_names_two_nodes(sweep):
     assert "vcluster, 2 nodes" in row and "MATCHES" in row
     rows = json.loads((out / "report.json").read_text())
     assert "n2" in json.dumps(rows)
+
+
+def test_the_calibration_job_measured_on_the_two_gpu_points_nodes(sweep):
+    """The calibration ran in a job of as many nodes as the 2-GPU point: its short run on the first, Horovod's
+    allreduce of LeNet's gradients over both; with one rank a node there is no contention to measure."""
+    cal = json.loads((sweep / "results" / "vcluster" / EXPERIMENT / "calibration.json").read_text())
+    job = sweep / ".firescale-work" / "results" / "vcluster" / EXPERIMENT / "calibration"
+    status = json.loads((job / "status.json").read_text())
+    assert status["exit_code"] == 0 and status["hosts"] == ["n1", "n2"] and status["job_id"].isdigit()
+    comm = cal["comm_source"]
+    assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2 and comm["seconds"] > 0
+    assert [r["batch_per_rank"] for r in cal["compute_source"]["records"]] == [64, 32]   # baseline, short run
+    assert "contention" not in cal["compute_source"] and cal["contention"] == 1.0

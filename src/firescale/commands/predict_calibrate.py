@@ -108,11 +108,12 @@ def _measuring_site(args: argparse.Namespace, what: str) -> Any:
         raise FirescaleError(f"{what} starts ranks as a site does: give --site")
     scheduler = get_scheduler(site.scheduler)
     if site.scheduler != "local" and not scheduler.inside_job():
+        by_hand = (", or run `firescale bench allreduce --algorithms horovod` in a job and pass its --json output "
+                   "as --allreduce-json" if what == "--allreduce-probe" else "")
         raise FirescaleError(f"{what} measures on the nodes of site {site.name}, whose scheduler is "
                              f"{site.scheduler!r}, but this is not one of its jobs (${scheduler.job_id_variable} is "
-                             "unset); the workflow runs it in a calibration job (results/<site>/<experiment>/jobs/"
-                             "calibration.sh), or run `firescale bench allreduce --algorithms horovod` in a job "
-                             "and pass its --json output as --allreduce-json")
+                             "unset); the workflow runs it in its calibration job (results/<site>/<experiment>/jobs/"
+                             f"calibration.sh){by_hand}")
     return site
 
 
@@ -191,6 +192,10 @@ def _read_bandwidth(args: argparse.Namespace) -> tuple[float, dict] | None:
 def run(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     io = _read_bandwidth(args)   # before anything runs or is written: a bad record stops here
+    if args.allreduce_probe:     # ranks start here as the site's jobs start them: refused outside its job
+        _measuring_site(args, "--allreduce-probe")
+    if args.short_run and getattr(args, "site", None):   # the trainer runs here: on a site, only on its node
+        _measuring_site(args, "--short-run")
     measured = [read_measured_iteration(p) for p in args.record]
     contended = None
     for m in measured:
@@ -203,8 +208,6 @@ def run(args: argparse.Namespace) -> int:
         batch = args.short_batch or max(1, measured[0].batch_per_rank // 2)
         with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
             workdir = args.workdir or tmp
-            if site_or_none(args) is not None:    # the trainer runs here: only on a site's node
-                _measuring_site(args, "--short-run")
             measured.append(short_run(measured[0], batch, args.short_run, workdir))
             if args.allreduce_probe:
                 contended = _contention(args, measured[0], measured[-1], workdir)
