@@ -22,7 +22,6 @@ from firescale.model.paleo import Platform
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import NET_NAMES, get_net
 from firescale.predict.calibrate import (
-    CALIBRATION_FILE,
     allreduce_from_run,
     allreduce_measurement,
     calibrate,
@@ -30,6 +29,7 @@ from firescale.predict.calibrate import (
     save_calibration,
 )
 from firescale.predict.measurements import MeasuredIteration, contention, read_measured_iteration, short_run
+from firescale.sweep.paths import CALIBRATION_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,11 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a run record of 2 or more ranks: fits the communication factor from the trainer's own "
                              "mean allreduce time for this net's gradients (instead of --allreduce-json)")
     parser.add_argument("--allreduce-probe", type=int, metavar="RANKS",
-                        help="time Horovod's allreduce of this net's gradients over RANKS ranks started here as "
-                             "--site starts them, and fit the communication factor from it (sites without a "
-                             "scheduler; on a cluster run `firescale bench allreduce --algorithms horovod` in a "
-                             "job and pass --allreduce-json); with --short-run, the short run is also started on "
-                             "RANKS cores at once, to measure how much slower ranks sharing a node compute")
+                        help="time Horovod's allreduce of this net's gradients over RANKS ranks started as --site "
+                             "starts them, and fit the communication factor from the fastest of --probe-rounds "
+                             "probes (on a site with a scheduler, only inside one of its jobs: the workflow's "
+                             "calibration job); with --short-run, the short run is also started once for each rank "
+                             "of a node at once, to measure how much slower ranks sharing a node compute")
+    parser.add_argument("--probe-rounds", type=int, default=3, metavar="N",
+                        help="how many times to start the allreduce probe; the fastest is taken, as the least "
+                             "disturbed (default 3: ranks sharing a core ran some probes 3-5 times as long)")
     parser.add_argument("--probe-overlap", action="store_true",
                         help="with --allreduce-probe: also time the allreduce requested as the step's backward "
                              "pass starts, as an experiment with overlap_allreduce requests it, and store the "
@@ -167,19 +170,31 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
                                f"horovod --gradients-of {spec.name})")
         return found
 
+    def fastest(ranks: int, folder: Path, name: str) -> dict:
+        """The probe --probe-rounds times, and the fastest: a probe's mean moves between launches (two ranks on
+        one core fall into a slow rhythm in some, and stay in it), and the trainer runs at the fast one."""
+        rounds = [one(ranks, folder, f"{name}-{k}.json") for k in range(args.probe_rounds)]
+        return {**min(rounds, key=lambda m: m["seconds"]), "rounds_s": [m["seconds"] for m in rounds]}
+
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         folder = Path(args.workdir or tmp)
-        measurement = one(args.allreduce_probe, folder, "allreduce-probe.json")
+        measurement = fastest(args.allreduce_probe, folder, "allreduce-probe")
         if platform.links.intra is not None and 1 < per_node < args.allreduce_probe:
-            measurement["intra"] = one(per_node, folder, "allreduce-node-probe.json")
+            measurement["intra"] = fastest(per_node, folder, "allreduce-node-probe")
     print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
           f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
-          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean)"
+          f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean; "
+          f"the fastest of {_ms(measurement['rounds_s'])})"
           + (f"; requested as backward starts, {measurement['hidden_share']:.0%} of it ran beside the compute"
              if "hidden_share" in measurement else ""))
     if "intra" in measurement:
-        print(f"measured: the same over one node's {per_node} ranks: {measurement['intra']['seconds'] * 1e3:.3f} ms")
+        print(f"measured: the same over one node's {per_node} ranks: {measurement['intra']['seconds'] * 1e3:.3f} ms "
+              f"(the fastest of {_ms(measurement['intra']['rounds_s'])})")
     return measurement
+
+
+def _ms(seconds: list[float]) -> str:
+    return ", ".join(f"{s * 1e3:.3f}" for s in seconds) + " ms"
 
 
 def _read_bandwidth(args: argparse.Namespace) -> tuple[float, dict] | None:
@@ -192,6 +207,8 @@ def _read_bandwidth(args: argparse.Namespace) -> tuple[float, dict] | None:
 def run(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     io = _read_bandwidth(args)   # before anything runs or is written: a bad record stops here
+    if args.probe_rounds < 1:
+        raise FirescaleError(f"--probe-rounds must be 1 or more, not {args.probe_rounds}")
     if args.allreduce_probe:     # ranks start here as the site's jobs start them: refused outside its job
         _measuring_site(args, "--allreduce-probe")
     if args.short_run and getattr(args, "site", None):   # the trainer runs here: on a site, only on its node

@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
     from firescale.jobs.lock import run_lock
     from firescale.jobs.outcome import ResubmitRules
     from firescale.jobs.schedulers import get_scheduler, prefixed
-    from firescale.predict.calibrate import CALIBRATION_FILE, load_calibration
+    from firescale.predict.calibrate import load_calibration
     from firescale.sweep.jobs import calibration_dir
+    from firescale.sweep.paths import CALIBRATION_FILE
     from firescale.sweep.plan import load_plan
     from firescale.sweep.run import PointRun, Polling, install_cancel_handlers, log_tail
 
@@ -40,11 +41,9 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"{args.script}: no such job script")
     folder = calibration_dir(plan, args.experiment)
     made = folder / CALIBRATION_FILE
-    here = site.scheduler == "local"
-    first = args.poll_seconds or site.config["poll_seconds"] or (1.0 if here else 10.0)
     job = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])),
                    script=args.script.resolve(), run_dir=folder, max_resubmits=0,
-                   polling=Polling(first=first, factor=1.0, most=first) if here else Polling(first=first),
+                   polling=Polling.for_site(site, args.poll_seconds),
                    log=lambda line: print(line, flush=True), rules=ResubmitRules.for_site(site, site.default_walltime),
                    finished=lambda d: (d / CALIBRATION_FILE).is_file(),
                    missing=f"the calibration wrote no {CALIBRATION_FILE}")

@@ -39,13 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.script.is_file():
         raise FirescaleError(f"{args.script}: no such job script")
     run_dir = Path(point.run_dir)
-    here = site.scheduler == "local"
-    first = args.poll_seconds
-    if first is None:
-        first = site.config["poll_seconds"] or (1.0 if here else 10.0)
-    # A scheduler is asked ever less often; a local job is looked at steadily, so that a short job's
-    # end is seen within a second rather than up to a third of its run time later.
-    polling = Polling(first=first, factor=1.0, most=first) if here else Polling(first=first)
+    polling = Polling.for_site(site, args.poll_seconds)
     log = lambda line: print(line, flush=True)  # noqa: E731
     point_run = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])),
                          script=args.script.resolve(), run_dir=run_dir,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firescale.errors import FirescaleError
 from firescale.jobs.schedulers.base import GONE, RUNNING, UNKNOWN, JobState, Scheduler
+
+if TYPE_CHECKING:
+    from firescale.cluster.site import SiteProfile
 
 
 @dataclass
@@ -26,6 +29,15 @@ class Polling:
     confirm: int = 2              # answers in a row that must agree before an end is believed (GONE: one more)
     give_up_after: float = 1800.0  # seconds of unanswered queries before the job is cancelled
     cancel_tries: int = 5         # attempts at cancelling a job the runner gives up on
+
+    @classmethod
+    def for_site(cls, site: SiteProfile, first: float | None = None) -> Polling:
+        """How a runner polls `site`'s jobs, from `first` seconds (else the site's poll_seconds).  A scheduler
+        is asked ever less often, from 10 s by default; a local job is looked at steadily, every second by
+        default, so that a short job's end is seen within a second rather than a third of its run time later."""
+        here = site.scheduler == "local"
+        first = first or site.config["poll_seconds"] or (1.0 if here else 10.0)
+        return cls(first=first, factor=1.0, most=first) if here else cls(first=first)
 
 
 @dataclass

@@ -18,8 +18,6 @@ from firescale.model.paleo import Device, Platform, compute_times
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import get_net
 
-CALIBRATION_FILE = "calibration.json"
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -269,7 +267,8 @@ def _measured_allreduce(allreduce: dict[str, Any], platform: Platform) -> tuple[
     except (KeyError, TypeError, ValueError):
         raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
     source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
-              **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share") if k in allreduce}}
+              **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s")
+                 if k in allreduce}}
     if allreduce.get("measured") != "horovod":
         return source, seconds
     step = float(allreduce.get("after_step_s", 0.0))

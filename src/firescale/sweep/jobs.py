@@ -7,7 +7,7 @@ from pathlib import Path
 
 from firescale.cluster.site import parse_walltime
 from firescale.jobs.spec import JobSpec
-from firescale.predict.calibrate import CALIBRATION_FILE
+from firescale.sweep.paths import CALIBRATION_FILE
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import SweepPoint
 from firescale.sweep.records import PointRecord

@@ -7,6 +7,7 @@ from pathlib import Path
 from firescale.errors import FirescaleError
 
 CONFIG_FILE = Path("workflow") / "config.yaml"
+CALIBRATION_FILE = "calibration.json"   # what a calibration is saved as, in the workflow and by default
 
 
 def default_config_file() -> Path:
