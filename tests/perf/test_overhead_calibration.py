@@ -229,3 +229,18 @@ def test_the_allreduce_probe_measures_a_clusters_nodes_only_from_inside_its_job(
     assert proc.returncode == 1
     assert "--probe-overlap times the allreduce probe beside its step: give --allreduce-probe" in proc.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_probe_round_past_its_timeout_is_stopped_and_said_and_all_failing_is_the_error(repo, tmp_path):
+    """Each round of the allreduce probe is stopped at --probe-timeout and left out with one line; with every
+    round out, the first failure is the error and nothing is written."""
+    out = tmp_path / "c.json"
+    proc = subprocess.run([sys.executable, "-m", "firescale", "predict", "calibrate", "--site", "local", "--net",
+                           "lenet_same", "--batch", "64", "--iteration-s", "0.05", "--allreduce-probe", "2",
+                           "--probe-rounds", "2", "--probe-timeout", "0.5", "--out", str(out)],
+                          capture_output=True, text=True, cwd=repo, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.count("firescale: allreduce probe round ") == 2 and "round 2 of 2 left out" in proc.stdout
+    assert ("the Horovod allreduce probe (2 ranks on site local) did not finish in 0.5 s and was stopped"
+            in proc.stderr)
+    assert not out.exists()

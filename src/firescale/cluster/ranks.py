@@ -68,6 +68,9 @@ class SiteRanks:
         except FileNotFoundError:
             raise FirescaleError(f"{what}: {argv[0]}, the launcher of site {self.site}'s ranks, is not on the PATH "
                                  "here") from None
+        except subprocess.TimeoutExpired:     # subprocess.run killed the launcher
+            raise FirescaleError(f"{what} ({ranks} ranks on site {self.site}) did not finish in {timeout:g} s "
+                                 "and was stopped") from None
         if proc.returncode != 0:
             lines = _without_launcher_notices((proc.stderr or proc.stdout).strip().splitlines())
             tail = "\n".join([line for line in lines if "firescale: error" in line] or lines[-5:])

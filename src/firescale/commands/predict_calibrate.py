@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-rounds", type=int, default=3, metavar="N",
                         help="how many times to start the allreduce probe; the fastest is taken, as the least "
                              "disturbed (default 3: ranks sharing a core ran some probes 3-5 times as long)")
+    parser.add_argument("--probe-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="stop a probe round that has not finished by then and leave it out (default 300; "
+                             "one launch in six on the virtual cluster hung)")
     parser.add_argument("--probe-overlap", action="store_true",
                         help="with --allreduce-probe: also time the allreduce requested as the step's backward "
                              "pass starts, as an experiment with overlap_allreduce requests it, and store the "
@@ -163,7 +166,8 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
 
     def one(ranks: int, folder: Path, name: str) -> dict:
         out = folder / name
-        probe_allreduce(site_ranks(site), ranks, spec, out, step_s=step_s, batch_per_rank=batch, overlap_s=window)
+        probe_allreduce(site_ranks(site), ranks, spec, out, step_s=step_s, batch_per_rank=batch, overlap_s=window,
+                        timeout=args.probe_timeout)
         found = allreduce_measurement(out, platform.algorithm, cost.weight_bytes)
         if not args.workdir:
             found["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms "
@@ -172,9 +176,23 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
 
     def fastest(ranks: int, folder: Path, name: str) -> dict:
         """The probe --probe-rounds times, and the fastest: a probe's mean moves between launches (two ranks on
-        one core fall into a slow rhythm in some, and stay in it), and the trainer runs at the fast one."""
-        rounds = [one(ranks, folder, f"{name}-{k}.json") for k in range(args.probe_rounds)]
-        return {**min(rounds, key=lambda m: m["seconds"]), "rounds_s": [m["seconds"] for m in rounds]}
+        one core fall into a slow rhythm in some, and stay in it), and the trainer runs at the fast one.  A
+        round that fails or hangs past --probe-timeout is said and left out (null in rounds_s); all failing,
+        the first failure is the error."""
+        rounds: list[dict | None] = []
+        failures: list[FirescaleError] = []
+        for k in range(args.probe_rounds):
+            try:
+                rounds.append(one(ranks, folder, f"{name}-{k}.json"))
+            except FirescaleError as exc:
+                print(f"firescale: allreduce probe round {k + 1} of {args.probe_rounds} left out: {exc}", flush=True)
+                rounds.append(None)
+                failures.append(exc)
+        measured = [m for m in rounds if m is not None]
+        if not measured:
+            raise failures[0]
+        return {**min(measured, key=lambda m: m["seconds"]),
+                "rounds_s": [None if m is None else m["seconds"] for m in rounds]}
 
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         folder = Path(args.workdir or tmp)
@@ -193,8 +211,8 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
     return measurement
 
 
-def _ms(seconds: list[float]) -> str:
-    return ", ".join(f"{s * 1e3:.3f}" for s in seconds) + " ms"
+def _ms(seconds: list[float | None]) -> str:
+    return ", ".join("failed" if s is None else f"{s * 1e3:.3f}" for s in seconds) + " ms"
 
 
 def _read_bandwidth(args: argparse.Namespace) -> tuple[float, dict] | None:
