@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from firescale.errors import FirescaleError
@@ -30,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.sweep.jobs import calibration_dir
     from firescale.sweep.paths import CALIBRATION_FILE
     from firescale.sweep.plan import load_plan
-    from firescale.sweep.run import PointRun, Polling, install_cancel_handlers, log_tail
+    from firescale.sweep.run import PointRun, Polling, log_tail, run_watched
 
     plan = load_plan(args.site, args.config, experiments=[args.experiment])
     site = plan.site
@@ -50,10 +49,8 @@ def run(args: argparse.Namespace) -> int:
     with run_lock(folder, f"firescale sweep calibrate {site.name} {args.experiment}") as lock:
         made.unlink(missing_ok=True)                # a calibration measures afresh; nothing stale is taken
         shutil.rmtree(folder / "work", ignore_errors=True)
-        job.sleep = lambda seconds: (lock.refresh(), time.sleep(seconds))
-        install_cancel_handlers(job)
         try:
-            verdict, _ = job.run()
+            verdict, _ = run_watched(job, lock)
         except KeyboardInterrupt:
             print("firescale: sweep calibrate interrupted; the job was cancelled", file=sys.stderr)
             return 130

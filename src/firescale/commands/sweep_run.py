@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from firescale.errors import FirescaleError
@@ -28,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.jobs.outcome import ResubmitRules
     from firescale.jobs.schedulers import get_scheduler, prefixed
     from firescale.sweep.records import read_point_record
-    from firescale.sweep.run import PointRun, Polling, collect, install_cancel_handlers
+    from firescale.sweep.run import PointRun, Polling, collect, run_watched
 
     site = load_site(args.site)
     if site.archival:
@@ -46,10 +45,8 @@ def run(args: argparse.Namespace) -> int:
                          max_resubmits=min(point.max_resubmits, site.max_resubmits), polling=polling, log=log,
                          rules=ResubmitRules.for_site(site, point.walltime))
     with run_lock(run_dir, f"firescale sweep run {site.name} {point.experiment}/{point.point}") as lock:
-        point_run.sleep = lambda seconds: (lock.refresh(), time.sleep(seconds))
-        install_cancel_handlers(point_run)
         try:
-            verdict, submissions = point_run.run()
+            verdict, submissions = run_watched(point_run, lock)
         except KeyboardInterrupt:
             print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
             return 130

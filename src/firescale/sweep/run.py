@@ -172,3 +172,15 @@ def install_cancel_handlers(run: PointRun) -> None:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+
+
+def run_watched(job: PointRun, lock: Any) -> tuple[Verdict, list[Submission]]:
+    """Run `job` while holding its run folder's `lock` (refreshed at every wait); Ctrl-C or a TERM cancels the
+    submitted job and raises KeyboardInterrupt."""
+    def sleep(seconds: float) -> None:
+        lock.refresh()
+        time.sleep(seconds)
+
+    job.sleep = sleep
+    install_cancel_handlers(job)
+    return job.run()
