@@ -52,16 +52,16 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     # After a synthetic step, as an iteration pays it: the step's time alone is recorded and subtracted.
     stepped = tmp_path / "stepped.json"
     run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
-                  "--compute-ms", "3", "--overlap-ms", "2", "--json", str(stepped)], timeout=240, cwd=repo)
+                  "--compute-ms", "3", "--overlap-ms", "1", "--json", str(stepped)], timeout=240, cwd=repo)
     data = json.loads(stepped.read_text())
     (m,) = data["measurements"]
     assert data["compute_ms"] == 3 and 0.0015 < m["compute_s"] < 0.03   # sized to ~3 ms on this core
     picked = allreduce_measurement(stepped, "tree", 524_320)
     assert picked["after_step_s"] == m["compute_s"]
-    # --overlap-ms: the same allreduce timed beside 2 ms of compute too (its sums checked as the others'), and
+    # --overlap-ms: the same allreduce timed beside 1 ms of compute too (its sums checked as the others'), and
     # the share of it that compute hid, which the calibration takes
     assert len(m["overlapped_seconds"]) == 5 and 0 <= m["hidden_share"] <= 1
-    assert 0.001 < m["window_s"] < m["compute_s"]
+    assert 0.0005 < m["window_s"] < m["compute_s"]     # a third of the step: apart even when cores are busy
     assert picked["hidden_share"] == m["hidden_share"]
     assert "hidden_share" not in allreduce_measurement(out, "tree", 524_320)
     only_mpi = tmp_path / "mpi.json"

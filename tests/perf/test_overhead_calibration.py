@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -238,9 +239,19 @@ def test_a_probe_round_past_its_timeout_is_stopped_and_said_and_all_failing_is_t
     proc = subprocess.run([sys.executable, "-m", "firescale", "predict", "calibrate", "--site", "local", "--net",
                            "lenet_same", "--batch", "64", "--iteration-s", "0.05", "--allreduce-probe", "2",
                            "--probe-rounds", "2", "--probe-timeout", "0.5", "--out", str(out)],
-                          capture_output=True, text=True, cwd=repo, timeout=120)
+                          capture_output=True, text=True, cwd=repo, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    left = [p for p in Path("/proc").glob("[0-9]*") if str(tmp_path).encode() in _cmdline(p)]
+    assert not left, f"ranks of a stopped probe round still run: {left}"
     assert proc.stdout.count("firescale: allreduce probe round ") == 2 and "round 2 of 2 left out" in proc.stdout
     assert ("the Horovod allreduce probe (2 ranks on site local) did not finish in 0.5 s and was stopped"
             in proc.stderr)
     assert not out.exists()
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:       # gone meanwhile
+        return b""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_a_copy_that_outlives_its_timeout_is_asked_to_stop_before_it_is_killed()
     import subprocess
     import time
 
-    from firescale.predict.measurements import stop
+    from firescale.cluster.ranks import stop
     polite = subprocess.Popen(["sh", "-c", 'trap "exit 3" TERM; sleep 30 & wait'], text=True)
     time.sleep(0.3)
     stop(polite, grace_s=10)
@@ -72,3 +73,31 @@ def test_a_copy_that_outlives_its_timeout_is_asked_to_stop_before_it_is_killed()
     started = time.monotonic()
     stop(stubborn, grace_s=0.5)
     assert stubborn.returncode == -9 and time.monotonic() - started < 5
+
+
+def test_a_launcher_in_a_session_of_its_own_is_stopped_with_all_it_started_here():
+    # mpirun's ranks are its children: a rank that outlives the launcher would compute beside the next round.
+    import subprocess
+
+    from firescale.cluster.ranks import stop
+    launcher = subprocess.Popen(["sh", "-c", 'trap "exit 3" TERM; sleep 60 & echo $!; wait'], text=True,
+                                stdout=subprocess.PIPE, start_new_session=True)
+    assert launcher.stdout is not None
+    rank = int(launcher.stdout.readline())
+    stop(launcher, grace_s=10)
+    assert launcher.returncode == 3
+    assert _gone(rank), f"the launcher's child {rank} still runs"
+
+
+def _gone(pid: int) -> bool:
+    """True once `pid` has ended (gone, or a zombie its new parent has not reaped yet)."""
+    import time
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False

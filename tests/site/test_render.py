@@ -218,15 +218,36 @@ def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path, sent):
             "pathlib.Path('ready').write_text('1')\n"
             "time.sleep(60)\n")
     script, run = _local_job(tmp_path, code)
+    err = _signalled(tmp_path, script, run, sent)
+    assert (run / "snapshot.txt").read_text() == "saved", err  # the rank got USR1 through mpirun
+    status = _status(run)
+    assert status["signal"] == sent.name.removeprefix("SIG") and status["exit_code"] == 3
+
+
+@pytest.mark.parametrize("sent", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_one_process_job_passes_the_walltime_signal_on_as_term(tmp_path, sent):
+    """A calibration takes no snapshot: its one process is asked to stop with TERM (it then stops its ranks)."""
+    code = ("import signal, sys, time, pathlib\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path('stopped.txt').write_text('TERM'), sys.exit(4)))\n"
+            "pathlib.Path('ready').write_text('1')\n"
+            "time.sleep(60)\n")
+    run = tmp_path / "run"
+    job = JobSpec(name="calibration", ranks=2, walltime_s=60, workdir=run, log_file=run / "job.log",
+                  status_file=run / "status.json", command=[sys.executable, "-c", code], one_process=True)
+    err = _signalled(tmp_path, render_job_script(load_site("local"), job), run, sent)
+    assert (run / "stopped.txt").read_text() == "TERM", err
+    assert "asking its one process to stop (SIGTERM)" in err and "snapshot" not in err
+    assert _status(run)["exit_code"] == 4
+
+
+def _signalled(tmp_path: Path, script: str, run: Path, sent: signal.Signals) -> str:
+    """Start the job `script`, send it `sent` once its command wrote `ready`; its standard error."""
     path = tmp_path / "job.sh"
     path.write_text(script)
     proc = subprocess.Popen(["bash", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not (run / "ready").exists() and time.time() < deadline:
         time.sleep(0.2)
-    assert (run / "ready").exists(), "the rank did not start"
+    assert (run / "ready").exists(), "the job's command did not start"
     proc.send_signal(sent)
-    out, err = proc.communicate(timeout=60)
-    assert (run / "snapshot.txt").read_text() == "saved", err  # the rank got USR1 through mpirun
-    status = _status(run)
-    assert status["signal"] == sent.name.removeprefix("SIG") and status["exit_code"] == 3
+    return proc.communicate(timeout=60)[1]

@@ -6,7 +6,9 @@ runs them here; on a cluster they belong in a job.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -60,23 +62,53 @@ class SiteRanks:
                 "sh", "-c", _OWN_COPY, str(out), *command]
 
     def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:
-        """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed."""
+        """Run `command` as `ranks` ranks; its standard output, or an error naming `what` failed.  Past `timeout`
+        or when interrupted, the launcher is stopped (`stop`)."""
         argv = self.argv(ranks, command)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, **self.env})
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env={**os.environ, **self.env}, start_new_session=True)
         except FileNotFoundError:
             raise FirescaleError(f"{what}: {argv[0]}, the launcher of site {self.site}'s ranks, is not on the PATH "
                                  "here") from None
-        except subprocess.TimeoutExpired:     # subprocess.run killed the launcher
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(proc)
             raise FirescaleError(f"{what} ({ranks} ranks on site {self.site}) did not finish in {timeout:g} s "
                                  "and was stopped") from None
+        except BaseException:     # interrupted (Ctrl-C, the job's TERM): the ranks go too
+            stop(proc)
+            raise
         if proc.returncode != 0:
-            lines = _without_launcher_notices((proc.stderr or proc.stdout).strip().splitlines())
+            lines = _without_launcher_notices((stderr or stdout).strip().splitlines())
             tail = "\n".join([line for line in lines if "firescale: error" in line] or lines[-5:])
             raise FirescaleError(f"{what} ({ranks} ranks on site {self.site}) failed with exit code "
                                  f"{proc.returncode}: {tail}")
-        return proc.stdout
+        return stdout
+
+
+def stop(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+    """Stop a launcher (or a run) if it still runs, as a user would: SIGTERM first, which srun turns into
+    cancelling its step on the nodes (a killed srun cannot) and mpirun passes on to its ranks; SIGKILL after
+    `grace_s`.  Started in a session of its own (start_new_session), its whole process group goes at the end:
+    no rank it started here is left computing beside what runs next."""
+    try:
+        own_group = os.getpgid(proc.pid) == proc.pid
+    except ProcessLookupError:    # already reaped: nothing of it to stop
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    if own_group:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    elif proc.poll() is None:
+        proc.kill()
+    proc.communicate()
 
 
 def _without_launcher_notices(lines: list[str]) -> list[str]:

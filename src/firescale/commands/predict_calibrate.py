@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -223,6 +224,19 @@ def _read_bandwidth(args: argparse.Namespace) -> tuple[float, dict] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """As _calibrate; a TERM (the calibration job's walltime or cancel) interrupts it as Ctrl-C does, so that
+    the ranks it started are stopped with it."""
+    def interrupt(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return _calibrate(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     io = _read_bandwidth(args)   # before anything runs or is written: a bad record stops here
     if args.probe_rounds < 1:

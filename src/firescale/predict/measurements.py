@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.atomic import load_json
-from firescale.cluster.ranks import SiteRanks
+from firescale.cluster.ranks import SiteRanks, stop
 from firescale.errors import FirescaleError
 from firescale.results import RESULT_FORMAT, TrainResult, result_from_dict
 from firescale.sweep.records import RUN_FORMAT
@@ -134,19 +134,6 @@ def _finish(argv: list[str], proc: subprocess.Popen[str], timeout: float) -> Non
         raise _short_run_failed(argv, proc, output)
 
 
-def stop(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
-    """Stop `proc` if it still runs: SIGTERM first, so that srun cancels its step on the nodes (a killed srun
-    cannot), then SIGKILL after `grace_s`."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError:
     lines = output.strip().splitlines()
     tail = "\n".join([l for l in lines if l.startswith("firescale: error")] or lines[-5:])
@@ -184,7 +171,8 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     outs = [root.with_name(f"{root.name}-{i}") for i in range(copies)]
     if node is not None:
         step = subprocess.Popen(node.copies_argv(copies, argv, root), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env={**os.environ, **node.env})
+                                stderr=subprocess.STDOUT, text=True, env={**os.environ, **node.env},
+                                start_new_session=True)
         try:
             output, _ = step.communicate(timeout=timeout)
         finally:
@@ -216,7 +204,7 @@ def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
         procs = [([*argv, str(out)], subprocess.Popen(
             [*argv, str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "OMPI_MCA_orte_tmpdir_base": session},
-            preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})))
+            start_new_session=True, preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})))
             for out, core, session in zip(outs, cores, sessions)]
         try:
             for copy_argv, proc in procs:
