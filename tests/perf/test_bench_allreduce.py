@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from firescale.errors import FirescaleError
+
 
 @pytest.mark.slow
 def test_bench_allreduce_checks_every_algorithm_and_predicts_the_parameter_server_growing(run_ranks, tmp_path, repo):
@@ -34,7 +36,6 @@ def test_bench_allreduce_checks_every_algorithm_and_predicts_the_parameter_serve
 def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_path, repo):
     """`horovod` is the trainer's own allreduce: its sum is checked like the others', and a calibration
     prefers it over the MPI algorithms when fitting the communication factor."""
-    from firescale.errors import FirescaleError
     from firescale.predict.calibrate import allreduce_measurement
 
     out = tmp_path / "ar.json"
@@ -122,7 +123,6 @@ def test_a_nets_gradient_tensors_are_the_trainers_parameters():
 def test_a_librarys_own_choice_is_fitted_from_mpi_allreduce_itself(tmp_path):
     """A site left to its library (openmpi-default, ...) has no hand-written benchmark of that name: without
     Horovod's measurement, the fit takes MPI_Allreduce's (`mpi`), which ran the library's choice."""
-    from firescale.errors import FirescaleError
     from firescale.predict.calibrate import allreduce_measurement
 
     path = tmp_path / "ar.json"
@@ -160,3 +160,15 @@ def test_bad_benchmark_options_are_refused(repo):
                                   capture_output=True, text=True, cwd=repo, timeout=120)
             expected = f"expected the net's input as H,W,C (three positive integers), not {bad!r}"
             assert proc.returncode == 2 and expected in proc.stderr, (command, proc.stderr)
+
+
+def test_the_ranks_agree_on_one_matmul_cost_for_the_synthetic_step():
+    """Every rank computes the same step: the median of the ranks' estimates, none below the floor; an estimate
+    of 0 or less (matmuls timed no slower than none, on a core busy with another rank) is left out."""
+    from firescale.bench.allreduce import agreed_matmul_seconds
+    assert agreed_matmul_seconds([1e-4, 2e-4, 9e-4], floor_s=1e-6) == 2e-4
+    assert agreed_matmul_seconds([-3e-5, 1e-4, 3e-4], floor_s=1e-6) == pytest.approx(2e-4)
+    assert agreed_matmul_seconds([1e-9, 2e-9], floor_s=4e-6) == 4e-6     # 175,000 matmuls for 17 ms: refused
+    with pytest.raises(FirescaleError, match="could not be sized: on every one of 2 ranks its matmuls timed no "
+                                             "slower than none"):
+        agreed_matmul_seconds([0.0, -1e-5], floor_s=1e-6)

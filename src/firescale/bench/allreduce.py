@@ -173,6 +173,23 @@ class HorovodAllreduce:
         np.copyto(recv, np.concatenate(sums))
 
 
+# A bound on what one core computes (float32): a matmul can take no less than its flops at this rate.
+MATMUL_PEAK_FLOPS = 1e12
+
+
+def agreed_matmul_seconds(estimates: Sequence[float], *, floor_s: float) -> float:
+    """The seconds a matmul of the synthetic step takes, agreed by the ranks from their own `estimates`:
+    their median, so that every rank computes the same step (a rank with a longer one makes the others
+    wait, and the probe counts that wait as the allreduce's), and no less than `floor_s`.  An estimate of
+    0 or less (the matmuls timed no slower than none) is left out; all of them so, the step cannot be
+    sized."""
+    valid = [e for e in estimates if e > 0]
+    if not valid:
+        raise FirescaleError(f"the synthetic step could not be sized: on every one of {len(estimates)} ranks its "
+                             "matmuls timed no slower than none (a core too busy to measure on)")
+    return max(statistics.median(valid), floor_s)
+
+
 def _one_thread(tf: Any) -> None:
     """TensorFlow on one thread, one core per rank as the trainer runs (left as it is once TensorFlow started)."""
     for set_threads in (tf.config.threading.set_intra_op_parallelism_threads,
@@ -196,12 +213,13 @@ class HorovodIteration:
     between requests.  Measured here: an allreduce called apart, after a step computed outside the graph,
     paid 1.4-2.2 ms where the trainer paid about 1 ms, and the same graph called without the host's work
     in between paid most of a cycle where the trainer paid almost none (performance-model.md).  The
-    matmul count is sized so that the iteration without the allreduce takes about `target_s` here.
+    matmul count is sized so that the iteration without the allreduce takes about `target_s` here, the
+    same count on every rank (`comm`: the ranks time their matmuls together and agree on one cost).
     """
 
     def __init__(self, send: Any, tensors: Sequence[int], target_s: float, *, batch: int = 1,
                  input_shape: Sequence[int] = (1, 1, 1), size: int = 128, seed: int = 0,
-                 window_s: float = 0.0) -> None:
+                 window_s: float = 0.0, comm: Any = None) -> None:
         import numpy as np
         import tensorflow as tf
 
@@ -217,16 +235,34 @@ class HorovodIteration:
                           rng.integers(0, 10, batch, dtype=np.int64)) for _ in range(4)]
         self._batch, self._calls = batch, 0
         self._result: Any = None
-        _, alone = self._trace(0)
-        base = self._fastest(alone, 15)
         probe_matmuls = 32
-        _, alone = self._trace(probe_matmuls)
-        per = max((self._fastest(alone, 15) - base) / probe_matmuls, 1e-7)
+        (_, alone), (_, loaded) = self._trace(0), self._trace(probe_matmuls)
+        base, estimate = self._sizing(alone, loaded, probe_matmuls, comm)
+        peers = comm.allgather(estimate) if comm is not None else [estimate]
+        per = agreed_matmul_seconds(peers, floor_s=2 * size ** 3 / MATMUL_PEAK_FLOPS)
         self.matmuls = max(0, round((target_s - base) / per))
         self._with, self._without = self._trace(self.matmuls)
         # the compute an overlapped allreduce can hide behind (backward), sized as the step is
         self._window = self._trace(max(0, round((window_s - base) / per)))[1] if window_s > 0 else None
         self._requests = self._trace_requests() if window_s > 0 else None
+
+    def _sizing(self, alone: Any, loaded: Any, matmuls: int, comm: Any) -> tuple[float, float]:
+        """This rank's iteration without matmuls and what one matmul adds to it, the fastest of 15 calls of
+        each, in turn.  All ranks time them at once (after a barrier), as they compute in the probe: a rank
+        sharing its core with one still tracing its graphs timed its empty iteration slow and its matmuls
+        no slower, sized its step at tens of thousands of matmuls, and traced that graph for minutes."""
+        self._call(alone)
+        self._call(loaded)
+        if comm is not None:
+            comm.Barrier()
+        times: tuple[list[float], list[float]] = ([], [])
+        for _ in range(15):
+            for fn, kept in ((alone, times[0]), (loaded, times[1])):
+                start = time.perf_counter()
+                self._call(fn)
+                kept.append(time.perf_counter() - start)
+        base = min(times[0])
+        return base, (min(times[1]) - base) / matmuls
 
     def _trace(self, matmuls: int) -> tuple[Any, Any]:
         """The iteration with Horovod's allreduce and without it, for `matmuls` matmuls of compute, as
@@ -284,16 +320,6 @@ class HorovodIteration:
         images, labels = self._batches[self._calls % len(self._batches)]
         return fn(images, labels, tf.constant([1, self._calls], tf.int64), tf.constant(1e-9, tf.float32),
                   tf.constant(self._calls, tf.int64), tf.constant(float(self._batch)), tf.constant(0.0))
-
-    def _fastest(self, fn: Any, reps: int) -> float:
-        """The fastest of `reps` calls after a first: on a shared machine, the least disturbed."""
-        self._call(fn)
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            self._call(fn)
-            times.append(time.perf_counter() - start)
-        return min(times)
 
     def with_allreduce(self) -> None:
         self._result = self._call(self._with)
@@ -478,7 +504,7 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     if algorithm == "horovod" and compute_s > 0:
         _horovod_world(comm)
         iteration = HorovodIteration(send, tensors, compute_s, batch=batch, input_shape=input_shape, seed=rank,
-                                     window_s=overlap_s)
+                                     window_s=overlap_s, comm=comm)
         seconds, steps, overlapped, windows = _horovod_iterations(comm, iteration, reps, warmup, overlap_s > 0)
         iteration.copy_result(recv)
         _check_sum(algorithm, size, recv)
