@@ -63,10 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of a node at once, to measure how much slower ranks sharing a node compute")
     parser.add_argument("--probe-rounds", type=int, default=3, metavar="N",
                         help="how many times to start the allreduce probe; the fastest is taken, as the least "
-                             "disturbed (default 3: ranks sharing a core ran some probes 3-5 times as long)")
+                             "disturbed (default 3)")
     parser.add_argument("--probe-timeout", type=float, default=300.0, metavar="SECONDS",
-                        help="stop a probe round that has not finished by then and leave it out (default 300; "
-                             "one launch in six on the virtual cluster hung)")
+                        help="stop a probe round that has not finished by then, with its ranks, and leave it out "
+                             "(default 300; a round takes under a minute on the virtual cluster)")
     parser.add_argument("--probe-overlap", action="store_true",
                         help="with --allreduce-probe: also time the allreduce requested as the step's backward "
                              "pass starts, as an experiment with overlap_allreduce requests it, and store the "
@@ -176,10 +176,9 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
         return found
 
     def fastest(ranks: int, folder: Path, name: str) -> dict:
-        """The probe --probe-rounds times, and the fastest: a probe's mean moves between launches (two ranks on
-        one core fall into a slow rhythm in some, and stay in it), and the trainer runs at the fast one.  A
-        round that fails or hangs past --probe-timeout is said and left out (null in rounds_s); all failing,
-        the first failure is the error."""
+        """The probe --probe-rounds times, and the fastest: the least disturbed launch, as the calibration's
+        runs take their fastest.  A round that fails or hangs past --probe-timeout is said and left out (null
+        in rounds_s); all failing, the first failure is the error."""
         rounds: list[dict | None] = []
         failures: list[FirescaleError] = []
         for k in range(args.probe_rounds):
