@@ -237,9 +237,10 @@ class HorovodIteration:
         self._result: Any = None
         probe_matmuls = 32
         (_, alone), (_, loaded) = self._trace(0), self._trace(probe_matmuls)
-        base, estimate = self._sizing(alone, loaded, probe_matmuls, comm)
-        peers = comm.allgather(estimate) if comm is not None else [estimate]
-        per = agreed_matmul_seconds(peers, floor_s=2 * size ** 3 / MATMUL_PEAK_FLOPS)
+        mine = self._sizing(alone, loaded, probe_matmuls, comm)
+        peers = comm.allgather(mine) if comm is not None else [mine]   # (base, per matmul) of every rank
+        base = statistics.median(b for b, _ in peers)
+        per = agreed_matmul_seconds([e for _, e in peers], floor_s=2 * size ** 3 / MATMUL_PEAK_FLOPS)
         self.matmuls = max(0, round((target_s - base) / per))
         self._with, self._without = self._trace(self.matmuls)
         # the compute an overlapped allreduce can hide behind (backward), sized as the step is
