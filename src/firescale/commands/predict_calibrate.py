@@ -177,13 +177,17 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
 
     def fastest(ranks: int, folder: Path, name: str) -> dict:
         """The probe --probe-rounds times, and the fastest: the least disturbed launch, as the calibration's
-        runs take their fastest.  A round that fails or hangs past --probe-timeout is said and left out (null
-        in rounds_s); all failing, the first failure is the error."""
+        runs take their fastest.  A round that fails, hangs past --probe-timeout or times the allreduce below
+        zero is said and left out (null in rounds_s); all failing, the first failure is the error."""
         rounds: list[dict | None] = []
         failures: list[FirescaleError] = []
         for k in range(args.probe_rounds):
             try:
-                rounds.append(one(ranks, folder, f"{name}-{k}.json"))
+                found = one(ranks, folder, f"{name}-{k}.json")
+                if found["seconds"] < 0:    # the iteration timed shorter with the allreduce than without it
+                    raise FirescaleError(f"its iterations with the allreduce took {found['seconds'] * 1e3:.3f} ms "
+                                         "less than without it: the cores were too busy to time it")
+                rounds.append(found)
             except FirescaleError as exc:
                 print(f"firescale: allreduce probe round {k + 1} of {args.probe_rounds} left out: {exc}", flush=True)
                 rounds.append(None)
