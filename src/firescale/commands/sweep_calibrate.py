@@ -24,12 +24,11 @@ def run(args: argparse.Namespace) -> int:
     from firescale.atomic import atomic_write_text
     from firescale.jobs.lock import run_lock
     from firescale.jobs.outcome import ResubmitRules
-    from firescale.jobs.schedulers import get_scheduler, prefixed
     from firescale.predict.calibrate import load_calibration
     from firescale.sweep.jobs import calibration_dir
     from firescale.sweep.paths import CALIBRATION_FILE
     from firescale.sweep.plan import load_plan
-    from firescale.sweep.run import PointRun, Polling, log_tail, run_watched
+    from firescale.sweep.run import PointRun, Polling, log_tail, run_watched, site_scheduler
 
     plan = load_plan(args.site, args.config, experiments=[args.experiment])
     site = plan.site
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"{args.script}: no such job script")
     folder = calibration_dir(plan, args.experiment)
     made = folder / CALIBRATION_FILE
-    job = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])),
+    job = PointRun(scheduler=site_scheduler(site),
                    script=args.script.resolve(), run_dir=folder, max_resubmits=0,
                    polling=Polling.for_site(site, args.poll_seconds),
                    log=lambda line: print(line, flush=True), rules=ResubmitRules.for_site(site, site.default_walltime),

@@ -25,9 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.site import load_site
     from firescale.jobs.lock import run_lock
     from firescale.jobs.outcome import ResubmitRules
-    from firescale.jobs.schedulers import get_scheduler, prefixed
     from firescale.sweep.records import read_point_record
-    from firescale.sweep.run import PointRun, Polling, collect, run_watched
+    from firescale.sweep.run import PointRun, Polling, collect, run_watched, site_scheduler
 
     site = load_site(args.site)
     if site.archival:
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(point.run_dir)
     polling = Polling.for_site(site, args.poll_seconds)
     log = lambda line: print(line, flush=True)  # noqa: E731
-    point_run = PointRun(scheduler=get_scheduler(site.scheduler, prefixed(site.config["client_prefix"])),
+    point_run = PointRun(scheduler=site_scheduler(site),
                          script=args.script.resolve(), run_dir=run_dir,
                          max_resubmits=min(point.max_resubmits, site.max_resubmits), polling=polling, log=log,
                          rules=ResubmitRules.for_site(site, point.walltime))

@@ -61,6 +61,12 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
+def site_scheduler(site: Any) -> Scheduler:
+    """The scheduler of `site` (a SiteProfile), its commands run through the site's client_prefix."""
+    from firescale.jobs.schedulers import get_scheduler, prefixed
+    return get_scheduler(site.scheduler, prefixed(site.config["client_prefix"]))
+
+
 def trained(run_dir: Path) -> bool:
     """Whether a point's job left what it is for: the trainer's finished result.json."""
     result = read_json(run_dir / "result.json")
