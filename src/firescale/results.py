@@ -13,7 +13,8 @@ RESULT_FORMAT = "firescale.train.result/1"
 
 @dataclass
 class EvalPoint:
-    """One evaluation on the whole test set; wall_s counts training time since the start (all segments)."""
+    """One evaluation on the whole test set; wall_s counts training time since the start (all segments),
+    seconds what this evaluation took (0: a record from before they were kept)."""
 
     iter: int
     epoch: float
@@ -21,6 +22,7 @@ class EvalPoint:
     top1: float
     top5: float
     loss: float
+    seconds: float = 0.0
 
 
 @dataclass

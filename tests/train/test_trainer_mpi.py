@@ -82,6 +82,9 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
         assert allreduce["collectives"] == {"library": "MPI", "gpu_operations": None, "mpi_enabled": True,
                                             "gloo_enabled": False, "nccl_built": False}
     assert len(result["evals"]) == 2 and result["evals"][-1]["iter"] == 100
+    # each evaluation's own time, which add up to the run's evaluation time
+    assert all(e["seconds"] > 0 for e in result["evals"])
+    assert sum(e["seconds"] for e in result["evals"]) == pytest.approx(result["segments"][0]["eval_s"])
     assert result["per_iteration"]["iterations"] == 100 and result["images_per_s"] > 0
     # iterations 0 and 50 ran in parts, timing compute and allreduce apart; the others as one graph
     assert result["per_iteration"]["split_iterations"] == 2 and result["per_iteration"]["split_every"] == 50

@@ -536,15 +536,16 @@ class Training:
                                batch=self.eval_per_rank)
         sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers,
                         rank_share(self.eval_images, self.rank.rank, self.rank.size))
-        self.clock.eval_s += now() - t0
+        took = now() - t0
+        self.clock.eval_s += took
         point = EvalPoint(iter=it, epoch=epoch, wall_s=self.clock.run_s(),
-                          top1=sums.top1, top5=sums.top5, loss=sums.loss)
+                          top1=sums.top1, top5=sums.top5, loss=sums.loss, seconds=took)
         self.evals.append(point)
         self.log.event(c.EVAL_ACCURACY, point.top1, metadata={"epoch_num": point.epoch, "iteration": it,
                                                              "top5": point.top5, "loss": point.loss})
         self.log.end(c.EVAL_STOP, metadata={"epoch_num": point.epoch})
         _say(self.rank, f"eval iter {it}: top1 {point.top1:.4f} top5 {point.top5:.4f} loss {point.loss:.4f} "
-                        f"({int(sums.count)} images, run time {point.wall_s:.2f} s)")
+                        f"({int(sums.count)} images in {took:.2f} s, run time {point.wall_s:.2f} s)")
         if self.rank.is_root:
             write_result(self.out / "result.json", self.result("running"))
         return point
