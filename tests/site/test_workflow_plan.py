@@ -126,20 +126,42 @@ def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_me
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     local = SweepPlan.build({**config, "site": "local"}, base=REPO)
-    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", "--allreduce-probe", "2"]
+    probe = ["--allreduce-probe", "2", "--probe-timeout", "300"]    # 30 minutes leave the default for 3 rounds
+    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", *probe]
     titan = SweepPlan.build({**config, "site": "titan"}, base=REPO)
     most = max(p.ranks for p in titan.points["nin-imagenet"])
     assert most > 1
-    assert titan.calibration_options("nin-imagenet") == ["--short-run", "300", "--allreduce-probe", str(most)]
+    assert titan.calibration_options("nin-imagenet") == ["--short-run", "300", "--allreduce-probe", str(most),
+                                                         "--probe-timeout", "300"]
     measured = tmp_path / "results" / "titan" / "bench-io.json"     # a node's reads, `bench io --json` in a job
     measured.parent.mkdir(parents=True)
     measured.write_text("{}")
     assert titan.calibration_options("nin-imagenet")[-2:] == ["--io-record", str(measured)]   # absolute: for a job
     (tmp_path / "results" / "local").mkdir()
     (tmp_path / "results" / "local" / "bench-io.json").write_text("{}")
-    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", "--allreduce-probe", "2"]
+    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", *probe]
     # an experiment whose runs overlap the allreduce times the probe beside its step too
     config["experiments"]["fashion-lenet"]["sweep"]["overlap_allreduce"] = True
     overlapped = SweepPlan.build({**config, "site": "local"}, base=REPO)
-    assert overlapped.calibration_options("fashion-lenet") == ["--short-run", "300", "--allreduce-probe", "2",
-                                                               "--probe-overlap"]
+    assert overlapped.calibration_options("fashion-lenet") == ["--short-run", "300", *probe, "--probe-overlap"]
+
+
+def test_the_calibration_jobs_probe_rounds_fit_in_half_its_walltime(tmp_path, monkeypatch):
+    """Every probe round running out of its time limit must not take the calibration job past its walltime:
+    on the virtual cluster (15 minutes, 2 nodes of 2 ranks: a probe over both nodes and one over a node,
+    3 rounds each) a round gets 75 s, not the default 300 (which could take 30 minutes)."""
+    from firescale.errors import FirescaleError
+    from firescale.predict.calibrate import probe_timeout_within
+    from firescale.sweep.plan import SweepPlan
+
+    config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    vcluster = SweepPlan.build({**config, "site": "vcluster-2x2"}, base=REPO)
+    assert vcluster.site.default_walltime == "00:15:00"
+    options = vcluster.calibration_options("fashion-lenet")
+    assert options[options.index("--allreduce-probe") + 1] == "4"
+    assert options[options.index("--probe-timeout") + 1] == "75"
+    assert probe_timeout_within(600, 6) == 60.0        # never under a minute
+    assert probe_timeout_within(48 * 3600, 6) == 300.0  # nor over the default
+    with pytest.raises(FirescaleError, match="1 or more rounds"):
+        probe_timeout_within(900, 0)

@@ -23,6 +23,8 @@ from firescale.model.paleo import Platform
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import NET_NAMES, get_net
 from firescale.predict.calibrate import (
+    PROBE_ROUNDS,
+    PROBE_TIMEOUT_S,
     allreduce_from_run,
     allreduce_measurement,
     calibrate,
@@ -61,12 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "probes (on a site with a scheduler, only inside one of its jobs: the workflow's "
                              "calibration job); with --short-run, the short run is also started once for each rank "
                              "of a node at once, to measure how much slower ranks sharing a node compute")
-    parser.add_argument("--probe-rounds", type=int, default=3, metavar="N",
+    parser.add_argument("--probe-rounds", type=int, default=PROBE_ROUNDS, metavar="N",
                         help="how many times to start the allreduce probe; the fastest is taken, as the least "
-                             "disturbed (default 3)")
-    parser.add_argument("--probe-timeout", type=float, default=300.0, metavar="SECONDS",
+                             f"disturbed (default {PROBE_ROUNDS})")
+    parser.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT_S, metavar="SECONDS",
                         help="stop a probe round that has not finished by then, with its ranks, and leave it out "
-                             "(default 300; a round takes under a minute on the virtual cluster)")
+                             f"(default {PROBE_TIMEOUT_S:g}; a round takes under a minute on the virtual cluster; "
+                             "the workflow's calibration job fits its rounds into half its walltime)")
     parser.add_argument("--probe-overlap", action="store_true",
                         help="with --allreduce-probe: also time the allreduce requested as the step's backward "
                              "pass starts, as an experiment with overlap_allreduce requests it, and store the "

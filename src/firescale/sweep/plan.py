@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from firescale.caffe.solver import SolverConfig, load_solver
-from firescale.cluster.site import SiteProfile, load_site
+from firescale.cluster.site import SiteProfile, load_site, parse_walltime
 from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
+from firescale.predict.calibrate import PROBE_ROUNDS, probe_timeout_within
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
 from firescale.sweep.net_file import check_experiment_mean, check_experiment_net, experiment_net
@@ -209,11 +210,16 @@ class SweepPlan:
         communication factor (beside the step's backward pass too when the experiment overlaps them), and
         where they share a node, the short run started once for each of a node's ranks at once measures the
         node's contention.  A cluster also takes a node's read bandwidth from results/<site>/bench-io.json
-        when someone measured it in a job (on this machine the runs' own reads are in their times)."""
-        most = max(p.ranks for p in self.points[experiment])
+        when someone measured it in a job (on this machine the runs' own reads are in their times).  Each
+        probe round's time limit keeps all of them, should every one run out of it, within half the job's
+        walltime (the site's default): a probe over several nodes may probe one node's ranks as well."""
+        widest = max(self.points[experiment], key=lambda p: (p.ranks, p.devices))
+        most = widest.ranks
         argv = ["--short-run", "300"]
         if most > 1:
-            argv += ["--allreduce-probe", str(most)]
+            probes = 2 if self.site.nodes_for(most, widest.devices) > 1 else 1
+            timeout = probe_timeout_within(parse_walltime(self.site.default_walltime), probes * PROBE_ROUNDS)
+            argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
             if self.overlap_allreduce(experiment):
                 argv.append("--probe-overlap")
         if self.site.scheduler != "local" and self.io_measurement().is_file():
