@@ -150,8 +150,8 @@ def test_the_calibration_jobs_probe_rounds_fit_in_half_its_walltime(tmp_path, mo
     """Every probe round running out of its time limit must not take the calibration job past its walltime:
     on the virtual cluster (15 minutes, 2 nodes of 2 ranks: a probe over both nodes and one over a node,
     3 rounds each) a round gets 75 s, not the default 300 (which could take 30 minutes)."""
+    from firescale.cluster.ranks import probe_timeout_within
     from firescale.errors import FirescaleError
-    from firescale.predict.calibrate import probe_timeout_within
     from firescale.sweep.plan import SweepPlan
 
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())

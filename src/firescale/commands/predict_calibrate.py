@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from firescale.cluster.ranks import PROBE_ROUNDS, PROBE_TIMEOUT_S
 from firescale.commands.args import (
     add_platform_arguments,
     describe,
@@ -23,8 +24,6 @@ from firescale.model.paleo import Platform
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import NET_NAMES, get_net
 from firescale.predict.calibrate import (
-    PROBE_ROUNDS,
-    PROBE_TIMEOUT_S,
     allreduce_from_run,
     allreduce_measurement,
     calibrate,

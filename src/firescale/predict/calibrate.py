@@ -18,19 +18,6 @@ from firescale.model.paleo import Device, Platform, compute_times
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import get_net
 
-PROBE_ROUNDS = 3            # launches of the allreduce probe; the fastest is taken
-PROBE_TIMEOUT_S = 300.0     # a round still running then is stopped with its ranks and left out
-
-
-def probe_timeout_within(walltime_s: float, rounds: int) -> float:
-    """A probe round's time limit such that `rounds` rounds that all run out of it take at most half of a
-    job's walltime (the rest is the short runs' and the fit's): no longer than PROBE_TIMEOUT_S and no
-    shorter than a minute (a round takes under one on the virtual cluster)."""
-    if rounds < 1 or walltime_s <= 0:
-        raise FirescaleError(f"a probe time limit needs 1 or more rounds and a walltime > 0, not {rounds} "
-                             f"and {walltime_s} s")
-    return max(60.0, min(PROBE_TIMEOUT_S, walltime_s / 2 / rounds))
-
 
 @dataclass(frozen=True)
 class Calibration:

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from firescale.caffe.solver import SolverConfig, load_solver
+from firescale.cluster.ranks import PROBE_ROUNDS, probe_timeout_within
 from firescale.cluster.site import SiteProfile, load_site, parse_walltime
 from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
-from firescale.predict.calibrate import PROBE_ROUNDS, probe_timeout_within
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
 from firescale.sweep.net_file import check_experiment_mean, check_experiment_net, experiment_net
