@@ -94,7 +94,7 @@ def test_two_ranks_take_the_batch_and_test_batch_from_the_files_and_record_the_n
         in proc.stdout
     assert ("each evaluation reads the first 60 test images: test_iter 5 x batch_size 12 of the TEST data layer "
             f"'data' in {root / 'nets' / 'test.prototxt'}") in proc.stdout
-    assert "eval iter 2: " in proc.stdout and "(60 images," in proc.stdout
+    assert "eval iter 2: " in proc.stdout and "(60 images in " in proc.stdout
     result = json.loads((root / "run" / "result.json").read_text())
     assert (result["batch"]["batch_per_rank"], result["ranks"]) == (16, 2)
     digest = hashlib.sha256(train.read_bytes()).hexdigest()
