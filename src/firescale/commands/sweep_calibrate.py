@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 
 from firescale.errors import FirescaleError
@@ -48,11 +47,7 @@ def run(args: argparse.Namespace) -> int:
     with run_lock(folder, f"firescale sweep calibrate {site.name} {args.experiment}") as lock:
         made.unlink(missing_ok=True)                # a calibration measures afresh; nothing stale is taken
         shutil.rmtree(folder / "work", ignore_errors=True)
-        try:
-            verdict, _ = run_watched(job, lock)
-        except KeyboardInterrupt:
-            print("firescale: sweep calibrate interrupted; the job was cancelled", file=sys.stderr)
-            return 130
+        verdict, _ = run_watched(job, lock)
     if verdict.outcome != "succeeded":
         raise FirescaleError(f"the calibration job of {args.experiment} on site {site.name} failed: {verdict.reason}"
                              f"; its log is {folder / 'job.log'}:\n{log_tail(folder / 'job.log')}")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from firescale.errors import FirescaleError
@@ -44,11 +43,7 @@ def run(args: argparse.Namespace) -> int:
                          max_resubmits=min(point.max_resubmits, site.max_resubmits), polling=polling, log=log,
                          rules=ResubmitRules.for_site(site, point.walltime))
     with run_lock(run_dir, f"firescale sweep run {site.name} {point.experiment}/{point.point}") as lock:
-        try:
-            verdict, submissions = run_watched(point_run, lock)
-        except KeyboardInterrupt:
-            print("firescale: sweep run interrupted; the job was cancelled", file=sys.stderr)
-            return 130
+        verdict, submissions = run_watched(point_run, lock)
         record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])
     if record["outcome"] != "succeeded":
         print(f"firescale: point {point.point} FAILED: {record['reason']}\n{record['log_tail']}", flush=True)

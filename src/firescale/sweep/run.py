@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -182,11 +183,15 @@ def install_cancel_handlers(run: PointRun) -> None:
 
 def run_watched(job: PointRun, lock: Any) -> tuple[Verdict, list[Submission]]:
     """Run `job` while holding its run folder's `lock` (refreshed at every wait); Ctrl-C or a TERM cancels the
-    submitted job and raises KeyboardInterrupt."""
+    submitted job, says so and raises KeyboardInterrupt (the command line's exit status 130)."""
     def sleep(seconds: float) -> None:
         lock.refresh()
         time.sleep(seconds)
 
     job.sleep = sleep
     install_cancel_handlers(job)
-    return job.run()
+    try:
+        return job.run()
+    except KeyboardInterrupt:
+        print("firescale: the submitted job was cancelled", file=sys.stderr)
+        raise
