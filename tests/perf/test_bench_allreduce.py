@@ -135,6 +135,28 @@ def test_a_librarys_own_choice_is_fitted_from_mpi_allreduce_itself(tmp_path):
         allreduce_measurement(path, "nccl-default")
 
 
+def test_an_allreduce_record_that_cannot_be_fitted_is_refused_naming_the_file(tmp_path):
+    """A hand-written or damaged record says which measurement lacks what; a Horovod allreduce timed below
+    zero after a step (its iterations shorter with it than without) is refused wherever it is fitted from."""
+    from firescale.predict.calibrate import allreduce_measurement
+
+    path = tmp_path / "ar.json"
+    path.write_text(json.dumps([{"algorithm": "mpi"}]))
+    with pytest.raises(FirescaleError, match=r"ar\.json: not a `firescale bench allreduce --json` record"):
+        allreduce_measurement(path, "ring")
+    path.write_text(json.dumps({"measurements": [{"algorithm": "mpi", "ranks": 2, "median_s": 0.001}]}))
+    with pytest.raises(FirescaleError, match=r"ar\.json: measurements\[0\] has no 'bytes'"):
+        allreduce_measurement(path, "ring")
+    stepped = {"algorithm": "horovod", "ranks": 4, "bytes": 500_000, "median_s": -0.0002, "mean_s": -0.0003,
+               "compute_s": 0.02}
+    path.write_text(json.dumps({"measurements": [stepped]}))
+    with pytest.raises(FirescaleError, match=r"ar\.json: the horovod allreduce over 4 ranks timed -0\.300 ms, "
+                                             "below zero"):
+        allreduce_measurement(path, "ring")
+    path.write_text(json.dumps({"measurements": [{**stepped, "mean_s": 0.0004}]}))
+    assert allreduce_measurement(path, "ring")["seconds"] == 0.0004
+
+
 def test_bad_benchmark_options_are_refused(repo):
     import subprocess
     import sys

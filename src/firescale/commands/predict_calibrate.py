@@ -185,11 +185,7 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
         failures: list[FirescaleError] = []
         for k in range(args.probe_rounds):
             try:
-                found = one(ranks, folder, f"{name}-{k}.json")
-                if found["seconds"] < 0:    # the iteration timed shorter with the allreduce than without it
-                    raise FirescaleError(f"its iterations with the allreduce took {found['seconds'] * 1e3:.3f} ms "
-                                         "less than without it: the cores were too busy to time it")
-                rounds.append(found)
+                rounds.append(one(ranks, folder, f"{name}-{k}.json"))   # refused below zero
             except FirescaleError as exc:
                 print(f"firescale: allreduce probe round {k + 1} of {args.probe_rounds} left out: {exc}", flush=True)
                 rounds.append(None)

@@ -91,9 +91,20 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
     """The measurement to fit from: Horovod's own allreduce when the file has it (what training pays),
     else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
     ranks, at the size nearest `nbytes` (else the largest).  Its median, or after a step its mean: there
-    Horovod's allreduce waits a varying part of its negotiation cycle, and training pays the mean."""
+    Horovod's allreduce waits a varying part of its negotiation cycle, and training pays the mean.  A
+    time below zero (a step timed longer without the allreduce than with it) is refused: no link fits it."""
     data = load_json(path, "allreduce measurements")
-    runs = [r for r in data.get("measurements", []) if r.get("ranks", 1) > 1]
+    listed = data.get("measurements") if isinstance(data, dict) else None
+    if not isinstance(listed, list):
+        raise FirescaleError(f"{path}: not a `firescale bench allreduce --json` record (a JSON object with a "
+                             "list 'measurements')")
+    for k, r in enumerate(listed):
+        missing = [key for key in ("algorithm", "ranks", "bytes", "median_s")
+                   if not isinstance(r, dict) or key not in r]
+        if missing:
+            raise FirescaleError(f"{path}: measurements[{k}] has no {', '.join(repr(m) for m in missing)}; each "
+                                 "measurement needs algorithm, ranks, bytes and median_s")
+    runs = [r for r in listed if r["ranks"] > 1]
     fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
     measured = "horovod" if any(r.get("algorithm") == "horovod" for r in runs) else fallback
     runs = [r for r in runs if r.get("algorithm") == measured]
@@ -104,6 +115,10 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
     best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))
     after_step = best.get("compute_s", 0.0)
     seconds = best.get("mean_s", best["median_s"]) if after_step else best["median_s"]
+    if seconds < 0:   # after a step: the iterations timed shorter with the allreduce than without it
+        raise FirescaleError(f"{path}: the {measured} allreduce over {best['ranks']} ranks timed "
+                             f"{seconds * 1e3:.3f} ms, below zero (its iterations took less with it than "
+                             "without it): the cores were too busy to time it; measure again")
     found = {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
              "seconds": seconds, "after_step_s": after_step, "source": str(path)}
     if best.get("hidden_share") is not None:   # timed beside the step too (bench allreduce --overlap)
