@@ -127,9 +127,29 @@ def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations
     return short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
 
 
+def _start(argv: list[str], env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen[str]:
+    """A short run (or a step of copies of it) started in a session of its own, its output in one stream."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True, **options)
+
+
+def _wait(argv: list[str], proc: subprocess.Popen[str], timeout: float) -> str:
+    """The output of `proc`, which runs the short run `argv`; past `timeout` or when interrupted it is stopped
+    with its whole process group (`stop`: no copy or rank of it left computing beside what runs next), and a
+    timeout is an error saying so."""
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise FirescaleError(f"the short calibration run ({' '.join(argv[3:])}) did not finish in {timeout:g} s "
+                             "and was stopped") from None
+    finally:
+        stop(proc)
+    return output
+
+
 def _finish(argv: list[str], proc: subprocess.Popen[str], timeout: float) -> None:
-    """Wait for `proc`, which runs the short run `argv`; an error quoting its output when it fails."""
-    output, _ = proc.communicate(timeout=timeout)
+    """Wait for `proc` (`_wait`); an error quoting its output when it fails."""
+    output = _wait(argv, proc, timeout)
     if proc.returncode != 0:
         raise _short_run_failed(argv, proc, output)
 
@@ -146,9 +166,7 @@ def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int,
     """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
     out = Path(workdir) / f"calibrate-b{batch_per_rank}"
     argv = _short_run_argv(baseline, batch_per_rank, iterations, out)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
-    if proc.returncode != 0:
-        raise _short_run_failed(argv, proc, proc.stderr or proc.stdout)
+    _finish(argv, _start(argv), timeout)
     return read_measured_iteration(out / "result.json")
 
 
@@ -170,13 +188,8 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, root)[:-1]   # each copy adds its --out
     outs = [root.with_name(f"{root.name}-{i}") for i in range(copies)]
     if node is not None:
-        step = subprocess.Popen(node.copies_argv(copies, argv, root), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env={**os.environ, **node.env},
-                                start_new_session=True)
-        try:
-            output, _ = step.communicate(timeout=timeout)
-        finally:
-            stop(step)
+        step = _start(node.copies_argv(copies, argv, root), node.env)
+        output = _wait(argv, step, timeout)
         if step.returncode != 0:     # quote the first copy that left no result, from its own log
             failed = next((o for o in outs if not (o / "result.json").is_file()), outs[0])
             log = failed.with_name(failed.name + ".log")
@@ -201,11 +214,9 @@ def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
     # Each its own session folder for Open MPI: singletons starting at once race to create the shared one.
     with contextlib.ExitStack() as stack:
         sessions = [stack.enter_context(tempfile.TemporaryDirectory(prefix="firescale-copy-")) for _ in outs]
-        procs = [([*argv, str(out)], subprocess.Popen(
-            [*argv, str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "OMPI_MCA_orte_tmpdir_base": session},
-            start_new_session=True, preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})))
-            for out, core, session in zip(outs, cores, sessions)]
+        procs = [([*argv, str(out)], _start([*argv, str(out)], {"OMPI_MCA_orte_tmpdir_base": session},
+                                            preexec_fn=lambda core=core: os.sched_setaffinity(0, {core})))
+                 for out, core, session in zip(outs, cores, sessions)]
         try:
             for copy_argv, proc in procs:
                 _finish(copy_argv, proc, timeout)
