@@ -25,7 +25,13 @@ from firescale.errors import FirescaleError
 from firescale.report import formatting as cells
 from firescale.report.collect import collect_runs
 from firescale.report.html import to_html
-from firescale.report.summary import load_predictions, run_metrics, summarize, unmeasured_in_calibration
+from firescale.report.summary import (
+    load_predictions,
+    read_predictions,
+    run_metrics,
+    summarize,
+    unmeasured_in_calibration,
+)
 from firescale.report.tables import tex_escape, to_csv, to_json, to_latex, to_markdown
 from firescale.sweep.records import run_record_from_dict
 
@@ -268,7 +274,7 @@ def test_the_report_says_what_the_predictions_calibration_did_not_measure(tmp_pa
     unmeasured = {"contention": 1.0, "comm_source": {"fitted": False}, "compute_source": {"overhead_fitted": False}}
     path = tmp_path / "predict-calibrated.json"
     path.write_text(json.dumps({"points": points, "calibration": unmeasured}))
-    gaps = unmeasured_in_calibration(path)
+    gaps = unmeasured_in_calibration(read_predictions(path))
     assert gaps == ["the link (its factor left at the peak)",
                     "the fixed cost of an iteration (one batch size measured)",
                     "how much a node's ranks slow each other (taken as not at all)"]
@@ -282,12 +288,12 @@ def test_the_report_says_what_the_predictions_calibration_did_not_measure(tmp_pa
     measured = {"contention": 2.1, "comm_source": {"fitted": True},
                 "compute_source": {"overhead_fitted": True, "contention": {"factor": 2.1}}}
     path.write_text(json.dumps({"points": points, "calibration": measured}))
-    assert unmeasured_in_calibration(path) == []
+    assert unmeasured_in_calibration(read_predictions(path)) == []
     one_a_node = {**points, "g4-b64-r0": {**points["g4-b64-r0"], "nodes": 4}}
     path.write_text(json.dumps({"points": one_a_node, "calibration": {**measured, "contention": 1.0,
                                                                        "compute_source": {"overhead_fitted": True}}}))
-    assert unmeasured_in_calibration(path) == []
+    assert unmeasured_in_calibration(read_predictions(path)) == []
     path.write_text(json.dumps({"points": points}))      # `predict sweep` output: no calibration
-    assert unmeasured_in_calibration(path) == []
+    assert unmeasured_in_calibration(read_predictions(path)) == []
     summary = summarize(records, TOL, predictions=load_predictions(path), predictions_source=str(path))
     assert not any("did not measure" in n for n in cells.notes(summary, ctx))

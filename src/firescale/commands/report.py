@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.report.formatting import ReportContext
     from firescale.report.memory_plots import write_memory_and_batch_figures
     from firescale.report.provenance import collect_provenance
-    from firescale.report.summary import load_predictions, summarize, unmeasured_in_calibration
+    from firescale.report.summary import predicted_points, read_predictions, summarize, unmeasured_in_calibration
     from firescale.sweep.net_file import net_file_digest
     from firescale.sweep.paths import config_file
     from firescale.sweep.plan import load_plan
@@ -58,10 +58,11 @@ def run(args: argparse.Namespace) -> int:
         records += [missing_record(p, site.name, site.nodes_for(p.ranks, p.devices), results / p.name / RUN_FILE)
                     for p in plan.points[args.experiment] if p.name not in have]
 
-    predictions = load_predictions(args.predictions) if args.predictions else None
+    predicted = read_predictions(args.predictions) if args.predictions else None
     summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"),
-                        predictions=predictions, predictions_source=args.predictions or "",
-                        calibration_gaps=unmeasured_in_calibration(args.predictions) if args.predictions else None)
+                        predictions=None if predicted is None else predicted_points(predicted, args.predictions),
+                        predictions_source=args.predictions or "",
+                        calibration_gaps=None if predicted is None else unmeasured_in_calibration(predicted))
     provenance = collect_provenance(
         records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
         repo=plan.base, command=_command_line(args, config_path),

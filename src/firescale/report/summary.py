@@ -240,11 +240,11 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
 PREDICTED_PARTS = ("comm_intra_s", "comm_inter_s", "io_s", "h2d_s")
 
 
-def unmeasured_in_calibration(path: str | Path) -> list[str]:
-    """What the calibration behind `firescale predict experiment --json` left unmeasured, in words: the link
-    (its factor left at the peak), the fixed cost of an iteration (one batch size measured), and, where a
-    point puts several ranks on a node, their contention.  Empty for predictions without a calibration."""
-    data = load_json(path, "predictions")
+def unmeasured_in_calibration(data: Any) -> list[str]:
+    """What the calibration behind predictions (`firescale predict experiment --json`, as read by
+    `read_predictions`) left unmeasured, in words: the link (its factor left at the peak), the fixed cost of an
+    iteration (one batch size measured), and, where a point puts several ranks on a node, their contention.
+    Empty for predictions without a calibration."""
     cal = data.get("calibration") if isinstance(data, dict) else None
     if not isinstance(cal, dict):
         return []
@@ -261,13 +261,21 @@ def unmeasured_in_calibration(path: str | Path) -> list[str]:
     return gaps
 
 
-def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:
-    """Predicted points keyed as the table's rows are ('baseline', 'g{gpus}-b{batch}').
+def read_predictions(path: str | Path) -> Any:
+    """A predictions file, read once for `predicted_points` and `unmeasured_in_calibration`."""
+    return load_json(path, "predictions")
 
-    Reads `firescale predict experiment --json` (points keyed by point name) and
-    `firescale predict sweep --json` (a list of points).
+
+def load_predictions(path: str | Path) -> dict[str, dict[str, float]]:
+    """The predicted points of the file at `path` (`predicted_points`)."""
+    return predicted_points(read_predictions(path), path)
+
+
+def predicted_points(data: Any, path: str | Path) -> dict[str, dict[str, float]]:
+    """Predicted points keyed as the table's rows are ('baseline', 'g{gpus}-b{batch}'), from the content of
+    `path`: `firescale predict experiment --json` (points keyed by point name) or `firescale predict sweep
+    --json` (a list of points).
     """
-    data = load_json(path, "predictions")
     points = data.get("points") if isinstance(data, dict) else None
     if isinstance(points, dict):
         items = [(name, p) for name, p in points.items()]
