@@ -164,21 +164,20 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     assert f"{probed.comm_hidden_share:.0%} of it ran beside the compute" in proc.stdout
 
 
-def test_a_short_run_past_its_time_limit_is_stopped_with_its_processes_and_said(repo, tmp_path):
-    """A short calibration run that outlives its limit (a dataset on a stalled filesystem: here its manifest
-    is a pipe nobody writes, so the trainer's read of it never returns) is one clear error, not a traceback,
-    and nothing it started is left running."""
+def test_a_short_run_past_its_time_limit_is_stopped_with_its_processes_and_said(tmp_path):
+    """A short calibration run that outlives its limit (a file on a stalled filesystem: here its solver is a
+    pipe nobody writes, so the trainer's read of it never returns) is one clear error, not a traceback, and
+    nothing it started is left running."""
     from firescale.predict.measurements import MeasuredIteration, short_run
 
-    (tmp_path / "stalled").mkdir()
-    os.mkfifo(tmp_path / "stalled" / "manifest.json")
+    os.mkfifo(tmp_path / "stalled.prototxt")
     baseline = MeasuredIteration("base.json", "lenet_same", "digits", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
-                                 ("firescale", "train", "--dataset", str(tmp_path / "stalled"), "--net", "lenet_same",
-                                  "--solver", str(repo / "workflow" / "solvers" / "lenet-digits.yaml"),
-                                  "--total-batch", "64", "--out", str(tmp_path / "base")))
+                                 ("firescale", "train", "--dataset", str(tmp_path / "data"), "--net", "lenet_same",
+                                  "--solver", str(tmp_path / "stalled.prototxt"), "--total-batch", "64",
+                                  "--out", str(tmp_path / "base")))
     with pytest.raises(FirescaleError, match=r"the short calibration run \(.*--batch-per-rank 7 .*\) did not finish "
-                                             r"in 5 s and was stopped"):
-        short_run(baseline, 7, 100, tmp_path / "short", timeout=5.0)
+                                             r"in 2 s and was stopped"):
+        short_run(baseline, 7, 100, tmp_path / "short", timeout=2.0)
     left = subprocess.run(["pgrep", "-f", str(tmp_path / "short" / "calibrate-b7")], capture_output=True, text=True)
     assert left.stdout == "", f"left running: {left.stdout}"
 
