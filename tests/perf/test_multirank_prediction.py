@@ -113,6 +113,38 @@ def test_measured_contention_slows_the_compute_of_multi_rank_points_only(plan, t
         load_calibration(tmp_path / "bad.json")
 
 
+def test_contention_measured_across_nodes_slows_the_points_that_span_them(tmp_path):
+    """Two ranks a node: a 1-node point computes with the one node's factor, a point over 2 or more nodes with
+    the factor measured with every rank of 2 nodes computing (their host shared, on the virtual cluster)."""
+    from dataclasses import replace
+
+    from firescale.model.comm import Link
+    from firescale.model.hierarchy import NodeLinks
+    from firescale.model.paleo import Device, Platform
+    from firescale.predict.calibrate import Calibration, load_calibration, save_calibration
+
+    spec = get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1))
+    alone = Platform("vc", Device("cpu", 7.68e10, 1e10, ppp=0.35), Link(5e9, 5e-7), "tree",
+                     links=NodeLinks(ranks_per_node=2))
+    shared = replace(alone, contention=2.2, contention_across=((2, 2.5),))
+    assert [shared.contention_at(g) for g in (1, 2, 3, 4, 8)] == [1.0, 2.2, 2.5, 2.5, 2.5]
+    assert replace(shared, contention_across=()).contention_at(4) == 2.2     # not measured across: one node's
+    for gpus, factor in ((2, 2.2), (4, 2.5)):
+        slowed, plain = predict_point(shared, spec, gpus, 64), predict_point(alone, spec, gpus, 64)
+        assert slowed.forward_s + slowed.backward_s == pytest.approx(factor * (plain.forward_s + plain.backward_s))
+        assert slowed.comm_s == plain.comm_s
+    with pytest.raises(Exception, match=r"contention_across pairs 2 or more nodes with a finite factor > 0, not \(1, "):
+        replace(alone, contention_across=((1, 2.0),))
+    # kept through the calibration file, and a bad pair in it named
+    cal = Calibration("vc", 0.35, 1.0, {}, {}, contention=2.2, contention_across=((2, 2.5),))
+    path = save_calibration(tmp_path / "calibration.json", cal)
+    assert load_calibration(path).apply(alone).contention_at(4) == 2.5
+    path.write_text(json.dumps(cal.to_dict() | {"contention_across": [[2]]}))
+    with pytest.raises(Exception, match=r"calibration\.json: contention_across lists \[nodes, factor\] pairs"
+                                        r".*not \[2\]"):
+        load_calibration(path)
+
+
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(repo, tmp_path):

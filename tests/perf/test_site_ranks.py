@@ -35,6 +35,9 @@ def test_copies_on_a_node_are_one_srun_step_and_each_copy_names_its_own_out(tmp_
     out = tmp_path / "a dir; echo no" / "contention-b4"
     argv = ranks.copies_argv(2, ["prog", "--x", "1", "--out"], out)
     assert argv[:5] == ["srun", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--mpi=none"]
+    # as many on each of several nodes at once: one step, the copies numbered across them
+    assert ranks.copies_argv(2, ["prog", "--out"], out, nodes=2)[:5] == [
+        "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--mpi=none"]
     assert not any(a.startswith("--mpi=pmix") for a in argv)
     script_at = argv.index("-c") + 1
     assert argv[script_at + 1:] == [str(out), "prog", "--x", "1", "--out"]

@@ -1,5 +1,6 @@
 """Two ranks a node (`vcluster up --cpus-per-node 2`): Slurm places two tasks on a node's one core, and the
-copies `bench predict` runs for a node's contention land together on one node, each a process of its own."""
+copies `bench predict` runs for a node's contention land together on one node, each a process of its own,
+and the calibration's copies across nodes land two on each."""
 from __future__ import annotations
 
 import json
@@ -46,6 +47,13 @@ def test_two_cpus_a_node_restart_the_cluster_and_copies_share_one_node(tmp_path,
         assert copies[0]["host"] == copies[1]["host"] in {"n1", "n2"}
         assert copies[0]["cores"] == copies[1]["cores"] and len(copies[0]["cores"]) == 1
         assert [c["size"] for c in copies] == [1, 1]
+        # as many on each of both nodes at once (the calibration's contention across a 2 x 2 point's nodes)
+        wide = tmp_path / "wide"
+        step = subprocess.run(ranks.copies_argv(2, [sys.executable, "-c", COPY, "--out"], wide, nodes=2),
+                              capture_output=True, text=True, timeout=300, env={**os.environ, **ranks.env})
+        assert step.returncode == 0, step.stderr[-3000:]
+        spread = [json.loads(wide.with_name(f"wide-{i}").read_text()) for i in range(4)]
+        assert sorted(c["host"] for c in spread) == ["n1", "n1", "n2", "n2"] and {c["size"] for c in spread} == {1}
     finally:
         cluster.down()
     assert cluster.existing_namespaces() == []

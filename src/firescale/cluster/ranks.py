@@ -45,10 +45,11 @@ class SiteRanks:
         placement = Placement(ranks, per_node, 1, -(-ranks // per_node))
         return [str(a) for a in wrap(self.launcher, list(command), placement, self.options)]
 
-    def copies_argv(self, copies: int, command: Sequence[str], out: str | os.PathLike[str]) -> list[str]:
-        """argv of one job step that runs `copies` copies of a single-rank `command` at once on one node, with no
-        MPI between them: copy i appends OUT-i to `command` (which ends with its --out option) and writes its
-        output to OUT-i.log.
+    def copies_argv(self, copies: int, command: Sequence[str], out: str | os.PathLike[str], *,
+                    nodes: int = 1) -> list[str]:
+        """argv of one job step that runs `copies` copies of a single-rank `command` at once on each of `nodes`
+        nodes, with no MPI between them: copy i (of copies x nodes) appends OUT-i to `command` (which ends with
+        its --out option) and writes its output to OUT-i.log.
 
         Each copy is a process of its own, as a rank computing beside its node's other ranks is: Open MPI
         (under Horovod) starts it as a singleton once Slurm's step id is out of its environment.  Only srun
@@ -58,7 +59,8 @@ class SiteRanks:
             raise FirescaleError(f"site {self.site}: copies of a run on one of its nodes start through srun only, "
                                  f"not {self.launcher}; leave the node's contention out")
         options = [o for o in self.options if not o.startswith("--mpi")]
-        return ["srun", "--nodes=1", f"--ntasks={copies}", f"--ntasks-per-node={copies}", "--mpi=none", *options,
+        return ["srun", f"--nodes={nodes}", f"--ntasks={copies * nodes}", f"--ntasks-per-node={copies}",
+                "--mpi=none", *options,
                 "sh", "-c", _OWN_COPY, str(out), *command]
 
     def run(self, ranks: int, command: Sequence[str], what: str, *, timeout: float = 900.0) -> str:

@@ -134,22 +134,28 @@ def _ranks_per_node(site: Any, ranks: int) -> int:
 
 
 def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: MeasuredIteration,
-                workdir: str) -> dict | None:
+                workdir: str) -> list[dict]:
     """The short run again once for each rank the probe's point puts on a node, all at once: the node's
-    contention (None when it puts one a node).  On a Slurm site the copies are one job step on one node;
-    elsewhere they run here, each on a core of its own (in a job, here is the job's first node)."""
+    contention (none when it puts one a node).  On a Slurm site the copies are one job step on one node, and
+    when the probe spans several nodes, a second step runs as many on each of them at once (what a point's
+    nodes share, beside what a node's ranks share); elsewhere they run here, each on a core of its own (in
+    a job, here is the job's first node)."""
     from firescale.cluster.ranks import site_ranks
 
     site = _measuring_site(args, "--allreduce-probe")
     copies = _ranks_per_node(site, args.allreduce_probe)
     if copies < 2:
-        return None
+        return []
     node = site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
-    contended = contention(alone, baseline, copies, args.short_run, workdir, node=node)
-    print(f"measured: {contended['copies']} copies of the short run at once"
-          f"{' on one node' if node is not None else ''} compute {contended['factor']:.3f} times as long as one "
-          f"alone ({contended['alone_s'] * 1e3:.3f} ms)")
-    return contended
+    spans = -(-args.allreduce_probe // copies) if node is not None else 1
+    measured = []
+    for nodes in sorted({1, spans}):
+        contended = contention(alone, baseline, copies, args.short_run, workdir, node=node, nodes=nodes)
+        where = "" if node is None else " on one node" if nodes == 1 else f" on each of {nodes} nodes"
+        print(f"measured: {contended['copies']} copies of the short run at once{where} compute "
+              f"{contended['factor']:.3f} times as long as one alone ({contended['alone_s'] * 1e3:.3f} ms)")
+        measured.append(contended)
+    return measured
 
 
 def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: float, batch: int) -> dict:
@@ -247,7 +253,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.short_run and getattr(args, "site", None):   # the trainer runs here: on a site, only on its node
         _measuring_site(args, "--short-run")
     measured = [read_measured_iteration(p) for p in args.record]
-    contended = None
+    contended: list[dict] = []
     for m in measured:
         if m.ranks != 1:
             raise FirescaleError(f"{m.source}: calibration fits the compute factor from single-rank runs; "
@@ -294,9 +300,12 @@ def _calibrate(args: argparse.Namespace) -> int:
                      "source": args.comm_record}
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
-    if contended is not None:
-        cal = replace(cal, contention=contended["factor"])
-        cal.compute_source["contention"] = contended
+    if contended:
+        one, *across = contended
+        cal = replace(cal, contention=one["factor"], contention_across=tuple((c["nodes"], c["factor"]) for c in across))
+        cal.compute_source["contention"] = one
+        if across:
+            cal.compute_source["contention_across"] = across
     if io is not None:
         cal = replace(cal, read_bandwidth=io[0], io_source=io[1])
     evaluated = next((m for m in measured if m.evaluations), None)

@@ -58,6 +58,8 @@ class Platform:
     elementwise: bool = True    # count bias and activation layers (False: leave them out, as Paleo does)
     overhead_s: float = 0.0     # fixed seconds per iteration (not in Paleo; see above)
     contention: float = 1.0     # a rank's compute time when every rank of its node computes, over alone
+    # (nodes, factor): the same when every rank of that many nodes computes (contention_at); none: `contention`
+    contention_across: tuple[tuple[int, float], ...] = ()
     cycle_s: float = 0.0        # Horovod's negotiation cycle (model/cycle.py); 0: no cycle, as in Paleo
     accounting: str = "firescale"   # or "paleo": Paleo's own per-layer counts (model/paleo_flops.py)
     links: NodeLinks = NodeLinks()  # ranks per node, the intra-node link, hierarchical allreduce (model/hierarchy.py)
@@ -80,6 +82,21 @@ class Platform:
         if not (self.contention > 0 and math.isfinite(self.contention)):
             raise FirescaleError(f"platform {self.name!r}: contention must be a finite number > 0, "
                                  f"not {self.contention}")
+        for nodes, factor in self.contention_across:
+            if not (isinstance(nodes, int) and nodes > 1 and factor > 0 and math.isfinite(factor)):
+                raise FirescaleError(f"platform {self.name!r}: contention_across pairs 2 or more nodes with a "
+                                     f"finite factor > 0, not ({nodes}, {factor})")
+
+    def contention_at(self, gpus: int) -> float:
+        """How much longer a rank of a point of `gpus` ranks computes than alone: 1 for one device; else the
+        factor measured over the most nodes up to as many as the point spans (`contention_across`), or the one
+        node's (`contention`) when none was.  Nodes that share nothing give the one node's factor again; a
+        point's nodes that share a host, or its power and cooling, give more."""
+        if gpus <= 1:
+            return 1.0
+        nodes = -(-gpus // self.links.ranks_per_node)
+        measured = [(n, f) for n, f in self.contention_across if n <= nodes]
+        return max(measured)[1] if measured else self.contention
 
 
 K20X = Device("NVIDIA K20X", 3.935e12, 250e9)
@@ -243,7 +260,7 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
     local = per_gpu_batch(batch, gpus, scaling)
     cost = platform_cost(platform, spec, local)
     times = compute_times(cost, platform.device, elementwise=platform.elementwise)
-    contention = platform.contention if gpus > 1 else 1.0    # one device computes alone
+    contention = platform.contention_at(gpus)
     if contention != 1.0:
         times = times.scaled(contention)
     overhead = platform.overhead_s * contention

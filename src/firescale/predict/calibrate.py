@@ -26,7 +26,8 @@ class Calibration:
     `overhead_s` goes beyond Paleo (see paleo.Platform); it is 0 when only one batch size was measured.
     `eval_s` is one evaluation of the test set on one device, as the baseline measured it (0: not measured).
     `contention` is a rank's compute time with every rank of its node computing over its time alone,
-    measured with the net's own short run (predict.measurements.contention; 1: not measured).
+    measured with the net's own short run (predict.measurements.contention; 1: not measured);
+    `contention_across` the same with every rank of several nodes computing (Platform.contention_at).
     `read_bandwidth` is the bytes per second one node read the dataset at, by `bench io`'s raw read
     (0: not measured), and `io_source` what it was read from (`read_bandwidth_measurement`).
     """
@@ -43,6 +44,7 @@ class Calibration:
     io_source: dict[str, Any] = field(default_factory=dict)
     comm_hidden_share: float | None = None   # measured by an overlapped probe (None: the site's kind decides)
     ppp_comm_intra: float | None = None      # the intra-node link's, measured apart (None: it takes ppp_comm)
+    contention_across: tuple[tuple[int, float], ...] = ()   # (nodes, factor): copies on that many nodes at once
 
     def apply(self, platform: Platform) -> Platform:
         """The platform with these factors (and this overhead and contention) in place of its own, and
@@ -55,7 +57,8 @@ class Calibration:
                                                                             intra_ppp=self.ppp_comm_intra)
         return replace(platform, device=replace(platform.device, ppp=self.ppp_compute),
                        link=replace(platform.link, ppp=self.ppp_comm), overhead_s=self.overhead_s,
-                       contention=self.contention, data=data, comm_hidden_share=share, links=links)
+                       contention=self.contention, contention_across=self.contention_across, data=data,
+                       comm_hidden_share=share, links=links)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -325,6 +328,13 @@ def load_calibration(path: str | Path) -> Calibration:
             raise FirescaleError(f"{path}: {key} must be in (0, 1], not {getattr(cal, key)}")
     if not (cal.contention > 0 and math.isfinite(cal.contention)):
         raise FirescaleError(f"{path}: contention must be a number > 0 (a ratio of times), not {cal.contention}")
+    across = data.get("contention_across") or []
+    for pair in across:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int) and pair[0] > 1
+                and isinstance(pair[1], (int, float)) and pair[1] > 0 and math.isfinite(pair[1])):
+            raise FirescaleError(f"{path}: contention_across lists [nodes, factor] pairs, 2 or more nodes and a "
+                                 f"factor > 0 (a ratio of times), not {pair!r}")
+    cal = replace(cal, contention_across=tuple((n, float(f)) for n, f in across))
     for key in ("overhead_s", "eval_s"):
         value = getattr(cal, key)
         if not (value >= 0 and math.isfinite(value)):

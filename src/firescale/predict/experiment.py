@@ -100,7 +100,7 @@ def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iteratio
         return 0.0
     interval = max(1, round(model.test_interval * batch_ratio))  # at batch B: test_interval x baseline batch / B
     evaluations = math.ceil(iterations / interval) + int(model.test_initialization)
-    shared = platform.contention if gpus > 1 else 1.0    # one device evaluates alone
+    shared = platform.contention_at(gpus)    # one device evaluates alone
     if calibration is not None and calibration.eval_s > 0:
         return evaluations * calibration.eval_s / gpus * shared
     per_device = math.ceil(model.test_size / gpus)

@@ -171,7 +171,8 @@ def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int,
 
 
 def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
-               workdir: str | Path, *, node: SiteRanks | None = None, timeout: float = 1800.0) -> dict[str, Any]:
+               workdir: str | Path, *, node: SiteRanks | None = None, nodes: int = 1,
+               timeout: float = 1800.0) -> dict[str, Any]:
     """How much slower a rank computes when `copies` ranks share a node, measured, not fitted.
 
     `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
@@ -179,16 +180,20 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     their median compute to `alone`'s is the factor: what ranks take from each other through shared cores,
     caches and memory bandwidth.  Without `node` the copies run here, each on its own core, as a site
     without a scheduler places its ranks; with it, as `copies` tasks of one job step on one of the site's
-    nodes (SiteRanks.copies_argv), where they share what the node's ranks share.  Horovod's share of a
-    rank's core is not in it; the allreduce probe measures that.
+    nodes (SiteRanks.copies_argv), where they share what the node's ranks share; with `nodes` > 1, as many on
+    each of that many nodes at once, sharing what a point's nodes share too (a host's caches and cores, where
+    the nodes are slices of one machine).  Horovod's share of a rank's core is not in it; the allreduce probe
+    measures that.
     """
     if copies < 2:
         raise FirescaleError(f"a contention run needs 2 or more copies, not {copies}")
-    root = Path(workdir) / f"contention-b{alone.batch_per_rank}"
+    if nodes > 1 and node is None:
+        raise FirescaleError(f"copies on {nodes} nodes at once start through a site's srun; here is one node")
+    root = Path(workdir) / (f"contention-b{alone.batch_per_rank}" + (f"-n{nodes}" if nodes > 1 else ""))
     argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, root)[:-1]   # each copy adds its --out
-    outs = [root.with_name(f"{root.name}-{i}") for i in range(copies)]
+    outs = [root.with_name(f"{root.name}-{i}") for i in range(copies * nodes)]
     if node is not None:
-        step = _start(node.copies_argv(copies, argv, root), node.env)
+        step = _start(node.copies_argv(copies, argv, root, nodes=nodes), node.env)
         output = _wait(argv, step, timeout)
         if step.returncode != 0:     # quote the first copy that left no result, from its own log
             failed = next((o for o in outs if not (o / "result.json").is_file()), outs[0])
@@ -199,8 +204,8 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     runs = [read_measured_iteration(out / "result.json") for out in outs]
     loaded = sorted(m.iteration_s - m.data_wait_s for m in runs)
     alone_s = alone.iteration_s - alone.data_wait_s
-    return {"factor": statistics.median(loaded) / alone_s, "copies": copies, "batch": alone.batch_per_rank,
-            "alone_s": alone_s, "loaded_s": loaded}
+    return {"factor": statistics.median(loaded) / alone_s, "copies": copies, "nodes": nodes,
+            "batch": alone.batch_per_rank, "alone_s": alone_s, "loaded_s": loaded}
 
 
 def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
