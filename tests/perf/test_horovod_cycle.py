@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -211,9 +212,9 @@ def test_the_check_measures_contention_once_a_round_and_scales_the_compute_by_th
     alone: list[float] = []
     factors = iter([1.30, 1.10, 1.20])
 
-    def contend(m) -> dict:
+    def contend(m) -> list[dict]:
         alone.append(m.iteration_s)
-        return {"factor": next(factors), "copies": 2}
+        return [{"factor": next(factors), "copies": 2, "nodes": 1}]
 
     cal, rows = prediction_check(_ScriptedRuns(times), spec, platform, 64, [1, 2], 3, probe=probe, contend=contend)
     plain, plain_rows = prediction_check(_ScriptedRuns(times), spec, platform, 64, [1, 2], 3, probe=probe)
@@ -224,6 +225,21 @@ def test_the_check_measures_contention_once_a_round_and_scales_the_compute_by_th
     assert one.predicted_s == pytest.approx(plain_one.predicted_s)      # one rank computes alone
     # the 2-rank point's compute and fixed overhead, 2.5 ms at 32 images (the fit), 1.2 times as long
     assert two.predicted_s - plain_two.predicted_s == pytest.approx(0.2 * 2.5 * MS, rel=1e-6)
+    assert cal.contention_across == ()
+    # A site of one rank a node: the 2-rank point spans 2 nodes, and the copies on both at once (each round's
+    # second measurement) decide its compute, by their own median.
+    spread = replace(platform, links=replace(platform.links, ranks_per_node=1))
+    factors = iter([1.30, 1.50, 1.10, 1.40, 1.20, 1.45])
+
+    def contend_across(m) -> list[dict]:
+        return [{"factor": next(factors), "copies": 2, "nodes": n} for n in (1, 2)]
+
+    cal, (_, two) = prediction_check(_ScriptedRuns(times), spec, spread, 64, [1, 2], 3, probe=probe,
+                                     contend=contend_across)
+    _, (_, plain_two) = prediction_check(_ScriptedRuns(times), spec, spread, 64, [1, 2], 3, probe=probe)
+    assert cal.contention == pytest.approx(1.20) and cal.contention_across == ((2, pytest.approx(1.45)),)
+    assert [r["factor"] for r in cal.compute_source["contention_across"][0]["rounds"]] == [1.50, 1.40, 1.45]
+    assert two.predicted_s - plain_two.predicted_s == pytest.approx(0.45 * 2.5 * MS, rel=1e-6)
 
 def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_rank():
     # Two ranks in step over a block: each spends 3.6 ms on two repetitions, split differently (where one

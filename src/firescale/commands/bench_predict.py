@@ -81,16 +81,19 @@ def run(args: argparse.Namespace) -> int:
 
         return measure
 
-    def contend(workdir: Path) -> Callable[[MeasuredIteration], dict]:
+    def contend(workdir: Path) -> Callable[[MeasuredIteration], list[dict]]:
         """The workflow's contention measurement: the round's small-batch run again as one copy for each rank of
-        a node, all at once: on as many cores here, or as tasks of one step on one of the site's nodes."""
+        a node, all at once: on as many cores here, or as tasks of one step on one of the site's nodes, and
+        where the most ranks span nodes, as many on each of them at once."""
         rounds = itertools.count()
+        node = None if site.scheduler == "local" else here
+        spans = -(-max(ranks) // per_node) if node is not None else 1
 
-        def measure(alone: MeasuredIteration) -> dict:
+        def measure(alone: MeasuredIteration) -> list[dict]:
             where = workdir / f"contention-round-{next(rounds)}"
             where.mkdir(parents=True)
-            return contention(alone, alone, per_node, args.iterations, where,
-                              node=None if site.scheduler == "local" else here)
+            return [contention(alone, alone, per_node, args.iterations, where, node=node, nodes=nodes)
+                    for nodes in sorted({1, spans})]
 
         return measure
 
@@ -108,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         print(describe(cal.apply(platform)))
         if shares_node:
             print(f"contention: compute of {per_node} ranks on one node at once scaled by {cal.contention:.3f} "
-                  "(median of the rounds)")
+                  "(median of the rounds)"
+                  + "".join(f"; on each of {n} nodes at once by {f:.3f}" for n, f in cal.contention_across))
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min) on {os.cpu_count()} cores")
         print(f"{'ranks':>5} {'batch/rank':>10} {'predicted ms':>12} {'(comm ms)':>9} {'(wait ms)':>9} {'best ms':>8} "
               f"{'median ms':>9} {'max ms':>7} {'error % (best)':>14} {'(median)':>8}")

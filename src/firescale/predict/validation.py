@@ -94,8 +94,9 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
     trainer's own allreduce time; with `probe` (as the workflow calibrates), the communication
     measurement comes from probe(step seconds), given the fastest small-batch iteration less its allreduce,
     once a round; the fastest probe is taken.  With `contend` (as the workflow calibrates a site whose ranks
-    share a node), contend(that round's small-batch run) measures the node's contention once a round, and
-    the median of the rounds' factors scales the compute of the points of several ranks.
+    share a node), contend(that round's small-batch run) measures the node's contention once a round (and
+    where the most ranks span nodes, across them: one measurement per node count, `measurements.contention`),
+    and the median of the rounds' factors at each node count scales the compute of the points of several ranks.
     Runs go round-robin, `repeats` rounds, so that a change in the machine's load touches every case;
     each calibration point takes its fastest run.
     """
@@ -128,9 +129,11 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
                 + (f" ({probes[-1]['intra']['ranks']} ranks of one node: {probes[-1]['intra']['seconds'] * 1e3:.3f} ms)"
                    if "intra" in probes[-1] else ""))
         if contend is not None:
-            contended.append(contend(small_runs[-1]))
-            say(f"round {k + 1}: contention, {contended[-1]['copies']} copies at batch {small} at once: "
-                f"{contended[-1]['factor']:.3f} times one alone")
+            for c in contend(small_runs[-1]):
+                contended.append(c)
+                across = f" on each of {c['nodes']} nodes" if c.get("nodes", 1) > 1 else ""
+                say(f"round {k + 1}: contention, {c['copies']} copies at batch {small} at once{across}: "
+                    f"{c['factor']:.3f} times one alone")
         for r in ranks:
             m = runs.run(r, total_batch, f"check-r{r}-b{total_batch}-{k}")
             measured[r].append(m)
@@ -147,8 +150,16 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
                                        after_step_s=best.iteration_s - best.allreduce_s)
     cal = calibrate(platform, spec, fit[0][0], fit[0][1], allreduce, more_runs=fit[1:])
     if contended:
-        cal = replace(cal, contention=statistics.median(c["factor"] for c in contended))
-        cal.compute_source["contention"] = {"factor": cal.contention, "rounds": contended}
+        by_nodes: dict[int, list[dict[str, Any]]] = {}
+        for c in contended:
+            by_nodes.setdefault(c.get("nodes", 1), []).append(c)
+        medians = {n: statistics.median(c["factor"] for c in cs) for n, cs in by_nodes.items()}
+        cal = replace(cal, contention=medians[1], contention_across=tuple((n, medians[n]) for n in sorted(medians)
+                                                                          if n > 1))
+        cal.compute_source["contention"] = {"factor": cal.contention, "rounds": by_nodes[1]}
+        if cal.contention_across:
+            cal.compute_source["contention_across"] = [{"nodes": n, "factor": f, "rounds": by_nodes[n]}
+                                                       for n, f in cal.contention_across]
     model = cal.apply(platform)
     rows = []
     for r in ranks:
