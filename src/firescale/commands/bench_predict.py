@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave the node's contention out (by default, where the most ranks put several on a "
                              "node, the single-rank run is started once for each of them at once, once a round: on "
                              "as many cores here as the workflow's calibration does, or as one srun step on one "
-                             "of the site's nodes; the model scales compute by the slowdown)")
+                             "of the site's nodes and one on each node of the most ranks at once; the model scales "
+                             "compute by the slowdown)")
     parser.add_argument("--tolerance", type=float, default=15.0, help="percent counted as a match (default 15)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--json", help="write calibration, rows and load averages here")

@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "starts them, and fit the communication factor from the fastest of --probe-rounds "
                              "probes (on a site with a scheduler, only inside one of its jobs: the workflow's "
                              "calibration job); with --short-run, the short run is also started once for each rank "
-                             "of a node at once, to measure how much slower ranks sharing a node compute")
+                             "of a node at once, to measure how much slower ranks sharing a node compute (and, "
+                             "when RANKS span nodes, as many on each of them at once)")
     parser.add_argument("--probe-rounds", type=int, default=PROBE_ROUNDS, metavar="N",
                         help="how many times to start the allreduce probe; the fastest is taken, as the least "
                              f"disturbed (default {PROBE_ROUNDS})")
