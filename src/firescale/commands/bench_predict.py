@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.model.paleo import backward_share, platform_from_site
     from firescale.nets.zoo import get_net
     from firescale.predict.calibrate import allreduce_measurement
-    from firescale.predict.measurements import MeasuredIteration, contention
+    from firescale.predict.measurements import MeasuredIteration, node_contentions
     from firescale.predict.validation import TrainRuns, prediction_check
 
     site = load_site(args.site)
@@ -87,14 +87,12 @@ def run(args: argparse.Namespace) -> int:
         a node, all at once: on as many cores here, or as tasks of one step on one of the site's nodes, and
         where the most ranks span nodes, as many on each of them at once."""
         rounds = itertools.count()
-        node = None if site.scheduler == "local" else here
-        spans = -(-max(ranks) // per_node) if node is not None else 1
 
         def measure(alone: MeasuredIteration) -> list[dict]:
             where = workdir / f"contention-round-{next(rounds)}"
             where.mkdir(parents=True)
-            return [contention(alone, alone, per_node, args.iterations, where, node=node, nodes=nodes)
-                    for nodes in sorted({1, spans})]
+            return node_contentions(alone, alone, per_node, args.iterations, where,
+                                    node=None if site.scheduler == "local" else here, ranks=max(ranks))
 
         return measure
 

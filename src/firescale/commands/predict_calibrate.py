@@ -30,7 +30,7 @@ from firescale.predict.calibrate import (
     read_bandwidth_measurement,
     save_calibration,
 )
-from firescale.predict.measurements import MeasuredIteration, contention, read_measured_iteration, short_run
+from firescale.predict.measurements import MeasuredIteration, node_contentions, read_measured_iteration, short_run
 from firescale.sweep.paths import CALIBRATION_FILE
 
 
@@ -148,14 +148,12 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     if copies < 2:
         return []
     node = site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
-    spans = -(-args.allreduce_probe // copies) if node is not None else 1
-    measured = []
-    for nodes in sorted({1, spans}):
-        contended = contention(alone, baseline, copies, args.short_run, workdir, node=node, nodes=nodes)
-        where = "" if node is None else " on one node" if nodes == 1 else f" on each of {nodes} nodes"
-        print(f"measured: {contended['copies']} copies of the short run at once{where} compute "
-              f"{contended['factor']:.3f} times as long as one alone ({contended['alone_s'] * 1e3:.3f} ms)")
-        measured.append(contended)
+    measured = node_contentions(alone, baseline, copies, args.short_run, workdir, node=node,
+                                ranks=args.allreduce_probe)
+    for c in measured:
+        where = "" if node is None else " on one node" if c["nodes"] == 1 else f" on each of {c['nodes']} nodes"
+        print(f"measured: {c['copies']} copies of the short run at once{where} compute "
+              f"{c['factor']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms)")
     return measured
 
 

@@ -208,6 +208,16 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
             "batch": alone.batch_per_rank, "alone_s": alone_s, "loaded_s": loaded}
 
 
+def node_contentions(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
+                     workdir: str | Path, *, node: SiteRanks | None, ranks: int) -> list[dict[str, Any]]:
+    """`contention` on one node, and where `ranks` ranks at `copies` a node span several (on a site whose
+    steps start through srun: `node`), on each of those nodes at once too: one measurement a node count,
+    the one node's first."""
+    spans = -(-ranks // copies) if node is not None else 1
+    return [contention(alone, baseline, copies, iterations, workdir, node=node, nodes=nodes)
+            for nodes in sorted({1, spans})]
+
+
 def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
     """argv + [out] for each of `outs` at once, each pinned to a core of its own here."""
     cores = sorted(os.sched_getaffinity(0))
