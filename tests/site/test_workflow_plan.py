@@ -127,23 +127,24 @@ def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_me
     monkeypatch.chdir(tmp_path)
     local = SweepPlan.build({**config, "site": "local"}, base=REPO)
     probe = ["--allreduce-probe", "2", "--probe-timeout", "300"]    # 30 minutes leave the default for 3 rounds
-    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", *probe]
+    short = ["--short-run", "300", "--short-batch", "32"]            # half the baseline's 64: the 2 x 32 point's
+    assert local.calibration_options("fashion-lenet") == [*short, *probe]
     titan = SweepPlan.build({**config, "site": "titan"}, base=REPO)
     most = max(p.ranks for p in titan.points["nin-imagenet"])
     assert most > 1
-    assert titan.calibration_options("nin-imagenet") == ["--short-run", "300", "--allreduce-probe", str(most),
-                                                         "--probe-timeout", "300"]
+    assert titan.calibration_options("nin-imagenet") == ["--short-run", "300", "--short-batch", "8",
+                                                         "--allreduce-probe", str(most), "--probe-timeout", "300"]
     measured = tmp_path / "results" / "titan" / "bench-io.json"     # a node's reads, `bench io --json` in a job
     measured.parent.mkdir(parents=True)
     measured.write_text("{}")
     assert titan.calibration_options("nin-imagenet")[-2:] == ["--io-record", str(measured)]   # absolute: for a job
     (tmp_path / "results" / "local").mkdir()
     (tmp_path / "results" / "local" / "bench-io.json").write_text("{}")
-    assert local.calibration_options("fashion-lenet") == ["--short-run", "300", *probe]
+    assert local.calibration_options("fashion-lenet") == [*short, *probe]
     # an experiment whose runs overlap the allreduce times the probe beside its step too
     config["experiments"]["fashion-lenet"]["sweep"]["overlap_allreduce"] = True
     overlapped = SweepPlan.build({**config, "site": "local"}, base=REPO)
-    assert overlapped.calibration_options("fashion-lenet") == ["--short-run", "300", *probe, "--probe-overlap"]
+    assert overlapped.calibration_options("fashion-lenet") == [*short, *probe, "--probe-overlap"]
 
 
 def test_the_calibration_jobs_probe_rounds_fit_in_half_its_walltime(tmp_path, monkeypatch):
@@ -165,3 +166,27 @@ def test_the_calibration_jobs_probe_rounds_fit_in_half_its_walltime(tmp_path, mo
     assert probe_timeout_within(48 * 3600, 6) == 300.0  # nor over the default
     with pytest.raises(FirescaleError, match="1 or more rounds"):
         probe_timeout_within(900, 0)
+
+
+def test_the_calibrations_short_run_trains_at_the_smallest_batch_a_points_rank_trains_at(tmp_path, monkeypatch):
+    """Half the baseline's batch, unless a point's ranks train at less (a fixed total batch over many ranks,
+    or a later phase of a batch schedule): then at that, so that no point's compute is extrapolated below
+    the two batches the calibration measured."""
+    from firescale.sweep.plan import SweepPlan
+
+    config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    local = SweepPlan.build({**config, "site": "local"}, base=REPO)
+    assert local.short_run_batch("fashion-lenet") == 32                 # baseline 64; points 2 x 32 and 2 x 64
+    vcluster = SweepPlan.build({**config, "site": "vcluster-2x2"}, base=REPO)
+    assert vcluster.short_run_batch("fashion-lenet") == 16              # the 4-rank point at 64: 16 a rank
+    options = vcluster.calibration_options("fashion-lenet")
+    assert options[options.index("--short-batch") + 1] == "16"
+    titan = SweepPlan.build({**config, "site": "titan"}, base=REPO)
+    assert titan.short_run_batch("nin-imagenet") == 8                   # 256 over 32 ranks, 1024 over 128
+    example = yaml.safe_load((REPO / "workflow" / "examples" / "digits-batch-schedule.yaml").read_text())
+    scheduled = example["experiments"]["digits-batch-schedule"]
+    scheduled["sweep"]["batch_schedules"] = [[{"iteration": 0, "batch": 8}, {"iteration": 200, "batch": 2}]]
+    config["experiments"].update(example["experiments"])
+    plan = SweepPlan.build({**config, "site": "local"}, experiments=["digits-batch-schedule"], base=REPO)
+    assert plan.short_run_batch("digits-batch-schedule") == 2           # baseline 8, a phase at 2

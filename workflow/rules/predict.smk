@@ -33,7 +33,7 @@ rule render_calibration_job:
         " --config {input.config:q} --out {output:q} > {log:q} 2>&1"
 
 
-# The baseline's run again at half its batch, once alone and once for each rank of a node at once, and
+# The baseline's run again at a smaller batch, once alone and once for each rank of a node at once, and
 # Horovod's allreduce over the sweep's most ranks: measured in a job on the site's nodes, as the points run.
 rule calibrate:
     input:

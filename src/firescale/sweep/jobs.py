@@ -116,7 +116,7 @@ def calibration_dir(plan: SweepPlan, experiment: str) -> Path:
 def calibration_job(plan: SweepPlan, experiment: str) -> JobSpec:
     """The job that calibrates the experiment's predictions where its points run: `firescale predict
     calibrate` as one process on the first node of an allocation as large as the sweep's most ranks, from
-    the baseline's result (plan.calibration_options: its run again at half the batch, once alone and once
+    the baseline's result (plan.calibration_options: its run again at a smaller batch, once alone and once
     for each rank of a node at once; Horovod's allreduce over the most ranks with the site's launcher).
     It keeps its runs and probes in work/ and writes calibration.json last; the site's default walltime."""
     out = calibration_dir(plan, experiment)

@@ -205,7 +205,8 @@ class SweepPlan:
     def calibration_options(self, experiment: str) -> list[str]:
         """The measurements of `predict calibrate` in the experiment's calibration job, as argv.
 
-        A short second run at half the baseline's batch fits the fixed per-iteration overhead.  Where the
+        A short second run at a smaller batch than the baseline's fits the fixed per-iteration overhead
+        (short_run_batch: every point's per-rank batch then lies between two measured ones).  Where the
         sweep's most ranks are several, Horovod's allreduce of the net's gradients timed over as many fits the
         communication factor (beside the step's backward pass too when the experiment overlaps them), and
         where they share a node, the short run started once for each of a node's ranks at once measures the
@@ -215,7 +216,7 @@ class SweepPlan:
         walltime (the site's default): a probe over several nodes may probe one node's ranks as well."""
         widest = max(self.points[experiment], key=lambda p: (p.ranks, p.devices))
         most = widest.ranks
-        argv = ["--short-run", "300"]
+        argv = ["--short-run", "300", "--short-batch", str(self.short_run_batch(experiment))]
         if most > 1:
             probes = 2 if self.site.nodes_for(most, widest.devices) > 1 else 1
             timeout = probe_timeout_within(parse_walltime(self.site.default_walltime), probes * PROBE_ROUNDS)
@@ -225,6 +226,16 @@ class SweepPlan:
         if self.site.scheduler != "local" and self.io_measurement().is_file():
             argv += ["--io-record", str(self.io_measurement().resolve())]
         return argv
+
+    def short_run_batch(self, experiment: str) -> int:
+        """The per-rank batch of the calibration's short run: half the baseline's, or the smallest a point's
+        rank trains at when that is smaller (the widest point of a fixed total batch), so that the compute of
+        every point is read between two measured batches rather than extrapolated below them, where the
+        fitted overhead weighs most."""
+        baseline = self.baselines(experiment)[0].batch
+        smallest = min((batch // p.ranks for p in self.points[experiment]
+                        for batch in (p.batch, *(b for _, b in p.schedule))), default=baseline)
+        return max(1, min(baseline // 2, smallest))
 
     def point_names(self, experiment: str) -> list[str]:
         return [p.name for p in self.points[experiment]]
