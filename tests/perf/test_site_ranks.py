@@ -104,3 +104,16 @@ def _gone(pid: int) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+@pytest.mark.parametrize("site, ranks, expected", [
+    ("vcluster-2x2", 4, 2),   # two nodes of two ranks, a shared-memory link inside them: probe one node too
+    ("vcluster-2x2", 3, 2),   # the fullest node's two
+    ("vcluster-2x2", 2, 0),   # one node: the probe over all ranks is the node's
+    ("vcluster", 2, 0),       # one rank a node: no link inside a node to measure
+    ("local", 2, 0),          # one machine
+    ("ib-cluster", 16, 0),    # four GPUs a node, but no intra_node link given: one link for every hop
+])
+def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, ranks, expected):
+    from firescale.cluster.ranks import node_probe_ranks
+    assert node_probe_ranks(load_site(site), ranks) == expected

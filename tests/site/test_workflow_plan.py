@@ -150,7 +150,8 @@ def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_me
 def test_the_calibration_jobs_probe_rounds_fit_in_half_its_walltime(tmp_path, monkeypatch):
     """Every probe round running out of its time limit must not take the calibration job past its walltime:
     on the virtual cluster (15 minutes, 2 nodes of 2 ranks: a probe over both nodes and one over a node,
-    3 rounds each) a round gets 75 s, not the default 300 (which could take 30 minutes)."""
+    3 rounds each) a round gets 75 s, not the default 300 (which could take 30 minutes); with one rank a
+    node there is no probe of one node's ranks, and a round gets 150 s."""
     from firescale.cluster.ranks import probe_timeout_within
     from firescale.errors import FirescaleError
     from firescale.sweep.plan import SweepPlan
@@ -162,6 +163,10 @@ def test_the_calibration_jobs_probe_rounds_fit_in_half_its_walltime(tmp_path, mo
     options = vcluster.calibration_options("fashion-lenet")
     assert options[options.index("--allreduce-probe") + 1] == "4"
     assert options[options.index("--probe-timeout") + 1] == "75"
+    # one rank a node and one link: no probe of a node's ranks to budget, 3 rounds in half of 15 minutes
+    single = SweepPlan.build({**config, "site": "vcluster"}, base=REPO).calibration_options("fashion-lenet")
+    assert single[single.index("--allreduce-probe") + 1] == "2"
+    assert single[single.index("--probe-timeout") + 1] == "150"
     assert probe_timeout_within(600, 6) == 60.0        # never under a minute
     assert probe_timeout_within(48 * 3600, 6) == 300.0  # nor over the default
     with pytest.raises(FirescaleError, match="1 or more rounds"):

@@ -40,8 +40,12 @@ class SiteRanks:
     env: dict[str, str] = field(default_factory=dict)
     per_node: int = 0
 
+    def on_a_node(self, ranks: int) -> int:
+        """How many of `ranks` ranks the fullest node runs, as argv places them."""
+        return min(ranks, self.per_node or ranks)
+
     def argv(self, ranks: int, command: Sequence[str]) -> list[str]:
-        per_node = min(ranks, self.per_node or ranks)
+        per_node = self.on_a_node(ranks)
         placement = Placement(ranks, per_node, 1, -(-ranks // per_node))
         return [str(a) for a in wrap(self.launcher, list(command), placement, self.options)]
 
@@ -139,6 +143,15 @@ def site_ranks(site: SiteProfile) -> SiteRanks:
            **site_allreduce(site).environment(), **site_horovod_environment(site)}
     return SiteRanks(site.name, site.config["launcher"], tuple(options), env,
                      site.gpus_per_node if site.max_nodes > 1 else 0)
+
+
+def node_probe_ranks(site: SiteProfile, ranks: int) -> int:
+    """The ranks of a second allreduce probe, over one node, beside a probe over `ranks` (0: none): on a site
+    with a link inside its nodes whose `ranks` span nodes of several ranks, so that each link gets a factor
+    of its own.  The workflow budgets the calibration job's probes by it; `predict calibrate` and `bench
+    predict` probe by it."""
+    per_node = site_ranks(site).on_a_node(ranks)
+    return per_node if site.intra_node_link is not None and 1 < per_node < ranks else 0
 
 
 PROBE_ROUNDS = 3            # launches of the allreduce probe; the fastest is taken

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.cluster.ranks import probe_allreduce, site_ranks
+    from firescale.cluster.ranks import node_probe_ranks, probe_allreduce, site_ranks
     from firescale.cluster.site import load_site
     from firescale.commands.args import describe, int_list
     from firescale.model.layers import net_cost
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     spec = get_net(args.net, num_classes=int(manifest["num_classes"]), input_shape=tuple(manifest["shape"]))
     platform = platform_from_site(site)
     here = site_ranks(site)
-    per_node = min(max(ranks), here.per_node or max(ranks))   # the ranks of the most ranks' point on one node
+    per_node = here.on_a_node(max(ranks))   # the ranks of the most ranks' point on one node
     algorithm, gradient_bytes = platform.algorithm, net_cost(spec, 1).weight_bytes
     allreduce = allreduce_measurement(args.allreduce_json, algorithm, gradient_bytes) if args.allreduce_json else None
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         each link then gets a factor of its own."""
         per_rank = max(1, args.batch // max(ranks))
         window = backward_share(platform, spec, per_rank) if args.overlap_allreduce else 0.0
-        within_node = platform.links.intra is not None and 1 < per_node < max(ranks)
+        within_node = node_probe_ranks(site, max(ranks)) > 0
         rounds = itertools.count()
 
         def one(count: int, out: Path, step_s: float) -> dict:

@@ -127,13 +127,6 @@ def _measuring_site(args: argparse.Namespace, what: str) -> Any:
     return site
 
 
-def _ranks_per_node(site: Any, ranks: int) -> int:
-    """How many of `ranks` ranks the site puts on one node, as its jobs place them."""
-    from firescale.cluster.ranks import site_ranks
-
-    return min(ranks, site_ranks(site).per_node or ranks)
-
-
 def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: MeasuredIteration,
                 workdir: str) -> list[dict]:
     """The short run again once for each rank the probe's point puts on a node, all at once: the node's
@@ -144,7 +137,7 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     from firescale.cluster.ranks import site_ranks
 
     site = _measuring_site(args, "--allreduce-probe")
-    copies = _ranks_per_node(site, args.allreduce_probe)
+    copies = site_ranks(site).on_a_node(args.allreduce_probe)
     if copies < 2:
         return []
     node = site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
@@ -164,12 +157,12 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
     With --probe-overlap, also with its requests made as the step's backward pass starts (its share of the
     step, as the model counts it).  On a site with a link inside its nodes whose probe spans nodes of
     several ranks, one node's ranks are probed as well ("intra"): each link then gets a factor of its own."""
-    from firescale.cluster.ranks import probe_allreduce, site_ranks
+    from firescale.cluster.ranks import node_probe_ranks, probe_allreduce, site_ranks
     from firescale.model.paleo import backward_share
 
     site = _measuring_site(args, "--allreduce-probe")
     cost = net_cost(spec, 1)
-    per_node = _ranks_per_node(site, args.allreduce_probe)
+    per_node = node_probe_ranks(site, args.allreduce_probe)
     window = step_s * backward_share(platform, spec, batch) if args.probe_overlap else 0.0
 
     def one(ranks: int, folder: Path, name: str) -> dict:
@@ -204,7 +197,7 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
     with tempfile.TemporaryDirectory(prefix="firescale-probe-") as tmp:
         folder = Path(args.workdir or tmp)
         measurement = fastest(args.allreduce_probe, folder, "allreduce-probe")
-        if platform.links.intra is not None and 1 < per_node < args.allreduce_probe:
+        if per_node:
             measurement["intra"] = fastest(per_node, folder, "allreduce-node-probe")
     print(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
           f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.caffe.solver import SolverConfig, load_solver
-from firescale.cluster.ranks import PROBE_ROUNDS, probe_timeout_within
+from firescale.cluster.ranks import PROBE_ROUNDS, node_probe_ranks, probe_timeout_within
 from firescale.cluster.site import SiteProfile, load_site, parse_walltime
 from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
@@ -213,12 +213,11 @@ class SweepPlan:
         node's contention.  A cluster also takes a node's read bandwidth from results/<site>/bench-io.json
         when someone measured it in a job (on this machine the runs' own reads are in their times).  Each
         probe round's time limit keeps all of them, should every one run out of it, within half the job's
-        walltime (the site's default): a probe over several nodes may probe one node's ranks as well."""
-        widest = max(self.points[experiment], key=lambda p: (p.ranks, p.devices))
-        most = widest.ranks
+        walltime (the site's default), with one node's ranks probed as well where node_probe_ranks says."""
+        most = max(p.ranks for p in self.points[experiment])
         argv = ["--short-run", "300", "--short-batch", str(self.short_run_batch(experiment))]
         if most > 1:
-            probes = 2 if self.site.nodes_for(most, widest.devices) > 1 else 1
+            probes = 2 if node_probe_ranks(self.site, most) else 1
             timeout = probe_timeout_within(parse_walltime(self.site.default_walltime), probes * PROBE_ROUNDS)
             argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
             if self.overlap_allreduce(experiment):
