@@ -164,6 +164,25 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     assert f"{probed.comm_hidden_share:.0%} of it ran beside the compute" in proc.stdout
 
 
+def test_copies_faster_than_the_run_alone_leave_the_factor_at_1_and_keep_the_ratio(repo, tmp_path):
+    """Ranks sharing a node do not compute faster than one alone: when the lone short run was disturbed (here
+    it says 1 s an iteration, which no copy takes), the two real copies' median over it is kept as the ratio
+    and the factor is 1, not a speed-up that would shrink every point's compute."""
+    from firescale.predict.measurements import MeasuredIteration, contention
+
+    proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    command = ("firescale", "train", "--dataset", str(tmp_path / "data" / "digits"), "--net", "lenet_same",
+               "--solver", str(repo / "workflow" / "solvers" / "lenet-digits.yaml"), "--total-batch", "64",
+               "--out", str(tmp_path / "base"))
+    baseline = MeasuredIteration("base.json", "lenet_same", "digits", 1, 64, 0.01, 0.0, 0.01, 0.0, 100, command)
+    disturbed = MeasuredIteration("alone.json", "lenet_same", "digits", 1, 8, 1.0, 0.0, 1.0, 0.0, 30)
+    measured = contention(disturbed, baseline, 2, 30, tmp_path / "copies")
+    assert len(measured["loaded_s"]) == 2 and max(measured["loaded_s"]) < 1.0
+    assert measured["ratio"] == pytest.approx(sum(measured["loaded_s"]) / 2 / 1.0) and measured["ratio"] < 1
+    assert measured["factor"] == 1.0 and measured["batch"] == 8
+
+
 def test_a_short_run_past_its_time_limit_is_stopped_with_its_processes_and_said(tmp_path):
     """A short calibration run that outlives its limit (a file on a stalled filesystem: here its solver is a
     pipe nobody writes, so the trainer's read of it never returns) is one clear error, not a traceback, and

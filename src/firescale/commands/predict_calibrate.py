@@ -145,8 +145,9 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
                                 ranks=args.allreduce_probe)
     for c in measured:
         where = "" if node is None else " on one node" if c["nodes"] == 1 else f" on each of {c['nodes']} nodes"
+        below = "" if c["ratio"] >= 1 else ", taken as 1: the one alone was the disturbed run"
         print(f"measured: {c['copies']} copies of the short run at once{where} compute "
-              f"{c['factor']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms)")
+              f"{c['ratio']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms){below}")
     return measured
 
 

@@ -178,12 +178,14 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
     the same run is started `copies` times at once with no communication between them, and the ratio of
     their median compute to `alone`'s is the factor: what ranks take from each other through shared cores,
-    caches and memory bandwidth.  Without `node` the copies run here, each on its own core, as a site
-    without a scheduler places its ranks; with it, as `copies` tasks of one job step on one of the site's
-    nodes (SiteRanks.copies_argv), where they share what the node's ranks share; with `nodes` > 1, as many on
-    each of that many nodes at once, sharing what a point's nodes share too (a host's caches and cores, where
-    the nodes are slices of one machine).  Horovod's share of a rank's core is not in it; the allreduce probe
-    measures that.
+    caches and memory bandwidth.  Ranks sharing a node do not compute faster than one alone: a ratio below 1
+    says the lone run was the disturbed one, and the factor is 1 (the ratio is kept as `ratio`).
+
+    Without `node` the copies run here, each on its own core, as a site without a scheduler places its ranks;
+    with it, as `copies` tasks of one job step on one of the site's nodes (SiteRanks.copies_argv), where they
+    share what the node's ranks share; with `nodes` > 1, as many on each of that many nodes at once, sharing
+    what a point's nodes share too (a host's caches and cores, where the nodes are slices of one machine).
+    Horovod's share of a rank's core is not in it; the allreduce probe measures that.
     """
     if copies < 2:
         raise FirescaleError(f"a contention run needs 2 or more copies, not {copies}")
@@ -204,7 +206,8 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     runs = [read_measured_iteration(out / "result.json") for out in outs]
     loaded = sorted(m.iteration_s - m.data_wait_s for m in runs)
     alone_s = alone.iteration_s - alone.data_wait_s
-    return {"factor": statistics.median(loaded) / alone_s, "copies": copies, "nodes": nodes,
+    ratio = statistics.median(loaded) / alone_s
+    return {"factor": max(1.0, ratio), "ratio": ratio, "copies": copies, "nodes": nodes,
             "batch": alone.batch_per_rank, "alone_s": alone_s, "loaded_s": loaded}
 
 
