@@ -118,6 +118,14 @@ def test_unusable_records_are_named(tmp_path):
         read_measured_iteration(other)
 
 
+@pytest.mark.parametrize("option", ["--probe-rounds", "--contention-rounds"])
+def test_rounds_below_one_are_refused_by_name_before_anything_runs(tmp_path, option):
+    proc = run_firescale("predict", "calibrate", "--batch", "64", "--iteration-s", "0.03", "--net", "lenet_same",
+                         option, "0", "--out", tmp_path / "calibration.json")
+    assert proc.returncode == 1 and f"{option} must be 1 or more, not 0" in proc.stderr
+    assert not (tmp_path / "calibration.json").exists()
+
+
 def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
     command = _train_result(64, 10.0)["command"]
     argv = short_run_command(command, 16, 200, tmp_path / "s")

@@ -30,7 +30,14 @@ from firescale.predict.calibrate import (
     read_bandwidth_measurement,
     save_calibration,
 )
-from firescale.predict.measurements import MeasuredIteration, node_contentions, read_measured_iteration, short_run
+from firescale.predict.measurements import (
+    CONTENTION_ROUNDS,
+    MeasuredIteration,
+    contention_medians,
+    node_contentions,
+    read_measured_iteration,
+    short_run,
+)
 from firescale.sweep.paths import CALIBRATION_FILE
 
 
@@ -63,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "calibration job); with --short-run, the short run is also started once for each rank "
                              "of a node at once, to measure how much slower ranks sharing a node compute (and, "
                              "when RANKS span nodes, as many on each of them at once)")
+    parser.add_argument("--contention-rounds", type=int, default=CONTENTION_ROUNDS, metavar="N",
+                        help="how many times to start the short run's copies for the contention; the median "
+                             f"factor is taken, as one round's copies can all be slowed at once (default "
+                             f"{CONTENTION_ROUNDS})")
     parser.add_argument("--probe-rounds", type=int, default=PROBE_ROUNDS, metavar="N",
                         help="how many times to start the allreduce probe; the fastest is taken, as the least "
                              f"disturbed (default {PROBE_ROUNDS})")
@@ -133,7 +144,8 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     contention (none when it puts one a node).  On a Slurm site the copies are one job step on one node, and
     when the probe spans several nodes, a second step runs as many on each of them at once (what a point's
     nodes share, beside what a node's ranks share); elsewhere they run here, each on a core of its own (in
-    a job, here is the job's first node)."""
+    a job, here is the job's first node).  --contention-rounds rounds, each in a folder of its own; the
+    median factor of each node count."""
     from firescale.cluster.ranks import site_ranks
 
     site = _measuring_site(args, "--allreduce-probe")
@@ -141,14 +153,22 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     if copies < 2:
         return []
     node = site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
-    measured = node_contentions(alone, baseline, copies, args.short_run, workdir, node=node,
-                                ranks=args.allreduce_probe)
-    for c in measured:
-        where = "" if node is None else " on one node" if c["nodes"] == 1 else f" on each of {c['nodes']} nodes"
-        below = "" if c["ratio"] >= 1 else ", taken as 1: the one alone was the disturbed run"
-        print(f"measured: {c['copies']} copies of the short run at once{where} compute "
-              f"{c['ratio']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms){below}")
-    return measured
+    measured = []
+    for k in range(args.contention_rounds):
+        folder = Path(workdir) / f"contention-round-{k}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for c in node_contentions(alone, baseline, copies, args.short_run, folder, node=node,
+                                  ranks=args.allreduce_probe):
+            where = "" if node is None else " on one node" if c["nodes"] == 1 else f" on each of {c['nodes']} nodes"
+            below = "" if c["ratio"] >= 1 else ", taken as 1: the one alone was the disturbed run"
+            print(f"measured: round {k + 1}: {c['copies']} copies of the short run at once{where} compute "
+                  f"{c['ratio']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms){below}", flush=True)
+            measured.append(c)
+    medians = contention_medians(measured)
+    for c in medians:
+        print(f"measured: contention {c['factor']:.3f} on {c['nodes']} node(s), the median of "
+              f"{len(c['rounds'])} round(s)")
+    return medians
 
 
 def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: float, batch: int) -> dict:
@@ -239,8 +259,9 @@ def run(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     io = _read_bandwidth(args)   # before anything runs or is written: a bad record stops here
-    if args.probe_rounds < 1:
-        raise FirescaleError(f"--probe-rounds must be 1 or more, not {args.probe_rounds}")
+    for option, rounds in (("--probe-rounds", args.probe_rounds), ("--contention-rounds", args.contention_rounds)):
+        if rounds < 1:
+            raise FirescaleError(f"{option} must be 1 or more, not {rounds}")
     if args.allreduce_probe:     # ranks start here as the site's jobs start them: refused outside its job
         _measuring_site(args, "--allreduce-probe")
     if args.short_run and getattr(args, "site", None):   # the trainer runs here: on a site, only on its node
@@ -294,11 +315,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
     if contended:
-        one, *across = contended
-        cal = replace(cal, contention=one["factor"], contention_across=tuple((c["nodes"], c["factor"]) for c in across))
-        cal.compute_source["contention"] = one
-        if across:
-            cal.compute_source["contention_across"] = across
+        cal = cal.with_contention(contended)
     if io is not None:
         cal = replace(cal, read_bandwidth=io[0], io_source=io[1])
     evaluated = next((m for m in measured if m.evaluations), None)

@@ -60,6 +60,14 @@ class Calibration:
                        contention=self.contention, contention_across=self.contention_across, data=data,
                        comm_hidden_share=share, links=links)
 
+    def with_contention(self, measured: list[dict[str, Any]]) -> Calibration:
+        """These factors with the contention measured (measurements.contention_medians: the one node's first,
+        then each count of nodes spanned), the rounds behind them under compute_source."""
+        one, *across = measured
+        source = {**self.compute_source, "contention": one, **({"contention_across": across} if across else {})}
+        return replace(self, contention=one["factor"], compute_source=source,
+                       contention_across=tuple((c["nodes"], c["factor"]) for c in across))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

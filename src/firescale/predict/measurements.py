@@ -170,6 +170,9 @@ def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int,
     return read_measured_iteration(out / "result.json")
 
 
+CONTENTION_ROUNDS = 3    # rounds of a calibration's contention copies; the median is taken
+
+
 def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
                workdir: str | Path, *, node: SiteRanks | None = None, nodes: int = 1,
                timeout: float = 1800.0) -> dict[str, Any]:
@@ -219,6 +222,18 @@ def node_contentions(alone: MeasuredIteration, baseline: MeasuredIteration, copi
     spans = -(-ranks // copies) if node is not None else 1
     return [contention(alone, baseline, copies, iterations, workdir, node=node, nodes=nodes)
             for nodes in sorted({1, spans})]
+
+
+def contention_medians(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rounds of `contention` (any order, several a node count) as one measurement a node count, fewest nodes
+    first: the median of its rounds' factors, the rounds under `rounds`.  One round's copies can all be slowed
+    together, by whatever else the machine does then (factors of 1.7 to 2.9 came out of single rounds of the
+    same two copies on one core); the median of several does not follow one such round."""
+    by_nodes: dict[int, list[dict[str, Any]]] = {}
+    for c in measured:
+        by_nodes.setdefault(c.get("nodes", 1), []).append(c)
+    return [{"nodes": n, "factor": statistics.median(c["factor"] for c in by_nodes[n]), "rounds": by_nodes[n]}
+            for n in sorted(by_nodes)]
 
 
 def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from firescale.errors import FirescaleError
 from firescale.model.paleo import Platform, predict_point
 from firescale.nets.spec import NetSpec
 from firescale.predict.calibrate import Calibration, allreduce_from_run, calibrate
-from firescale.predict.measurements import MeasuredIteration, read_measured_iteration
+from firescale.predict.measurements import MeasuredIteration, contention_medians, read_measured_iteration
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class CheckRow:
 def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_batch: int, ranks: Sequence[int],
                      repeats: int, *, allreduce: dict[str, Any] | None = None, fit_comm: bool = False,
                      probe: Callable[[float], dict[str, Any]] | None = None,
-                     contend: Callable[[MeasuredIteration], dict[str, Any]] | None = None,
+                     contend: Callable[[MeasuredIteration], list[dict[str, Any]]] | None = None,
                      say: Callable[[str], None] = lambda s: None) -> tuple[Calibration, list[CheckRow]]:
     """Calibrate from single-rank runs at the total batch and at the per-rank batch of the largest rank
     count, then predict and measure `total_batch` split over each rank count, in fresh runs.
@@ -150,16 +150,7 @@ def prediction_check(runs: TrainRuns, spec: NetSpec, platform: Platform, total_b
                                        after_step_s=best.iteration_s - best.allreduce_s)
     cal = calibrate(platform, spec, fit[0][0], fit[0][1], allreduce, more_runs=fit[1:])
     if contended:
-        by_nodes: dict[int, list[dict[str, Any]]] = {}
-        for c in contended:
-            by_nodes.setdefault(c.get("nodes", 1), []).append(c)
-        medians = {n: statistics.median(c["factor"] for c in cs) for n, cs in by_nodes.items()}
-        cal = replace(cal, contention=medians[1], contention_across=tuple((n, medians[n]) for n in sorted(medians)
-                                                                          if n > 1))
-        cal.compute_source["contention"] = {"factor": cal.contention, "rounds": by_nodes[1]}
-        if cal.contention_across:
-            cal.compute_source["contention_across"] = [{"nodes": n, "factor": f, "rounds": by_nodes[n]}
-                                                       for n, f in cal.contention_across]
+        cal = cal.with_contention(contention_medians(contended))
     model = cal.apply(platform)
     rows = []
     for r in ranks:
