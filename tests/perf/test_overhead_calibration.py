@@ -120,8 +120,8 @@ def test_unusable_records_are_named(tmp_path):
 
 @pytest.mark.parametrize("option", ["--probe-rounds", "--contention-rounds"])
 def test_rounds_below_one_are_refused_by_name_before_anything_runs(tmp_path, option):
-    proc = run_firescale("predict", "calibrate", "--batch", "64", "--iteration-s", "0.03", "--net", "lenet_same",
-                         option, "0", "--out", tmp_path / "calibration.json")
+    proc = run_firescale("predict", "calibrate", "--site", "local", "--batch", "64", "--iteration-s", "0.03",
+                         "--net", "lenet_same", option, "0", "--out", tmp_path / "calibration.json")
     assert proc.returncode == 1 and f"{option} must be 1 or more, not 0" in proc.stderr
     assert not (tmp_path / "calibration.json").exists()
 
