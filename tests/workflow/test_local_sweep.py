@@ -139,10 +139,18 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
         assert round_["factor"] == max(1.0, round_["ratio"])      # never faster than one alone
     assert contended["factor"] == statistics.median(r["factor"] for r in contended["rounds"])
     assert cal["contention"] == contended["factor"] and 1 <= cal["contention"] < 5
-    baseline = json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / "baseline" / "result.json")
-                          .read_text())
-    evaluations = len(baseline["train"]["evals"])
-    eval_s = sum(s["eval_s"] for s in baseline["train"]["segments"])
+    # from both of the baseline's repeats (the report measures the baseline by their mean), then the short run
+    records = cal["compute_source"]["records"]
+    assert [Path(r["source"]).parent.name for r in records] == ["baseline", "baseline-r1", "calibrate-b32"]
+    source = cal["compute_source"]
+    if "overhead_clamped" not in source and "compute_clamped" not in source:   # the fit goes through their mean
+        ideal = source["runs"][0]["ideal_compute_s"]
+        assert cal["overhead_s"] + ideal / cal["ppp_compute"] == pytest.approx(
+            (records[0]["iteration_s"] + records[1]["iteration_s"]) / 2, rel=1e-6)
+    baselines = [json.loads((sweep / "results" / "local" / "digits-lenet" / "runs" / name / "result.json").read_text())
+                 for name in ("baseline", "baseline-r1")]
+    evaluations = sum(len(b["train"]["evals"]) for b in baselines)
+    eval_s = sum(s["eval_s"] for b in baselines for s in b["train"]["segments"])
     assert evaluations and cal["eval_s"] == pytest.approx(eval_s / evaluations)   # seconds per evaluation
     predicted = json.loads((sweep / "results" / "local" / "digits-lenet" / "predict-calibrated.json").read_text())
     two = predicted["points"]["g2-b64-r0"]

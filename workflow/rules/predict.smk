@@ -33,13 +33,14 @@ rule render_calibration_job:
         " --config {input.config:q} --out {output:q} > {log:q} 2>&1"
 
 
-# The baseline's run again at a smaller batch, once alone and once for each rank of a node at once, and
-# Horovod's allreduce over the sweep's most ranks: measured in a job on the site's nodes, as the points run.
+# From every repeat of the baseline: its run again at a smaller batch, once alone and once for each rank
+# of a node at once, and Horovod's allreduce over the sweep's most ranks: measured in a job on the site's
+# nodes, as the points run.
 rule calibrate:
     input:
         script=CALIBRATION_JOB,
         config=EFFECTIVE_CONFIG,
-        baseline=lambda wc: RUN_RESULT.format(site=wc.site, experiment=wc.experiment, point="baseline"),
+        baselines=lambda wc: baseline_results(wc.experiment),
     output:
         CALIBRATION,
     log:

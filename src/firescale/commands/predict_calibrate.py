@@ -44,7 +44,8 @@ from firescale.sweep.paths import CALIBRATION_FILE
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", action="append", default=[], metavar="RESULT.json",
                         help="a single-rank run record (results/<site>/<experiment>/runs/baseline/result.json) or "
-                             "a trainer result.json; repeat for more batch sizes (two sizes fit the overhead)")
+                             "a trainer result.json; repeat for more batch sizes (two sizes fit the overhead) or "
+                             "for repeats of one (the fit goes through their mean)")
     parser.add_argument("--short-run", type=int, metavar="ITERATIONS",
                         help="also run the first record's trainer command on one rank for this many iterations "
                              "at --short-batch, so that the baseline alone fits the overhead too")
@@ -318,9 +319,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         cal = cal.with_contention(contended)
     if io is not None:
         cal = replace(cal, read_bandwidth=io[0], io_source=io[1])
-    evaluated = next((m for m in measured if m.evaluations), None)
-    if evaluated is not None:
-        cal = replace(cal, eval_s=evaluated.eval_s / evaluated.evaluations)
+    evaluated = [m for m in measured[:len(args.record)] if m.evaluations]   # the records' own, not the short run's
+    if evaluated:
+        cal = replace(cal, eval_s=sum(m.eval_s for m in evaluated) / sum(m.evaluations for m in evaluated))
     if args.out:
         out = Path(args.out)
     else:

@@ -116,13 +116,15 @@ def calibration_dir(plan: SweepPlan, experiment: str) -> Path:
 def calibration_job(plan: SweepPlan, experiment: str) -> JobSpec:
     """The job that calibrates the experiment's predictions where its points run: `firescale predict
     calibrate` as one process on the first node of an allocation as large as the sweep's most ranks, from
-    the baseline's result (plan.calibration_options: its run again at a smaller batch, once alone and once
-    for each rank of a node at once; Horovod's allreduce over the most ranks with the site's launcher).
-    It keeps its runs and probes in work/ and writes calibration.json last; the site's default walltime."""
+    the baseline's results, each of its repeats (their mean is what the report measures the baseline by;
+    plan.calibration_options: its run again at a smaller batch, once alone and once for each rank of a node at
+    once; Horovod's allreduce over the most ranks with the site's launcher).  It keeps its runs and probes in
+    work/ and writes calibration.json last; the site's default walltime."""
     out = calibration_dir(plan, experiment)
-    baseline = run_dir(plan, experiment, plan.baselines(experiment)[0]) / "result.json"
+    records = [arg for point in plan.baselines(experiment)
+               for arg in ("--record", str(run_dir(plan, experiment, point) / "result.json"))]
     command = [*plan.site.config["environment"]["firescale"].split(), "predict", "calibrate",
-               "--site", str(plan.site.source), "--record", str(baseline), *plan.calibration_options(experiment),
+               "--site", str(plan.site.source), *records, *plan.calibration_options(experiment),
                "--workdir", str(out / "work"), "--out", str(out / CALIBRATION_FILE)]
     return JobSpec(name=_job_name(experiment, "calibration"), ranks=max(p.ranks for p in plan.points[experiment]),
                    walltime_s=parse_walltime(plan.site.default_walltime), command=command, workdir=out,
