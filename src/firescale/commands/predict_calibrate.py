@@ -150,10 +150,11 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     from firescale.cluster.ranks import site_ranks
 
     site = _measuring_site(args, "--allreduce-probe")
-    copies = site_ranks(site).on_a_node(args.allreduce_probe)
+    here = site_ranks(site)
+    copies = here.on_a_node(args.allreduce_probe)
     if copies < 2:
         return []
-    node = site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
+    node = here if site.scheduler != "local" and site.launcher == "srun" else None
     measured = []
     for k in range(args.contention_rounds):
         folder = Path(workdir) / f"contention-round-{k}"
