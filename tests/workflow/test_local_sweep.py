@@ -125,7 +125,9 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     assert (job / "work" / "allreduce-probe-2.json").is_file()      # the fastest of three probes
     comm = cal["comm_source"]
     assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2
-    assert len(comm["rounds_s"]) == 3 and comm["seconds"] == min(comm["rounds_s"])   # the fastest probe
+    # the fastest of three probes; a round the busy cores timed below zero is left out, null in rounds_s
+    ran = [s for s in comm["rounds_s"] if s is not None]
+    assert len(comm["rounds_s"]) == 3 and ran and comm["seconds"] == min(ran)
     assert comm["bytes"] == 524_320 and comm["seconds"] > 0     # LeNet on 8x8 digits: 131,080 float32
     assert 0 < cal["ppp_comm"] <= 1
     # the short run again on both cores at once: the node's contention, measured, in the calibration
