@@ -117,3 +117,18 @@ def _gone(pid: int) -> bool:
 def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, ranks, expected):
     from firescale.cluster.ranks import node_probe_ranks
     assert node_probe_ranks(load_site(site), ranks) == expected
+
+
+def test_copies_share_a_node_as_a_job_step_only_where_the_site_starts_steps_through_srun(tmp_path):
+    # calibrate and bench predict both place a node's contention copies by copies_step: a Slurm site whose
+    # launcher is mpirun runs them on the job's first node (here), never into copies_argv's srun-only error.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+    from site_helpers import site_copy
+
+    from firescale.cluster.ranks import copies_step
+    step = copies_step(load_site("vcluster-2x2"))
+    assert step is not None and step.copies_argv(2, ["prog", "--out"], tmp_path / "c")[0] == "srun"
+    assert copies_step(load_site("local")) is None          # no scheduler: this machine's cores
+    assert copies_step(load_site("titan")) is None          # aprun: the job's first node
+    slurm_mpirun = load_site(site_copy(tmp_path, "vcluster-2x2", lambda d: d.update(launcher="mpirun")))
+    assert slurm_mpirun.scheduler == "slurm" and copies_step(slurm_mpirun) is None

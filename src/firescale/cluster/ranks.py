@@ -154,6 +154,14 @@ def node_probe_ranks(site: SiteProfile, ranks: int) -> int:
     return per_node if site.intra_node_link is not None and 1 < per_node < ranks else 0
 
 
+def copies_step(site: SiteProfile) -> SiteRanks | None:
+    """Where copies of a single-rank run go to share one of `site`'s nodes (a contention measurement): its
+    ranks (SiteRanks.copies_argv: one job step) on a site with a scheduler whose launcher is srun; None
+    elsewhere, where they run on this machine's cores (in a job: its first node's).  `predict calibrate`
+    and `bench predict` both ask it."""
+    return site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
+
+
 PROBE_ROUNDS = 3            # launches of the allreduce probe; the fastest is taken
 PROBE_TIMEOUT_S = 300.0     # a round still running then is stopped with its ranks and left out
 

@@ -147,14 +147,14 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     nodes share, beside what a node's ranks share); elsewhere they run here, each on a core of its own (in
     a job, here is the job's first node).  --contention-rounds rounds, each in a folder of its own; the
     median factor of each node count."""
-    from firescale.cluster.ranks import site_ranks
+    from firescale.cluster.ranks import copies_step, site_ranks
 
     site = _measuring_site(args, "--allreduce-probe")
     here = site_ranks(site)
     copies = here.on_a_node(args.allreduce_probe)
     if copies < 2:
         return []
-    node = here if site.scheduler != "local" and site.launcher == "srun" else None
+    node = copies_step(site)
     measured = []
     for k in range(args.contention_rounds):
         folder = Path(workdir) / f"contention-round-{k}"
