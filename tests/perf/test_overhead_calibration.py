@@ -172,6 +172,46 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     assert f"{probed.comm_hidden_share:.0%} of it ran beside the compute" in proc.stdout
 
 
+@pytest.mark.slow
+def test_a_contention_round_whose_copies_fail_is_left_out_and_all_failing_is_the_error(repo, tmp_path):
+    """A round of the short run's copies that fails (here a copy's --out is taken by a file, so its trainer
+    cannot write there) is said and left out, and the contention is the median of the rounds that ran; with
+    every round out, the first failure is the error, before the probe runs, and nothing is written."""
+    proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_firescale("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
+                         repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
+                         "--out", tmp_path / "base",
+                         "--set", "max_iter=60", "--set", "test_interval=0", "--set", "snapshot=0")
+    assert proc.returncode == 0, proc.stderr
+
+    def calibrate(workdir: Path, out: Path, blocked: list[int]):
+        for k in blocked:     # copy 0 of round k cannot make its --out folder
+            (workdir / f"contention-round-{k}").mkdir(parents=True)
+            (workdir / f"contention-round-{k}" / "contention-b8-0").write_text("taken\n")
+        return run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
+                             "--short-run", "30", "--short-batch", "8", "--allreduce-probe", "2",
+                             "--contention-rounds", "2", "--probe-rounds", "1", "--workdir", workdir, "--out", out)
+
+    out = tmp_path / "calibration.json"
+    proc = calibrate(tmp_path / "one-out", out, [0])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "firescale: contention round 1 of 2 left out: the short calibration run" in proc.stdout
+    assert "round 2 of 2 left out" not in proc.stdout
+    assert "the median of 1 round(s)" in proc.stdout
+    (contention,) = load_calibration(out).compute_source["contention"]["rounds"]
+    assert contention["copies"] == 2 and len(contention["loaded_s"]) == 2
+    assert (tmp_path / "one-out" / "contention-round-1" / "contention-b8-0" / "result.json").is_file()
+
+    none = tmp_path / "none.json"
+    proc = calibrate(tmp_path / "all-out", none, [0, 1])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.count("left out: the short calibration run") == 2
+    assert "allreduce" not in proc.stdout     # the probe never ran
+    assert "firescale: error: the short calibration run" in proc.stderr and "failed with exit code" in proc.stderr
+    assert not none.exists()
+
+
 def test_copies_faster_than_the_run_alone_leave_the_factor_at_1_and_keep_the_ratio(repo, tmp_path):
     """Ranks sharing a node do not compute faster than one alone: when the lone short run was disturbed (here
     it says 1 s an iteration, which no copy takes), the two real copies' median over it is kept as the ratio

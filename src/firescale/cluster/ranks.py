@@ -162,18 +162,32 @@ def copies_step(site: SiteProfile) -> SiteRanks | None:
     return site_ranks(site) if site.scheduler != "local" and site.launcher == "srun" else None
 
 
+def contention_nodes(site: SiteProfile, ranks: int) -> list[int]:
+    """The node counts a calibration's contention copies run on in each round, beside a probe over `ranks`
+    ranks: none where a node holds one of them; one node; and where they span several nodes and the copies
+    run as a job step (copies_step), that many nodes at once too (what a point's nodes share)."""
+    here = site_ranks(site)
+    per_node = here.on_a_node(ranks)
+    if per_node < 2:
+        return []
+    return sorted({1, -(-ranks // per_node) if copies_step(site) else 1})
+
+
 PROBE_ROUNDS = 3            # launches of the allreduce probe; the fastest is taken
 PROBE_TIMEOUT_S = 300.0     # a round still running then is stopped with its ranks and left out
+CONTENTION_ROUNDS = 3       # rounds of a calibration's contention copies; the median is taken
+RUN_TIMEOUT_S = 600.0       # a short run, or a step of its copies, still running then is stopped
 
 
-def probe_timeout_within(walltime_s: float, rounds: int) -> float:
-    """A probe round's time limit such that `rounds` rounds that all run out of it take at most half of a
-    job's walltime (the rest is for a calibration's short runs and its fit): no longer than
-    PROBE_TIMEOUT_S and no shorter than a minute (a round takes under one on the virtual cluster)."""
-    if rounds < 1 or walltime_s <= 0:
-        raise FirescaleError(f"a probe time limit needs 1 or more rounds and a walltime > 0, not {rounds} "
-                             f"and {walltime_s} s")
-    return max(60.0, min(PROBE_TIMEOUT_S, walltime_s / 2 / rounds))
+def timeout_within(walltime_s: float, steps: int, longest: float) -> float:
+    """A time limit for each of `steps` steps of a calibration job such that all of them running out of it
+    take at most half of the job's walltime: the probe rounds get one half, the short run and the rounds of
+    its contention copies the other (the fit takes seconds).  No longer than `longest` and no shorter than a
+    minute (a probe round or a step of copies takes under one on the virtual cluster); whole seconds."""
+    if steps < 1 or walltime_s <= 0:
+        raise FirescaleError(f"a time limit within a walltime needs 1 or more steps and a walltime > 0, not "
+                             f"{steps} and {walltime_s} s")
+    return float(max(60, min(longest, walltime_s / 2 / steps) // 1))
 
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.cluster.ranks import copies_step, node_probe_ranks, probe_allreduce, site_ranks
+    from firescale.cluster.ranks import contention_nodes, copies_step, node_probe_ranks, probe_allreduce, site_ranks
     from firescale.cluster.site import load_site
     from firescale.commands.args import describe, int_list
     from firescale.model.layers import net_cost
@@ -86,13 +86,13 @@ def run(args: argparse.Namespace) -> int:
         """The workflow's contention measurement: the round's small-batch run again as one copy for each rank of
         a node, all at once: on as many cores here, or as tasks of one step on one of the site's nodes, and
         where the most ranks span nodes, as many on each of them at once."""
-        rounds, node = itertools.count(), copies_step(site)
+        rounds, node, nodes = itertools.count(), copies_step(site), contention_nodes(site, max(ranks))
 
         def measure(alone: MeasuredIteration) -> list[dict]:
             where = workdir / f"contention-round-{next(rounds)}"
             where.mkdir(parents=True)
             return node_contentions(alone, alone, per_node, args.iterations, where,
-                                    node=node, ranks=max(ranks))
+                                    node=node, nodes=nodes)
 
         return measure
 

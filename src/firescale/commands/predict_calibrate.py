@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from firescale.cluster.ranks import PROBE_ROUNDS, PROBE_TIMEOUT_S
+from firescale.cluster.ranks import CONTENTION_ROUNDS, PROBE_ROUNDS, PROBE_TIMEOUT_S, RUN_TIMEOUT_S
 from firescale.commands.args import (
     add_platform_arguments,
     describe,
@@ -31,7 +31,6 @@ from firescale.predict.calibrate import (
     save_calibration,
 )
 from firescale.predict.measurements import (
-    CONTENTION_ROUNDS,
     MeasuredIteration,
     contention_medians,
     node_contentions,
@@ -74,7 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--contention-rounds", type=int, default=CONTENTION_ROUNDS, metavar="N",
                         help="how many times to start the short run's copies for the contention; the median "
                              f"factor is taken, as one round's copies can all be slowed at once (default "
-                             f"{CONTENTION_ROUNDS})")
+                             f"{CONTENTION_ROUNDS}); a round that fails or runs out of --run-timeout is left out")
+    parser.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S, metavar="SECONDS",
+                        help="stop the short run, or a step of its copies, that has not finished by then "
+                             f"(default {RUN_TIMEOUT_S:g}; the workflow's calibration job fits them into the half of "
+                             "its walltime the probe rounds leave)")
     parser.add_argument("--probe-rounds", type=int, default=PROBE_ROUNDS, metavar="N",
                         help="how many times to start the allreduce probe; the fastest is taken, as the least "
                              f"disturbed (default {PROBE_ROUNDS})")
@@ -145,27 +148,36 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     contention (none when it puts one a node).  On a Slurm site the copies are one job step on one node, and
     when the probe spans several nodes, a second step runs as many on each of them at once (what a point's
     nodes share, beside what a node's ranks share); elsewhere they run here, each on a core of its own (in
-    a job, here is the job's first node).  --contention-rounds rounds, each in a folder of its own; the
-    median factor of each node count."""
-    from firescale.cluster.ranks import copies_step, site_ranks
+    a job, here is the job's first node).  --contention-rounds rounds, each in a folder of its own; a round
+    that fails or runs out of --run-timeout is said and left out (all failing, the first failure is the
+    error); the median factor of each node count."""
+    from firescale.cluster.ranks import contention_nodes, copies_step, site_ranks
 
     site = _measuring_site(args, "--allreduce-probe")
-    here = site_ranks(site)
-    copies = here.on_a_node(args.allreduce_probe)
-    if copies < 2:
+    nodes = contention_nodes(site, args.allreduce_probe)
+    if not nodes:
         return []
-    node = copies_step(site)
-    measured = []
+    copies, node = site_ranks(site).on_a_node(args.allreduce_probe), copies_step(site)
+    measured: list[dict] = []
+    failures: list[FirescaleError] = []
     for k in range(args.contention_rounds):
         folder = Path(workdir) / f"contention-round-{k}"
         folder.mkdir(parents=True, exist_ok=True)
-        for c in node_contentions(alone, baseline, copies, args.short_run, folder, node=node,
-                                  ranks=args.allreduce_probe):
+        try:
+            found = node_contentions(alone, baseline, copies, args.short_run, folder, node=node, nodes=nodes,
+                                     timeout=args.run_timeout)
+        except FirescaleError as exc:    # the round goes whole: each round has every node count or none
+            print(f"firescale: contention round {k + 1} of {args.contention_rounds} left out: {exc}", flush=True)
+            failures.append(exc)
+            continue
+        for c in found:
             where = "" if node is None else " on one node" if c["nodes"] == 1 else f" on each of {c['nodes']} nodes"
             below = "" if c["ratio"] >= 1 else ", taken as 1: the one alone was the disturbed run"
             print(f"measured: round {k + 1}: {c['copies']} copies of the short run at once{where} compute "
                   f"{c['ratio']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms){below}", flush=True)
             measured.append(c)
+    if not measured:
+        raise failures[0]
     medians = contention_medians(measured)
     for c in medians:
         print(f"measured: contention {c['factor']:.3f} on {c['nodes']} node(s), the median of "
@@ -264,6 +276,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     for option, rounds in (("--probe-rounds", args.probe_rounds), ("--contention-rounds", args.contention_rounds)):
         if rounds < 1:
             raise FirescaleError(f"{option} must be 1 or more, not {rounds}")
+    for option, seconds in (("--probe-timeout", args.probe_timeout), ("--run-timeout", args.run_timeout)):
+        if not seconds > 0:
+            raise FirescaleError(f"{option} must be more than 0 seconds, not {seconds:g}")
     if args.allreduce_probe:     # ranks start here as the site's jobs start them: refused outside its job
         _measuring_site(args, "--allreduce-probe")
     if args.short_run and getattr(args, "site", None):   # the trainer runs here: on a site, only on its node
@@ -280,7 +295,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         batch = args.short_batch or max(1, measured[0].batch_per_rank // 2)
         with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
             workdir = args.workdir or tmp
-            measured.append(short_run(measured[0], batch, args.short_run, workdir))
+            measured.append(short_run(measured[0], batch, args.short_run, workdir, timeout=args.run_timeout))
             if args.allreduce_probe:
                 contended = _contention(args, measured[0], measured[-1], workdir)
     runs = [(m.batch_per_rank, m.iteration_s) for m in measured]

@@ -7,12 +7,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from firescale.atomic import load_json
-from firescale.cluster.ranks import SiteRanks, stop
+from firescale.cluster.ranks import RUN_TIMEOUT_S, SiteRanks, stop
 from firescale.errors import FirescaleError
 from firescale.results import RESULT_FORMAT, TrainResult, result_from_dict
 from firescale.sweep.records import RUN_FORMAT
@@ -162,7 +163,7 @@ def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError
 
 
 def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,
-              *, timeout: float = 1800.0) -> MeasuredIteration:
+              *, timeout: float = RUN_TIMEOUT_S) -> MeasuredIteration:
     """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
     out = Path(workdir) / f"calibrate-b{batch_per_rank}"
     argv = _short_run_argv(baseline, batch_per_rank, iterations, out)
@@ -170,12 +171,9 @@ def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int,
     return read_measured_iteration(out / "result.json")
 
 
-CONTENTION_ROUNDS = 3    # rounds of a calibration's contention copies; the median is taken
-
-
 def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
                workdir: str | Path, *, node: SiteRanks | None = None, nodes: int = 1,
-               timeout: float = 1800.0) -> dict[str, Any]:
+               timeout: float = RUN_TIMEOUT_S) -> dict[str, Any]:
     """How much slower a rank computes when `copies` ranks share a node, measured, not fitted.
 
     `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
@@ -215,13 +213,13 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
 
 
 def node_contentions(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
-                     workdir: str | Path, *, node: SiteRanks | None, ranks: int) -> list[dict[str, Any]]:
-    """`contention` on one node, and where `ranks` ranks at `copies` a node span several (on a site whose
-    steps start through srun: `node`), on each of those nodes at once too: one measurement a node count,
-    the one node's first."""
-    spans = -(-ranks // copies) if node is not None else 1
-    return [contention(alone, baseline, copies, iterations, workdir, node=node, nodes=nodes)
-            for nodes in sorted({1, spans})]
+                     workdir: str | Path, *, node: SiteRanks | None, nodes: Sequence[int],
+                     timeout: float = RUN_TIMEOUT_S) -> list[dict[str, Any]]:
+    """One round of `contention`: on one node and on each of the other node counts in `nodes` (more than one
+    only through a site's srun, `node`; cluster.ranks.contention_nodes gives them), one measurement a count,
+    fewest nodes first."""
+    return [contention(alone, baseline, copies, iterations, workdir, node=node, nodes=n, timeout=timeout)
+            for n in sorted(nodes)]
 
 
 def contention_medians(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:

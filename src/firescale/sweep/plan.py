@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from firescale.caffe.solver import SolverConfig, load_solver
-from firescale.cluster.ranks import PROBE_ROUNDS, node_probe_ranks, probe_timeout_within
+from firescale.cluster.ranks import (
+    CONTENTION_ROUNDS,
+    PROBE_ROUNDS,
+    PROBE_TIMEOUT_S,
+    RUN_TIMEOUT_S,
+    contention_nodes,
+    node_probe_ranks,
+    timeout_within,
+)
 from firescale.cluster.site import SiteProfile, load_site, parse_walltime
 from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
@@ -211,14 +219,18 @@ class SweepPlan:
         communication factor (beside the step's backward pass too when the experiment overlaps them), and
         where they share a node, the short run started once for each of a node's ranks at once measures the
         node's contention.  A cluster also takes a node's read bandwidth from results/<site>/bench-io.json
-        when someone measured it in a job (on this machine the runs' own reads are in their times).  Each
-        probe round's time limit keeps all of them, should every one run out of it, within half the job's
-        walltime (the site's default), with one node's ranks probed as well where node_probe_ranks says."""
+        when someone measured it in a job (on this machine the runs' own reads are in their times).  Time
+        limits keep the job within its walltime (the site's default) should every step run out of its limit:
+        the probe rounds take half (with one node's ranks probed as well where node_probe_ranks says), the
+        short run and the rounds of its copies (on the node counts contention_nodes gives) the other."""
         most = max(p.ranks for p in self.points[experiment])
-        argv = ["--short-run", "300", "--short-batch", str(self.short_run_batch(experiment))]
+        walltime = parse_walltime(self.site.default_walltime)
+        steps = 1 + (CONTENTION_ROUNDS * len(contention_nodes(self.site, most)) if most > 1 else 0)
+        argv = ["--short-run", "300", "--short-batch", str(self.short_run_batch(experiment)),
+                "--run-timeout", f"{timeout_within(walltime, steps, RUN_TIMEOUT_S):g}"]
         if most > 1:
             probes = 2 if node_probe_ranks(self.site, most) else 1
-            timeout = probe_timeout_within(parse_walltime(self.site.default_walltime), probes * PROBE_ROUNDS)
+            timeout = timeout_within(walltime, probes * PROBE_ROUNDS, PROBE_TIMEOUT_S)
             argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
             if self.overlap_allreduce(experiment):
                 argv.append("--probe-overlap")
