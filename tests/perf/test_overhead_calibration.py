@@ -126,6 +126,14 @@ def test_rounds_below_one_are_refused_by_name_before_anything_runs(tmp_path, opt
     assert not (tmp_path / "calibration.json").exists()
 
 
+@pytest.mark.parametrize("option, value", [("--run-timeout", "0"), ("--probe-timeout", "-5")])
+def test_time_limits_of_none_are_refused_by_name_before_anything_runs(tmp_path, option, value):
+    proc = run_firescale("predict", "calibrate", "--site", "local", "--batch", "64", "--iteration-s", "0.03",
+                         "--net", "lenet_same", option, value, "--out", tmp_path / "calibration.json")
+    assert proc.returncode == 1 and f"{option} must be more than 0 seconds, not {value}" in proc.stderr
+    assert not (tmp_path / "calibration.json").exists()
+
+
 def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
     command = _train_result(64, 10.0)["command"]
     argv = short_run_command(command, 16, 200, tmp_path / "s")
