@@ -148,13 +148,7 @@ def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
 @pytest.mark.slow
 def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8."""
-    proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
-    assert proc.returncode == 0, proc.stderr
-    proc = run_firescale("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
-                   repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
-                   "--out", tmp_path / "base",
-                   "--set", "max_iter=100", "--set", "test_interval=0", "--set", "snapshot=0")
-    assert proc.returncode == 0, proc.stderr
+    _digits_baseline(repo, tmp_path, 100)
     out = tmp_path / "calibration.json"
     proc = run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
                    "--short-run", "100", "--short-batch", "8", "--workdir", tmp_path / "short", "--out", out)
@@ -185,13 +179,7 @@ def test_a_contention_round_whose_copies_fail_is_left_out_and_all_failing_is_the
     """A round of the short run's copies that fails (here a copy's --out is taken by a file, so its trainer
     cannot write there) is said and left out, and the contention is the median of the rounds that ran; with
     every round out, the first failure is the error, before the probe runs, and nothing is written."""
-    proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
-    assert proc.returncode == 0, proc.stderr
-    proc = run_firescale("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
-                         repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
-                         "--out", tmp_path / "base",
-                         "--set", "max_iter=60", "--set", "test_interval=0", "--set", "snapshot=0")
-    assert proc.returncode == 0, proc.stderr
+    _digits_baseline(repo, tmp_path, 60)
 
     def calibrate(workdir: Path, out: Path, blocked: list[int]):
         for k in blocked:     # copy 0 of round k cannot make its --out folder
@@ -341,6 +329,18 @@ def test_a_probe_round_past_its_timeout_is_stopped_and_said_and_all_failing_is_t
     assert ("the Horovod allreduce probe (2 ranks on site local) did not finish in 0.5 s and was stopped"
             in proc.stderr)
     assert not out.exists()
+
+
+def _digits_baseline(repo: Path, tmp_path: Path, iterations: int) -> None:
+    """Digits ingested into tmp_path/data and a 1-rank `firescale train` of LeNet on them at batch 64 for
+    `iterations`, its record in tmp_path/base/result.json, as a sweep's baseline."""
+    proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_firescale("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
+                         repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
+                         "--out", tmp_path / "base", "--set", f"max_iter={iterations}", "--set", "test_interval=0",
+                         "--set", "snapshot=0")
+    assert proc.returncode == 0, proc.stderr
 
 
 def _cmdline(proc: Path) -> bytes:
