@@ -225,7 +225,7 @@ class SweepPlan:
         short run and the rounds of its copies (on the node counts contention_nodes gives) the other."""
         most = max(p.ranks for p in self.points[experiment])
         walltime = parse_walltime(self.site.default_walltime)
-        steps = 1 + (CONTENTION_ROUNDS * len(contention_nodes(self.site, most)) if most > 1 else 0)
+        steps = 1 + CONTENTION_ROUNDS * len(contention_nodes(self.site, most))   # none at one rank
         argv = ["--short-run", "300", "--short-batch", str(self.short_run_batch(experiment)),
                 "--run-timeout", f"{timeout_within(walltime, steps, RUN_TIMEOUT_S):g}"]
         if most > 1:
