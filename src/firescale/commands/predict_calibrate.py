@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from firescale.cluster.ranks import CONTENTION_ROUNDS, PROBE_ROUNDS, PROBE_TIMEOUT_S, RUN_TIMEOUT_S
 from firescale.commands.args import (
@@ -38,6 +39,8 @@ from firescale.predict.measurements import (
     short_run,
 )
 from firescale.sweep.paths import CALIBRATION_FILE
+
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,31 +161,43 @@ def _contention(args: argparse.Namespace, baseline: MeasuredIteration, alone: Me
     if not nodes:
         return []
     copies, node = site_ranks(site).on_a_node(args.allreduce_probe), copies_step(site)
-    measured: list[dict] = []
-    failures: list[FirescaleError] = []
-    for k in range(args.contention_rounds):
+    def one(k: int) -> list[dict]:
         folder = Path(workdir) / f"contention-round-{k}"
         folder.mkdir(parents=True, exist_ok=True)
-        try:
-            found = node_contentions(alone, baseline, copies, args.short_run, folder, node=node, nodes=nodes,
-                                     timeout=args.run_timeout)
-        except FirescaleError as exc:    # the round goes whole: each round has every node count or none
-            print(f"firescale: contention round {k + 1} of {args.contention_rounds} left out: {exc}", flush=True)
-            failures.append(exc)
-            continue
+        found = node_contentions(alone, baseline, copies, args.short_run, folder, node=node, nodes=nodes,
+                                 timeout=args.run_timeout)
         for c in found:
             where = "" if node is None else " on one node" if c["nodes"] == 1 else f" on each of {c['nodes']} nodes"
             below = "" if c["ratio"] >= 1 else ", taken as 1: the one alone was the disturbed run"
             print(f"measured: round {k + 1}: {c['copies']} copies of the short run at once{where} compute "
                   f"{c['ratio']:.3f} times as long as one alone ({c['alone_s'] * 1e3:.3f} ms){below}", flush=True)
-            measured.append(c)
-    if not measured:
-        raise failures[0]
+        return found
+
+    # a round goes whole: each has every node count or none
+    measured = [c for found in _in_rounds(args.contention_rounds, "contention", one) if found for c in found]
     medians = contention_medians(measured)
     for c in medians:
         print(f"measured: contention {c['factor']:.3f} on {c['nodes']} node(s), the median of "
               f"{len(c['rounds'])} round(s)")
     return medians
+
+
+def _in_rounds(rounds: int, what: str, measure: Callable[[int], T]) -> list[T | None]:
+    """measure(k) for each of `rounds` rounds, in turn: a round that fails (a FirescaleError: it failed, ran
+    out of its time limit or measured nonsense) is said in one line and left out (None in its place); all
+    failing, the first failure is the error."""
+    found: list[T | None] = []
+    failures: list[FirescaleError] = []
+    for k in range(rounds):
+        try:
+            found.append(measure(k))
+        except FirescaleError as exc:
+            print(f"firescale: {what} round {k + 1} of {rounds} left out: {exc}", flush=True)
+            found.append(None)
+            failures.append(exc)
+    if len(failures) == rounds:
+        raise failures[0]
+    return found
 
 
 def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: float, batch: int) -> dict:
@@ -214,18 +229,9 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
         """The probe --probe-rounds times, and the fastest: the least disturbed launch, as the calibration's
         runs take their fastest.  A round that fails, hangs past --probe-timeout or times the allreduce below
         zero is said and left out (null in rounds_s); all failing, the first failure is the error."""
-        rounds: list[dict | None] = []
-        failures: list[FirescaleError] = []
-        for k in range(args.probe_rounds):
-            try:
-                rounds.append(one(ranks, folder, f"{name}-{k}.json"))   # refused below zero
-            except FirescaleError as exc:
-                print(f"firescale: allreduce probe round {k + 1} of {args.probe_rounds} left out: {exc}", flush=True)
-                rounds.append(None)
-                failures.append(exc)
+        rounds = _in_rounds(args.probe_rounds, "allreduce probe",
+                            lambda k: one(ranks, folder, f"{name}-{k}.json"))   # refused below zero
         measured = [m for m in rounds if m is not None]
-        if not measured:
-            raise failures[0]
         return {**min(measured, key=lambda m: m["seconds"]),
                 "rounds_s": [None if m is None else m["seconds"] for m in rounds]}
 
@@ -283,7 +289,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         _measuring_site(args, "--allreduce-probe")
     if args.short_run and getattr(args, "site", None):   # the trainer runs here: on a site, only on its node
         _measuring_site(args, "--short-run")
-    measured = [read_measured_iteration(p) for p in args.record]
+    records = [read_measured_iteration(p) for p in args.record]
+    measured = list(records)     # and the short run after them
     contended: list[dict] = []
     for m in measured:
         if m.ranks != 1:
@@ -335,7 +342,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         cal = cal.with_contention(contended)
     if io is not None:
         cal = replace(cal, read_bandwidth=io[0], io_source=io[1])
-    evaluated = [m for m in measured[:len(args.record)] if m.evaluations]   # the records' own, not the short run's
+    evaluated = [m for m in records if m.evaluations]   # the records' own, not the short run's
     if evaluated:
         cal = replace(cal, eval_s=sum(m.eval_s for m in evaluated) / sum(m.evaluations for m in evaluated))
     if args.out:
