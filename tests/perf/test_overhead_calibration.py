@@ -147,20 +147,31 @@ def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
 
 @pytest.mark.slow
 def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
-    """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8."""
+    """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8,
+    `--short-runs` times one after the other (here 3, the second unable to write its folder: said and left
+    out), and the fit goes through the mean of the runs at each batch."""
     _digits_baseline(repo, tmp_path, 100)
     out = tmp_path / "calibration.json"
+    (tmp_path / "short").mkdir()
+    (tmp_path / "short" / "calibrate-b8-r1").write_text("taken\n")
     proc = run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
-                   "--short-run", "100", "--short-batch", "8", "--workdir", tmp_path / "short", "--out", out)
+                         "--short-run", "100", "--short-batch", "8", "--short-runs", "3", "--workdir",
+                         tmp_path / "short", "--out", out)
     assert proc.returncode == 0, proc.stderr
+    assert "firescale: short run round 2 of 3 left out: the short calibration run" in proc.stdout
     cal = load_calibration(out)
     records = cal.compute_source["records"]
-    assert [(r["batch_per_rank"], r["iterations"]) for r in records] == [(64, 100), (8, 100)]
-    assert records[1]["iteration_s"] < records[0]["iteration_s"]
+    assert [(r["batch_per_rank"], r["iterations"]) for r in records] == [(64, 100), (8, 100), (8, 100)]
+    assert [Path(r["source"]).parent.name for r in records[1:]] == ["calibrate-b8", "calibrate-b8-r2"]
+    assert max(r["iteration_s"] for r in records[1:]) < records[0]["iteration_s"]
     assert cal.site == "local" and 0 < cal.ppp_compute <= 1 and cal.overhead_s >= 0
     # The input shape came from the record's dataset manifest (8x8 digits), not LeNet's 28x28 default.
     fitted = {r["batch"]: r["ideal_compute_s"] for r in cal.compute_source["runs"]}
     assert fitted[64] < 0.01
+    source = cal.compute_source
+    if "overhead_clamped" not in source and "compute_clamped" not in source:
+        assert cal.overhead_s + fitted[8] / cal.ppp_compute == pytest.approx(
+            (records[1]["iteration_s"] + records[2]["iteration_s"]) / 2, rel=1e-6)
     # An experiment with overlap_allreduce: the probe on 2 ranks also times the allreduce requested as the step's
     # backward pass starts, and the calibration keeps the share of it that ran beside the compute.
     overlapped = tmp_path / "overlapped.json"
@@ -206,6 +217,24 @@ def test_a_contention_round_whose_copies_fail_is_left_out_and_all_failing_is_the
     assert "allreduce" not in proc.stdout     # the probe never ran
     assert "firescale: error: the short calibration run" in proc.stderr and "failed with exit code" in proc.stderr
     assert not none.exists()
+
+
+def test_repeats_of_a_run_are_taken_as_their_mean_and_other_runs_are_refused():
+    """The short run's repeats go into the contention and the probe's step as one run: the mean of each part
+    and of the iteration; a run at another batch, or of other ranks, is not a repeat and is named."""
+    from firescale.predict.measurements import MeasuredIteration, mean_iteration
+
+    one = MeasuredIteration("a.json", "lenet_same", "digits", 1, 8, 0.010, 0.001, 0.008, 0.001, 100)
+    two = MeasuredIteration("b.json", "lenet_same", "digits", 1, 8, 0.014, 0.001, 0.012, 0.001, 50)
+    assert mean_iteration([one]) is one
+    both = mean_iteration([one, two])
+    assert (both.iteration_s, both.compute_s, both.iterations) == (pytest.approx(0.012), pytest.approx(0.010), 150)
+    assert both.batch_per_rank == 8 and both.source == "mean of 2 runs: a.json, b.json"
+    other = MeasuredIteration("c.json", "lenet_same", "digits", 1, 16, 0.02, 0.0, 0.02, 0.0, 100)
+    with pytest.raises(FirescaleError, match=r"c\.json: 1 rank\(s\) at batch 16 a rank is not a repeat of a\.json"):
+        mean_iteration([one, other])
+    with pytest.raises(FirescaleError, match="no runs"):
+        mean_iteration([])
 
 
 def test_copies_faster_than_the_run_alone_leave_the_factor_at_1_and_keep_the_ratio(repo, tmp_path):

@@ -127,15 +127,16 @@ def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_me
     monkeypatch.chdir(tmp_path)
     local = SweepPlan.build({**config, "site": "local"}, base=REPO)
     probe = ["--allreduce-probe", "2", "--probe-timeout", "300"]    # 30 minutes leave the default for 3 rounds
-    # half the baseline's 64 (the 2 x 32 point's); the short run and 3 rounds of copies in the other 15 minutes
-    short = ["--short-run", "300", "--short-batch", "32", "--run-timeout", "225"]
+    # half the baseline's 64 (the 2 x 32 point's), started as often as the baseline (3 repeats here); the
+    # short runs and 3 rounds of copies in the other 15 minutes
+    short = ["--short-run", "300", "--short-batch", "32", "--short-runs", "3", "--run-timeout", "150"]
     assert local.calibration_options("fashion-lenet") == [*short, *probe]
     titan = SweepPlan.build({**config, "site": "titan"}, base=REPO)
     most = max(p.ranks for p in titan.points["nin-imagenet"])
     assert most > 1
     # one GPU a node: no copies sharing one, the short run alone in an hour gets the default 600 s
     assert titan.calibration_options("nin-imagenet") == ["--short-run", "300", "--short-batch", "8",
-                                                         "--run-timeout", "600",
+                                                         "--short-runs", "1", "--run-timeout", "600",
                                                          "--allreduce-probe", str(most), "--probe-timeout", "300"]
     measured = tmp_path / "results" / "titan" / "bench-io.json"     # a node's reads, `bench io --json` in a job
     measured.parent.mkdir(parents=True)
@@ -152,11 +153,12 @@ def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_me
 
 def test_the_calibration_jobs_steps_fit_in_its_walltime(tmp_path, monkeypatch):
     """Every step of the calibration job running out of its time limit must not take the job past its
-    walltime: on the virtual cluster (15 minutes, 2 nodes of 2 ranks: a probe over both nodes and one over a
-    node, 3 rounds each) a probe round gets 75 s, not the default 300 (which could take 30 minutes), and the
-    short run and 3 rounds of copies on one node and on both (7 steps) share the other half, 64 s each
-    (a step took 24-31 s there); with one rank a node there is no probe of one node's ranks and nothing
-    shares a node: a probe round gets 150 s, the short run 450."""
+    walltime: on the virtual cluster of two ranks a node (20 minutes, 2 nodes of 2 ranks: a probe over both
+    nodes and one over a node, 3 rounds each) a probe round gets 100 s, not the default 300 (which could take
+    30 minutes), and the 3 short runs (as many as the baseline's repeats) and 3 rounds of copies on one node
+    and on both (9 steps) share the other half, 66 s each (a step took 24-31 s there); with one rank a node
+    there is no probe of one node's ranks and nothing shares a node: a probe round gets 150 s of 15 minutes,
+    the one short run 450."""
     from firescale.cluster.ranks import contention_nodes, timeout_within
     from firescale.errors import FirescaleError
     from firescale.sweep.plan import SweepPlan
@@ -164,18 +166,20 @@ def test_the_calibration_jobs_steps_fit_in_its_walltime(tmp_path, monkeypatch):
     config = yaml.safe_load((REPO / "workflow" / "config.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     vcluster = SweepPlan.build({**config, "site": "vcluster-2x2"}, base=REPO)
-    assert vcluster.site.default_walltime == "00:15:00"
+    assert vcluster.site.default_walltime == "00:20:00"
     assert contention_nodes(vcluster.site, 4) == [1, 2]
     options = vcluster.calibration_options("fashion-lenet")
     assert options[options.index("--allreduce-probe") + 1] == "4"
-    assert options[options.index("--probe-timeout") + 1] == "75"
-    assert options[options.index("--run-timeout") + 1] == "64"
+    assert options[options.index("--probe-timeout") + 1] == "100"
+    assert options[options.index("--short-runs") + 1] == "3"
+    assert options[options.index("--run-timeout") + 1] == "66"
     # one rank a node and one link: no probe of a node's ranks to budget, 3 rounds in half of 15 minutes
     single = SweepPlan.build({**config, "site": "vcluster"}, base=REPO)
     assert contention_nodes(single.site, 2) == []
     options = single.calibration_options("fashion-lenet")
     assert options[options.index("--allreduce-probe") + 1] == "2"
     assert options[options.index("--probe-timeout") + 1] == "150"
+    assert options[options.index("--short-runs") + 1] == "1"
     assert options[options.index("--run-timeout") + 1] == "450"
     assert timeout_within(600, 6, 300) == 60.0         # never under a minute
     assert timeout_within(48 * 3600, 6, 300) == 300.0  # nor over the longest

@@ -142,8 +142,12 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     assert contended["factor"] == statistics.median(r["factor"] for r in contended["rounds"])
     assert cal["contention"] == contended["factor"] and 1 <= cal["contention"] < 5
     # from both of the baseline's repeats (the report measures the baseline by their mean), then the short run
+    # as often, one after the other; the copies are compared with the short runs' mean compute
     records = cal["compute_source"]["records"]
-    assert [Path(r["source"]).parent.name for r in records] == ["baseline", "baseline-r1", "calibrate-b32"]
+    assert [Path(r["source"]).parent.name for r in records] == ["baseline", "baseline-r1", "calibrate-b32",
+                                                                "calibrate-b32-r1"]
+    alone = [r["iteration_s"] - r["data_wait_s"] for r in records[2:]]
+    assert all(round_["alone_s"] == pytest.approx(sum(alone) / 2, rel=1e-9) for round_ in contended["rounds"])
     source = cal["compute_source"]
     if "overhead_clamped" not in source and "compute_clamped" not in source:   # the fit goes through their mean
         ideal = source["runs"][0]["ideal_compute_s"]

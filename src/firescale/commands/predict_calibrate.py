@@ -34,6 +34,7 @@ from firescale.predict.calibrate import (
 from firescale.predict.measurements import (
     MeasuredIteration,
     contention_medians,
+    mean_iteration,
     node_contentions,
     read_measured_iteration,
     short_run,
@@ -53,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "at --short-batch, so that the baseline alone fits the overhead too")
     parser.add_argument("--short-batch", type=int,
                         help="per-rank batch of the short run (default: half the first record's)")
+    parser.add_argument("--short-runs", type=int, default=1, metavar="N",
+                        help="start the short run N times, one after another: the fit goes through their mean, as "
+                             "through the records' at one batch, and the contention compares with it (default 1; "
+                             "the workflow starts it as often as the experiment repeats its baseline); a run that "
+                             "fails or runs out of --run-timeout is left out")
     parser.add_argument("--workdir", help="where the short run writes (default: a temporary directory)")
     parser.add_argument("--net", type=net_name,
                         help=f"network (default: the record's): {', '.join(NET_NAMES)}, or a Caffe net file")
@@ -279,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     platform = platform_from_args(args)
     io = _read_bandwidth(args)   # before anything runs or is written: a bad record stops here
-    for option, rounds in (("--probe-rounds", args.probe_rounds), ("--contention-rounds", args.contention_rounds)):
+    for option, rounds in (("--probe-rounds", args.probe_rounds), ("--contention-rounds", args.contention_rounds),
+                           ("--short-runs", args.short_runs)):
         if rounds < 1:
             raise FirescaleError(f"{option} must be 1 or more, not {rounds}")
     for option, seconds in (("--probe-timeout", args.probe_timeout), ("--run-timeout", args.run_timeout)):
@@ -302,9 +309,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         batch = args.short_batch or max(1, measured[0].batch_per_rank // 2)
         with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
             workdir = args.workdir or tmp
-            measured.append(short_run(measured[0], batch, args.short_run, workdir, timeout=args.run_timeout))
+            shorts = [m for m in _in_rounds(args.short_runs, "short run", lambda k: short_run(
+                measured[0], batch, args.short_run, workdir, timeout=args.run_timeout, repeat=k)) if m is not None]
+            measured += shorts
             if args.allreduce_probe:
-                contended = _contention(args, measured[0], measured[-1], workdir)
+                contended = _contention(args, measured[0], mean_iteration(shorts), workdir)
     runs = [(m.batch_per_rank, m.iteration_s) for m in measured]
     if (args.batch is None) != (args.iteration_s is None):
         raise FirescaleError("--batch and --iteration-s go together")
@@ -325,8 +334,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     allreduce = (allreduce_measurement(args.allreduce_json, platform.algorithm, gradient_bytes)
                  if args.allreduce_json else None)
     if args.allreduce_probe:
-        # The step before each allreduce: the smallest per-rank batch measured, as the most ranks run it.
-        smallest = min(measured, key=lambda m: m.batch_per_rank) if measured else None
+        # The step before each allreduce: the smallest per-rank batch measured (the mean of its runs), as the
+        # most ranks run it.
+        least = min((m.batch_per_rank for m in measured), default=None)
+        smallest = mean_iteration([m for m in measured if m.batch_per_rank == least]) if measured else None
         step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
         allreduce = _probe(args, spec, platform, step_s, smallest.batch_per_rank if smallest else 1)
     if args.comm_record:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -163,12 +163,34 @@ def _short_run_failed(argv: list[str], proc: Any, output: str) -> FirescaleError
 
 
 def short_run(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, workdir: str | Path,
-              *, timeout: float = RUN_TIMEOUT_S) -> MeasuredIteration:
-    """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it back."""
-    out = Path(workdir) / f"calibrate-b{batch_per_rank}"
+              *, timeout: float = RUN_TIMEOUT_S, repeat: int = 0) -> MeasuredIteration:
+    """Run the baseline's own trainer command on one rank at `batch_per_rank` for `iterations` and read it
+    back: into calibrate-b<batch>, a later repeat into calibrate-b<batch>-r<repeat> (as a point's repeats)."""
+    out = Path(workdir) / (f"calibrate-b{batch_per_rank}" + (f"-r{repeat}" if repeat else ""))
     argv = _short_run_argv(baseline, batch_per_rank, iterations, out)
     _finish(argv, _start(argv), timeout)
     return read_measured_iteration(out / "result.json")
+
+
+def mean_iteration(runs: Sequence[MeasuredIteration]) -> MeasuredIteration:
+    """Repeats of one single-rank run (one batch a rank) as one: the mean of their iterations and of each
+    part.  The same command's runs differ by as much as a point's prediction may miss by (on an idle machine,
+    one rank alone took 25.8-28.4 ms an iteration over four back-to-back runs), so a calibration point
+    measured once carries one run's luck; the report measures a point by its repeats' mean."""
+    if not runs:
+        raise FirescaleError("no runs to take the mean of")
+    first = runs[0]
+    for m in runs[1:]:
+        if (m.ranks, m.batch_per_rank) != (first.ranks, first.batch_per_rank):
+            raise FirescaleError(f"{m.source}: {m.ranks} rank(s) at batch {m.batch_per_rank} a rank is not a "
+                                 f"repeat of {first.source} ({first.ranks} at {first.batch_per_rank})")
+    if len(runs) == 1:
+        return first
+    mean = lambda attr: statistics.fmean(getattr(m, attr) for m in runs)  # noqa: E731
+    return replace(first, source=f"mean of {len(runs)} runs: " + ", ".join(m.source for m in runs),
+                   iteration_s=mean("iteration_s"), data_wait_s=mean("data_wait_s"), compute_s=mean("compute_s"),
+                   allreduce_s=mean("allreduce_s"), iterations=sum(m.iterations for m in runs),
+                   evaluations=sum(m.evaluations for m in runs), eval_s=sum(m.eval_s for m in runs))
 
 
 def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: int, iterations: int,
@@ -176,7 +198,8 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
                timeout: float = RUN_TIMEOUT_S) -> dict[str, Any]:
     """How much slower a rank computes when `copies` ranks share a node, measured, not fitted.
 
-    `alone` is a short run of the net on one rank (its compute: the iteration less its data wait);
+    `alone` is a short run of the net on one rank, or the mean of its repeats (mean_iteration; its compute:
+    the iteration less its data wait);
     the same run is started `copies` times at once with no communication between them, and the ratio of
     their median compute to `alone`'s is the factor: what ranks take from each other through shared cores,
     caches and memory bandwidth.  Ranks sharing a node do not compute faster than one alone: a ratio below 1

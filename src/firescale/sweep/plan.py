@@ -214,7 +214,8 @@ class SweepPlan:
         """The measurements of `predict calibrate` in the experiment's calibration job, as argv.
 
         A short second run at a smaller batch than the baseline's fits the fixed per-iteration overhead
-        (short_run_batch: every point's per-rank batch then lies between two measured ones).  Where the
+        (short_run_batch: every point's per-rank batch then lies between two measured ones), started as
+        often as the baseline repeats, so that both batches of the fit are means of as many runs.  Where the
         sweep's most ranks are several, Horovod's allreduce of the net's gradients timed over as many fits the
         communication factor (beside the step's backward pass too when the experiment overlaps them), and
         where they share a node, the short run started once for each of a node's ranks at once measures the
@@ -225,9 +226,10 @@ class SweepPlan:
         short run and the rounds of its copies (on the node counts contention_nodes gives) the other."""
         most = max(p.ranks for p in self.points[experiment])
         walltime = parse_walltime(self.site.default_walltime)
-        steps = 1 + CONTENTION_ROUNDS * len(contention_nodes(self.site, most))   # none at one rank
+        shorts = len(self.baselines(experiment))
+        steps = shorts + CONTENTION_ROUNDS * len(contention_nodes(self.site, most))   # no copies at one rank
         argv = ["--short-run", "300", "--short-batch", str(self.short_run_batch(experiment)),
-                "--run-timeout", f"{timeout_within(walltime, steps, RUN_TIMEOUT_S):g}"]
+                "--short-runs", str(shorts), "--run-timeout", f"{timeout_within(walltime, steps, RUN_TIMEOUT_S):g}"]
         if most > 1:
             probes = 2 if node_probe_ranks(self.site, most) else 1
             timeout = timeout_within(walltime, probes * PROBE_ROUNDS, PROBE_TIMEOUT_S)
