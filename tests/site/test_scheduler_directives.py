@@ -31,6 +31,15 @@ def test_slurm_jobs_are_never_requeued_by_slurm():
     assert "#SBATCH --no-requeue\n" in script and "--requeue\n" not in script.replace("--no-requeue", "")
 
 
+def test_a_vcluster_2x2_job_has_its_node_to_itself():
+    """Two ranks a node there are turns on one core: a 1-rank job asks for its whole node, so that Slurm (which
+    counts two CPUs a node) never places two of them, two baseline repeats, on one core at once."""
+    site = load_site("vcluster-2x2")
+    assert site.gpus_per_node == 2 and site.cores_per_rank == 1
+    script = render_job_script(site, job(1))
+    assert "#SBATCH --exclusive\n" in script and "#SBATCH --nodes=1\n" in script
+
+
 def test_pbs_pro_asks_with_select_chunks_and_no_moab_signal(tmp_path):
     script = render_job_script(pbs_site(tmp_path, "pbs"), job(8))
     assert "#PBS -l select=2:ncpus=40:mpiprocs=4:ngpus=4\n" in script and "#PBS -l place=scatter\n" in script
