@@ -37,7 +37,7 @@ def test_every_output_written_and_real(tmp_path, capsys):
     assert re.search(r"\| g2-b128-r1 \|.*\| MISSING: no run record at .*g2-b128-r1/result.json \|", md)
     assert re.search(r"\| g2-b256-r1 \|.*\| 256 \| 0.2 \| MISSING \|", md)
     assert "| g2-b128-r0 |" in md and "FAILED: ended by walltime 3 times" in md
-    assert "| 70.0 ± 14.1 s | 1.46 ± 0.29× |" in md and "| 6.50 ms | 6.00 ms | −7.7% |" in md
+    assert "| 70.0 ± 14.1 s | 1.46 ± 0.29× |" in md and "| 6.50 ± 0.71 ms | 6.00 ms | −7.7% |" in md
     # Data wait per point, from what each run's trainer recorded (mean wait over mean iteration).
     def wait_share(*points):
         splits = [raw_record(p)["train"]["per_iteration"] for p in points]

@@ -166,7 +166,11 @@ def test_predictions_beside_measurements(records, ctx):
     assert rows["g2-b256"].prediction is None
     assert summary.unmatched_predictions == ["g4-b64"]
     _, body, _ = cells.table(summary, ctx)
-    assert body[1][-5:] == ["6.50 ms", "6.00 ms", "−7.7%", "55.0 s", "−21.4%"]
+    # measured: the repeats' mean iteration (7.0 and 6.0 ms) and their spread, which the error is read against
+    assert body[1][-5:] == ["6.50 ± 0.71 ms", "6.00 ms", "−7.7%", "55.0 s", "−21.4%"]
+    assert body[0][-5] == "9.00 ms"    # one repeat: no spread
+    assert any("against the mean of the point's repeats; Iter. measured gives their mean iteration ± sd" in line
+               for line in cells.notes(summary, ctx))
     assert body[2][-4:] == ["—"] * 4
 
 

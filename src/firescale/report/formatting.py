@@ -143,10 +143,11 @@ def row_cells(row: Row, summary: Summary, ctx: ReportContext) -> list[str]:
              DASH if row.baseline else delta_pts(row.delta_top1_pts), delta_interval(row.parity), verdict]
     if summary.predictions_source:
         p = row.prediction
+        measured = _pm(row.iteration_s, 1e3, 2, " ms")   # the repeats' spread beside their mean
         if p is None:
-            cells += [_ms(row.iteration_s.mean), DASH, DASH, DASH, DASH]
+            cells += [measured, DASH, DASH, DASH, DASH]
         else:
-            cells += [_ms(row.iteration_s.mean), _ms(p.iteration_s), error_pct(p.iteration_error_pct),
+            cells += [measured, _ms(p.iteration_s), error_pct(p.iteration_error_pct),
                       duration_value(p.time_to_accuracy_s), error_pct(p.time_error_pct)]
     return cells
 
@@ -219,7 +220,9 @@ def notes(summary: Summary, ctx: ReportContext) -> list[str]:
         out.append(f"Waiting for data, in percent of each point's mean iteration as its runs recorded it: {each}; "
                    f"the rest is compute and the allreduce (figure time_split).")
     if summary.predictions_source:
-        out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured.")
+        out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured, "
+                   "against the mean of the point's repeats; Iter. measured gives their mean iteration ± sd, the "
+                   "spread that runs of one command show from their own luck.")
         if summary.calibration_gaps:
             out.append("The calibration behind the predictions did not measure " + _or(summary.calibration_gaps)
                        + ", so points of smaller per-rank batches or of several ranks a node may take longer than "
