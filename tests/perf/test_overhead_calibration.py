@@ -118,7 +118,7 @@ def test_unusable_records_are_named(tmp_path):
         read_measured_iteration(other)
 
 
-@pytest.mark.parametrize("option", ["--probe-rounds", "--contention-rounds"])
+@pytest.mark.parametrize("option", ["--probe-rounds", "--contention-rounds", "--short-runs"])
 def test_rounds_below_one_are_refused_by_name_before_anything_runs(tmp_path, option):
     proc = run_firescale("predict", "calibrate", "--site", "local", "--batch", "64", "--iteration-s", "0.03",
                          "--net", "lenet_same", option, "0", "--out", tmp_path / "calibration.json")
