@@ -36,12 +36,14 @@ def test_profile_a_small_lenet(tmp_path):
 
 
 def test_median_seconds_takes_the_middle_call_after_a_warm_up():
-    calls = iter([0.05, 0.03, 0.001, 0.02])   # the warm-up call, the slowest, is not counted
+    # The warm-up call, the slowest, is not counted: counted, the middle of four would be ~0.165 s.  The
+    # sleeps lie far apart, so that a sleep overslept on a busy machine (10 ms happened) cannot reorder them.
+    calls = iter([0.8, 0.25, 0.001, 0.08])
     import time
 
     def fn():
         time.sleep(next(calls))
 
-    assert 0.015 < median_seconds(fn, 3) < 0.03
+    assert 0.08 <= median_seconds(fn, 3) < 0.15
     with pytest.raises(Exception, match="repeats must be at least 1"):
         median_seconds(fn, 0)
