@@ -62,6 +62,28 @@ def test_fits_that_make_no_sense_are_refused_or_clamped():
     assert overhead == 0.0 and "overhead_clamped" in details and 0 < ppp < 0.35
 
 
+@pytest.mark.parametrize("shape, bound", [("as measured", None), ("growing faster than compute", "overhead_clamped"),
+                                          ("growing slower than the peak allows", "compute_clamped")])
+def test_repeats_in_equal_numbers_fit_as_their_means_do(shape, bound):
+    """The workflow runs the short batch as often as the baseline repeats: the fit over every repeat is the fit
+    through each batch's mean, also where it keeps a bound (and the end-to-end tests cannot choose which)."""
+    ideal = {b: predict_point(replace(TRUTH, device=replace(TRUTH.device, ppp=1.0), overhead_s=0.0),
+                              DIGITS_LENET, 1, b).iteration_s for b in (64, 8)}
+    truth = {b: predict_point(TRUTH, DIGITS_LENET, 1, b).iteration_s for b in (64, 8)}
+    means = {"as measured": truth,
+             "growing faster than compute": {64: 1.5 * ideal[64] / 0.35, 8: ideal[8] / 0.35},
+             "growing slower than the peak allows": {b: 0.02 + 0.5 * ideal[b] for b in (64, 8)}}[shape]
+    repeats = [(64, means[64] * 1.04), (8, means[8] * 0.97), (64, means[64] * 0.96), (8, means[8] * 1.03)]
+    ppp, overhead, details = fit_compute_and_overhead(DIGITS_LENET, repeats, START.device)
+    mean_ppp, mean_overhead, mean_details = fit_compute_and_overhead(DIGITS_LENET, sorted(means.items()),
+                                                                     START.device)
+    assert ppp == pytest.approx(mean_ppp, rel=1e-9) and overhead == pytest.approx(mean_overhead, rel=1e-9, abs=1e-15)
+    kept = {"overhead_clamped", "compute_clamped"}
+    assert kept & details.keys() == kept & mean_details.keys() == ({bound} if bound else set())
+    if bound is None:   # the fit goes through both means
+        assert overhead == pytest.approx(0.0025, rel=1e-6) and ppp == pytest.approx(0.35, rel=1e-6)
+
+
 def _train_result(batch_per_rank: int, iteration_ms: float, ranks: int = 1) -> dict:
     """A trainer result as `firescale train` writes it (the fields results.TrainResult defines)."""
     third = iteration_ms / 3e3
