@@ -232,9 +232,10 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
         return found
 
     def fastest(ranks: int, folder: Path, name: str) -> dict:
-        """The probe --probe-rounds times, and the fastest: the least disturbed launch, as the calibration's
-        runs take their fastest.  A round that fails, hangs past --probe-timeout or times the allreduce below
-        zero is said and left out (null in rounds_s); all failing, the first failure is the error."""
+        """The probe --probe-rounds times, and the fastest: the least disturbed launch.  Over twenty sweeps
+        (docs/benchmarks/2026-11-26-xeon-probe-round.md) it predicted the points' mean iteration as well as the
+        rounds' median or mean did, with less bias.  A round that fails, hangs past --probe-timeout or times the
+        allreduce below zero is said and left out (null in rounds_s); all failing, the first failure is the error."""
         rounds = _in_rounds(args.probe_rounds, "allreduce probe",
                             lambda k: one(ranks, folder, f"{name}-{k}.json"))   # refused below zero
         measured = [m for m in rounds if m is not None]
