@@ -232,7 +232,7 @@ def _probe(args: argparse.Namespace, spec: NetSpec, platform: Platform, step_s: 
         return found
 
     def fastest(ranks: int, folder: Path, name: str) -> dict:
-        """The probe --probe-rounds times, and the fastest: the least disturbed launch.  Over twenty sweeps
+        """The probe --probe-rounds times, and the fastest: the least disturbed launch.  Over 24 sweeps
         (docs/benchmarks/2026-11-26-xeon-probe-round.md) it predicted the points' mean iteration as well as the
         rounds' median or mean did, with less bias.  A round that fails, hangs past --probe-timeout or times the
         allreduce below zero is said and left out (null in rounds_s); all failing, the first failure is the error."""
