@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ppp-comm", type=float, help="communication percent of peak, 0-1 (instead of a calibration)")
     parser.add_argument("--epochs-from", metavar="BASELINE_RECORD",
                         help="model the epochs the baseline needed to reach the sweep's target (its run record)")
-    parser.add_argument("--json", required=True, help="write the predictions here")
+    parser.add_argument("--json", help="also write the predictions here (the workflow reads this file)")
     parser.add_argument("--markdown", help="also write them as a Markdown table here")
 
 
@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         epochs = baseline_epochs_to_target(args.epochs_from, target["tolerance"], target.get("accuracy"))
     result = predict_experiment(plan, args.experiment, calibration=calibration, dataset_size=args.dataset_size,
                                 platform=platform, epochs=epochs)
-    atomic_write_json(args.json, result)
+    if args.json:
+        atomic_write_json(args.json, result)
     table = markdown_table(result)
     print(describe(platform))
     print(table, end="")
