@@ -25,14 +25,15 @@ def _as_named_there(net: str) -> str:
     return "lenet" if net == "lenet_same" and not is_known_net(net) else net
 
 
-def grid() -> list[dict]:
-    """Every site, net, rank count, batch and schedule of the grid, with the prediction's FIELDS."""
+def grid(load=None) -> list[dict]:
+    """Every site, net, rank count, batch and schedule of the grid, with the prediction's FIELDS; `load(name)`
+    gives a site (default: the shipped one)."""
     from firescale.cluster.site import load_site
     from firescale.model.paleo import predict_point
 
     rows = []
     for name in SITES:
-        site = load_site(name)
+        site = (load or load_site)(name)
         for net in NETS:
             for gpus in GPUS:
                 for batch in BATCHES:

@@ -15,7 +15,7 @@ from firescale.model.paleo import platform_from_site, predict_point
 from firescale.report.summary import load_predictions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
-from site_helpers import REPO, site_copy  # noqa: E402
+from site_helpers import REPO, one_link, site_copy  # noqa: E402
 
 IMAGE = 224 * 224 * 3   # bytes of one stored 224x224 RGB image
 
@@ -123,7 +123,7 @@ def test_a_calibrated_read_bandwidth_is_each_nodes_and_the_sites_own_key_wins(tm
     from firescale.predict.calibrate import Calibration, load_calibration, save_calibration
 
     cal = Calibration("ib-cluster", 0.5, 0.5, {}, {}, read_bandwidth=2e9, io_source={"format": "lmdb"})
-    applied = cal.apply(platform_from_site(load_site("ib-cluster")))          # no storage key
+    applied = cal.apply(platform_from_site(load_site(site_copy(tmp_path / "one", "ib-cluster", one_link))))
     assert applied.data.read_bandwidth == 2e9 and applied.data.shared_read_bandwidth == 0.0
     batch, stored = 1024 // 8, 227 * 227 * 3
     # Two nodes of 4: each node's 4 ranks share its 2 GB/s; the nodes do not share anything.

@@ -119,6 +119,23 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
     assert speedups == sorted(speedups) and speedups[0] > 10
 
 
+def test_a_gpu_sites_table_prints_without_a_json_file_and_splits_links_and_reads(repo, tmp_path):
+    """A user's first look at a GPU site: the table alone on stdout (nothing written), with ib-cluster's NVLink
+    inside a node and its reads and host-to-device copies in each point."""
+    proc = run_firescale("predict", "experiment", repo / "site" / "ib-cluster" / "site.yaml", "--experiment",
+                         "nin-imagenet", "--config", repo / "workflow" / "config.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| g") or line.startswith("| baseline")}
+    intra, inter = (float(x) for x in rows["g4-b256-r0"][5].split(" + "))
+    assert intra > 0 and inter == 0                                # one node of 4 GPUs: NVLink only
+    intra16, inter16 = (float(x) for x in rows["g16-b256-r0"][5].split(" + "))
+    assert intra16 == intra and inter16 > intra                    # 4 nodes: InfiniBand, slower than NVLink
+    io, h2d = (float(x) for x in rows["baseline"][6].split(" + "))
+    assert io > 0 and h2d > 0
+
+
 def test_epochs_to_target_come_from_the_baselines_own_evaluations(tmp_path):
     from firescale.predict.experiment import baseline_epochs_to_target
 

@@ -112,11 +112,18 @@ def _gone(pid: int) -> bool:
     ("vcluster-2x2", 2, 0),   # one node: the probe over all ranks is the node's
     ("vcluster", 2, 0),       # one rank a node: no link inside a node to measure
     ("local", 2, 0),          # one machine
-    ("ib-cluster", 16, 0),    # four GPUs a node, but no intra_node link given: one link for every hop
+    ("ib-cluster", 16, 4),    # four GPUs a node joined by NVLink
+    ("ib-cluster/one-link", 16, 0),   # the same without its intra_node link: one link for every hop
 ])
-def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, ranks, expected):
+def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, ranks, expected,
+                                                                                       tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+    from site_helpers import one_link, site_copy
+
     from firescale.cluster.ranks import node_probe_ranks
-    assert node_probe_ranks(load_site(site), ranks) == expected
+    name, _, variant = site.partition("/")
+    loaded = load_site(site_copy(tmp_path, name, one_link) if variant else name)
+    assert node_probe_ranks(loaded, ranks) == expected
 
 
 def test_copies_share_a_node_as_a_job_step_only_where_the_site_starts_steps_through_srun(tmp_path):

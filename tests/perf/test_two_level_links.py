@@ -16,7 +16,7 @@ from firescale.model.hierarchy import NodeLinks, two_level_allreduce
 from firescale.model.paleo import platform_from_site, predict_point
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
-from site_helpers import REPO, site_copy  # noqa: E402
+from site_helpers import REPO, one_link, site_copy  # noqa: E402
 
 # Hand-derived cases: 2 nodes of 4 ranks; α 10 µs and 1 GB/s between nodes, α 1 µs and 10 GB/s within one.
 INTER = Link(1e9, 10e-6)
@@ -81,10 +81,11 @@ def test_without_an_intra_node_link_the_total_is_the_one_link_model_exactly(algo
                 assert (parts.inter == 0) == (p <= k)   # a point within one node never crosses the network
 
 
-def test_shipped_sites_predict_what_they_did_with_one_link():
-    """Every shipped site (none has the new keys) against the numbers of the commit before two-level links."""
+def test_shipped_sites_predict_what_they_did_with_one_link(tmp_path):
+    """Every shipped site without the new keys (ib-cluster has them) against the numbers of the commit before
+    two-level links."""
     data = json.loads((REPO / "tests" / "perf" / "data" / "one_link_predictions.json").read_text())
-    now = grid()
+    now = grid(lambda name: load_site(site_copy(tmp_path, name, one_link)))
     assert len(now) == len(data["rows"]) == 336
     for before, after in zip(data["rows"], now):
         where = {k: before[k] for k in ("site", "net", "gpus", "batch", "overlap")}
@@ -104,12 +105,13 @@ def test_a_site_with_an_intra_node_link_splits_each_points_allreduce(tmp_path):
     site = load_site(site_copy(tmp_path, "ib-cluster", _nvlink))
     platform = platform_from_site(site)
     assert platform.links == NodeLinks(4, Link(150e9, 2e-6))
+    assert platform_from_site(load_site("ib-cluster")).links == NodeLinks(4, Link(50e9, 2e-6))   # as shipped
     one_node, two_nodes = (predict_point(site, "alexnet", g, 1024) for g in (4, 8))
     assert one_node.nodes == 1 and one_node.comm_inter_s == 0.0 and one_node.comm_intra_s > 0
     assert two_nodes.nodes == 2 and two_nodes.comm_intra_s > 0 and two_nodes.comm_inter_s > 0
     assert two_nodes.comm_s == pytest.approx(two_nodes.comm_intra_s + two_nodes.comm_inter_s, rel=1e-12)
     # NVLink inside the node: the one-node point's allreduce is far below the one-link model's
-    before = predict_point(load_site("ib-cluster"), "alexnet", 4, 1024)
+    before = predict_point(load_site(site_copy(tmp_path / "one", "ib-cluster", one_link)), "alexnet", 4, 1024)
     assert one_node.comm_s < before.comm_s / 5
 
 

@@ -61,6 +61,7 @@ def test_the_pbs_pro_timer_signals_the_job_within_its_lead_time(tmp_path):
     site = pbs_site(tmp_path, "pbs", launcher_options=["--oversubscribe"], environment={"variables": {}},
                     node={"gpus": 1, "cores": 1, "memory_gb": 4},
                     device=load_site("local").config["device"],
+                    interconnect=load_site("local").config["interconnect"],
                     walltime_signal={"signal": "USR1", "seconds_before": 10})
     run = tmp_path / "run"
     code = ("import signal, sys, time, pathlib\n"
