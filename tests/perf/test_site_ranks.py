@@ -106,23 +106,22 @@ def _gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("site, ranks, expected", [
-    ("vcluster-2x2", 4, 2),   # two nodes of two ranks, a shared-memory link inside them: probe one node too
-    ("vcluster-2x2", 3, 2),   # the fullest node's two
-    ("vcluster-2x2", 2, 0),   # one node: the probe over all ranks is the node's
-    ("vcluster", 2, 0),       # one rank a node: no link inside a node to measure
-    ("local", 2, 0),          # one machine
-    ("ib-cluster", 16, 4),    # four GPUs a node joined by NVLink
-    ("ib-cluster/one-link", 16, 0),   # the same without its intra_node link: one link for every hop
+@pytest.mark.parametrize("site, one_link_only, ranks, expected", [
+    ("vcluster-2x2", False, 4, 2),   # two nodes of two ranks, a shared-memory link inside them: probe one node too
+    ("vcluster-2x2", False, 3, 2),   # the fullest node's two
+    ("vcluster-2x2", False, 2, 0),   # one node: the probe over all ranks is the node's
+    ("vcluster", False, 2, 0),       # one rank a node: no link inside a node to measure
+    ("local", False, 2, 0),          # one machine
+    ("ib-cluster", False, 16, 4),    # four GPUs a node joined by NVLink
+    ("ib-cluster", True, 16, 0),     # the same without its intra_node link: one link for every hop
 ])
-def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, ranks, expected,
-                                                                                       tmp_path):
+def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, one_link_only, ranks,
+                                                                                       expected, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
     from site_helpers import one_link, site_copy
 
     from firescale.cluster.ranks import node_probe_ranks
-    name, _, variant = site.partition("/")
-    loaded = load_site(site_copy(tmp_path, name, one_link) if variant else name)
+    loaded = load_site(site_copy(tmp_path, site, one_link) if one_link_only else site)
     assert node_probe_ranks(loaded, ranks) == expected
 
 
