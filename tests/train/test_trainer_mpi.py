@@ -175,6 +175,22 @@ def test_a_chosen_caffe_snapshot_resumes_bit_for_bit_and_writes_hdf5(work, run_r
 
 
 @pytest.mark.slow
+def test_a_run_stopped_by_the_update_that_made_an_evaluation_due_takes_it_when_resumed(work, run_ranks,
+                                                                                        two_rank_run):
+    """The uninterrupted run's snapshot at iteration 50 was written before that iteration's evaluation, as a
+    walltime stop on an evaluation's iteration (max_iter's too) leaves it: resumed there, the run takes the
+    evaluation it missed before it steps on, and its evaluations are the uninterrupted run's."""
+    chosen = two_rank_run / "snapshots" / "snapshot_iter_50.solverstate"
+    run_ranks(2, train_args(work, "f", "short.yaml", "--batch-per-rank", "16", "--snapshot", str(chosen),
+                            "--set", "snapshot=5"), timeout=300)
+    uninterrupted = json.loads((two_rank_run / "result.json").read_text())["evals"]
+    resumed = json.loads((work / "f" / "result.json").read_text())["evals"]
+    assert [e["iter"] for e in resumed] == [e["iter"] for e in uninterrupted] == [50, 100], resumed
+    for ours, theirs in zip(resumed, uninterrupted):
+        assert (ours["top1"], ours["top5"], ours["loss"]) == (theirs["top1"], theirs["top5"], theirs["loss"])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_digits_reaches_95_percent(work, run_ranks, ranks):
     out = work / f"acc{ranks}"

@@ -412,6 +412,10 @@ class Training:
         self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
         if cfg.test_initialization and self.iteration == 0 and not self.evals:
             reached = self._reached(self.evaluate().top1)
+        elif self.iteration and not reached and self._evaluation_due() \
+                and not any(e.iter == self.iteration for e in self.evals):
+            # The last segment was stopped by the update that made this evaluation due, before it ran.
+            reached = self._reached(self.evaluate().top1)
         self.speed_window = (now(), self.iteration)
         while self.iteration < cfg.max_iter and not reached:
             stop_agreed = self.step(stop)
@@ -420,12 +424,16 @@ class Training:
                 return "interrupted"
             if cfg.snapshot and self.iteration % cfg.snapshot == 0:
                 self.snapshot("running")
-            if (cfg.test_interval and self.iteration % cfg.test_interval == 0) or self.iteration == cfg.max_iter:
+            if self._evaluation_due():
                 reached = self._reached(self.evaluate().top1)
         status = "target_reached" if reached else "finished"
         if cfg.snapshot_after_train:
             self.snapshot(status)
         return status
+
+    def _evaluation_due(self) -> bool:
+        cfg = self.solver_cfg
+        return bool(cfg.test_interval and self.iteration % cfg.test_interval == 0) or self.iteration == cfg.max_iter
 
     def _reached(self, top1: float) -> bool:
         return self.target is not None and top1 >= self.target
