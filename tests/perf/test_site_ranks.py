@@ -9,6 +9,9 @@ import pytest
 from firescale.cluster.site import load_site
 from firescale.errors import FirescaleError
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
+from site_helpers import one_link, site_copy  # noqa: E402
+
 
 def test_a_failed_rank_is_quoted_by_its_own_error_not_the_launchers_notice():
     # mpirun closes a failed run with a framed notice ("the job to be terminated. The first process to do so
@@ -117,9 +120,6 @@ def _gone(pid: int) -> bool:
 ])
 def test_one_nodes_ranks_are_probed_apart_only_where_a_link_inside_nodes_joins_several(site, one_link_only, ranks,
                                                                                        expected, tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
-    from site_helpers import one_link, site_copy
-
     from firescale.cluster.ranks import node_probe_ranks
     loaded = load_site(site_copy(tmp_path, site, one_link) if one_link_only else site)
     assert node_probe_ranks(loaded, ranks) == expected

@@ -181,8 +181,8 @@ def test_a_run_stopped_by_the_update_that_made_an_evaluation_due_takes_it_when_r
     walltime stop on an evaluation's iteration (max_iter's too) leaves it: resumed there, the run takes the
     evaluation it missed before it steps on, and its evaluations are the uninterrupted run's."""
     chosen = two_rank_run / "snapshots" / "snapshot_iter_50.solverstate"
-    run_ranks(2, train_args(work, "f", "short.yaml", "--batch-per-rank", "16", "--snapshot", str(chosen),
-                            "--set", "snapshot=5"), timeout=300)
+    run_ranks(2, train_args(work, "f", "short.yaml", "--batch-per-rank", "16", "--snapshot", str(chosen)),
+             timeout=300)
     uninterrupted = json.loads((two_rank_run / "result.json").read_text())["evals"]
     resumed = json.loads((work / "f" / "result.json").read_text())["evals"]
     assert [e["iter"] for e in resumed] == [e["iter"] for e in uninterrupted] == [50, 100], resumed
