@@ -113,7 +113,7 @@ def test_a_nets_gradient_tensors_are_the_trainers_parameters():
 
     from firescale.model.layers import net_cost
     from firescale.nets.zoo import get_net
-    from firescale.train.nets import build_net
+    from firescale.train.tensorflow.nets import build_net
 
     for spec in (get_net("lenet_same", num_classes=10, input_shape=(28, 28, 1)), get_net("nin")):
         params = build_net(spec, 1).params

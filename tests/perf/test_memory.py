@@ -69,7 +69,7 @@ def test_history_and_update_buffers_follow_the_solver_type():
 def test_the_solvers_history_blobs_are_what_the_model_counts():
     import tensorflow as tf
 
-    from firescale.train.solvers import CaffeSolver
+    from firescale.train.tensorflow.solvers import CaffeSolver
 
     params = [tf.Variable(tf.zeros((3, 2))), tf.Variable(tf.zeros((2,)))]
     for solver_type in SOLVER_TYPES:

@@ -7,9 +7,9 @@ import tensorflow as tf
 
 from firescale.model.traces import read_trace, replay_trace, write_trace
 from firescale.nets.zoo import get_net
-from firescale.train.distributed import Rank
-from firescale.train.nets import build_net
-from firescale.train.profile import profile_net
+from firescale.train.tensorflow.distributed import Rank
+from firescale.train.tensorflow.nets import build_net
+from firescale.train.tensorflow.profile import profile_net
 from firescale.train.timing import median_seconds
 
 

@@ -46,7 +46,7 @@ def _nchw(y) -> np.ndarray:
 
 def test_rectangular_dilated_convolution_without_bias_is_caffes():
     from firescale.train.caffe_weights import caffe_layouts, to_caffe
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     conv = Conv("c", 4, 3, stride=2, pad=1, kernel_w=2, stride_w=1, pad_w=2, dilation=2, bias=False,
                 weight_init=constant(0.0))
@@ -65,7 +65,7 @@ def test_rectangular_dilated_convolution_without_bias_is_caffes():
 
 
 def test_batch_norm_and_scale_are_caffes_in_train_and_test():
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     spec = _net([BatchNorm("bn", eps=1e-3), Scale("sc", bias=True), Flatten("f")])
     net = CaffeNet(spec, seed=1, moving_average={"bn": 0.9})
@@ -104,7 +104,7 @@ def test_batch_norm_and_scale_are_caffes_in_train_and_test():
 
 def test_lrn_within_channel_is_caffes_and_cifar10_full_builds():
     from firescale.nets.spec import LRN
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     net = CaffeNet(_net([LRN("n", local_size=3, alpha=0.3, beta=0.75, within_channel=True), Flatten("f")]), seed=1)
     x = np.random.default_rng(5).normal(size=(2, 7, 6, 3)).astype(np.float32)
@@ -120,7 +120,7 @@ def test_lrn_within_channel_is_caffes_and_cifar10_full_builds():
 
 @pytest.mark.parametrize("merge, combine", [("sum", np.add), ("prod", np.multiply), ("max", np.maximum)])
 def test_eltwise_merges_with_an_identity_shortcut(merge, combine):
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     block = Branches("res", ((), (Sigmoid("s"),), (TanH("t"),)), merge)
     net = CaffeNet(_net([block, Flatten("f")]), seed=1)
@@ -135,8 +135,8 @@ def test_a_residual_net_file_trains_and_its_blobs_round_trip_in_caffes_shapes(tm
 
     from firescale.train.caffe_weights import net_from_caffe, net_to_caffe
     from firescale.train.net_file import net_file_settings
-    from firescale.train.nets import CaffeNet
-    from firescale.train.steps import loss_and_gradients
+    from firescale.train.tensorflow.nets import CaffeNet
+    from firescale.train.tensorflow.steps import loss_and_gradients
 
     spec = get_net(str(TINY), input_shape=(8, 8, 1))
     settings = net_file_settings(spec)
@@ -168,7 +168,7 @@ def test_a_residual_net_file_trains_and_its_blobs_round_trip_in_caffes_shapes(tm
 def test_lr_and_decay_mults_come_from_the_net_file_and_the_solver_tables_win():
     from firescale.caffe.solver import SolverConfig
     from firescale.train.net_file import blob_multipliers, net_file_settings
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     spec = get_net(str(TINY), input_shape=(8, 8, 1))
     net = CaffeNet(spec, seed=1)
@@ -195,9 +195,9 @@ def test_one_sgd_step_applies_lr_mult_2_to_the_biases_of_cifar10_quick():
 
     from firescale.caffe.solver import SolverConfig
     from firescale.train.net_file import blob_multipliers, net_file_settings
-    from firescale.train.nets import CaffeNet
-    from firescale.train.solvers import CaffeSolver
-    from firescale.train.steps import apply_update, loss_and_gradients
+    from firescale.train.tensorflow.nets import CaffeNet
+    from firescale.train.tensorflow.solvers import CaffeSolver
+    from firescale.train.tensorflow.steps import apply_update, loss_and_gradients
 
     spec = get_net("cifar10_quick", input_shape=(8, 8, 1))
     net = CaffeNet(spec, seed=2)
@@ -220,7 +220,7 @@ def test_one_sgd_step_applies_lr_mult_2_to_the_biases_of_cifar10_quick():
 def test_what_the_trainer_cannot_build_or_take_is_refused_naming_it(tmp_path):
     from firescale.caffe.solver import SolverConfig
     from firescale.train.net_file import blob_multipliers, check_classes, net_file_settings
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     quick = get_net("cifar10_quick", input_shape=(8, 8, 1))
     with pytest.raises(FirescaleError, match=r"cifar10_quick_train_test.prototxt: its last InnerProduct 'ip2' gives 10 "
@@ -269,7 +269,7 @@ def test_the_net_comes_from_net_or_the_solvers_net_line(tmp_path):
 
 
 def test_a_caffe_file_of_known_kinds_builds_as_the_python_net():
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     quick = CaffeNet(get_net("cifar10_quick"), seed=3)
     assert [info.name for info in quick.infos][:2] == ["conv1/weights", "conv1/bias"]

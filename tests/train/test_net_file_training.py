@@ -112,7 +112,7 @@ def test_a_residual_net_with_batch_norm_two_ranks_equal_one_rank_with_iter_size_
 def test_lr_mult_0_freezes_a_layer_and_an_edited_net_file_is_not_resumed(work, run_ranks):
     from firescale.nets.zoo import get_net
     from firescale.train.caffe_weights import caffe_layouts, to_caffe
-    from firescale.train.nets import CaffeNet
+    from firescale.train.tensorflow.nets import CaffeNet
 
     frozen = work / "nets" / "frozen.prototxt"
     text = TINY.read_text().replace("param { lr_mult: 1 decay_mult: 1 }", "param { lr_mult: 0 decay_mult: 1 }")

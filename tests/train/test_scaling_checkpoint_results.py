@@ -87,7 +87,7 @@ tf = pytest.importorskip("tensorflow")
 
 def test_caffe_pooling_rounds_up_and_averages_like_caffe():
     from firescale.nets.spec import Pool
-    from firescale.train.nets import _pool
+    from firescale.train.tensorflow.nets import _pool
 
     x = np.arange(1 * 5 * 5 * 1, dtype=np.float32).reshape(1, 5, 5, 1)
     out = _pool(Pool("p", "max", 2, 2), tf.constant(x)).numpy()
@@ -107,7 +107,7 @@ def test_caffe_pooling_rounds_up_and_averages_like_caffe():
 
 def test_fillers_follow_caffe():
     from firescale.nets.zoo import get_net
-    from firescale.train.nets import build_net
+    from firescale.train.tensorflow.nets import build_net
 
     net = build_net(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), seed=5)
     w = net.param("conv1/weights").numpy()

@@ -8,7 +8,7 @@ tf = pytest.importorskip("tensorflow")
 
 from firescale.caffe.lr_policies import learning_rate  # noqa: E402
 from firescale.caffe.solver import solver_from_mapping  # noqa: E402
-from firescale.train.solvers import CaffeSolver  # noqa: E402
+from firescale.train.tensorflow.solvers import CaffeSolver  # noqa: E402
 
 
 def reference_steps(cfg, w0, grads, lr_mult, decay_mult):

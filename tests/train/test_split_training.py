@@ -110,8 +110,8 @@ PLACED = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from firescale.nets.zoo import get_net
-    from firescale.train.nets import build_net
-    from firescale.train.steps import loss_and_gradients
+    from firescale.train.tensorflow.nets import build_net
+    from firescale.train.tensorflow.steps import loss_and_gradients
     spec = get_net("lenet_same")
     placement = ["/device:CPU:0"] * 2 + ["/device:CPU:1"] * 4 + ["/device:CPU:0"] * 2
     graph = tf.Graph()

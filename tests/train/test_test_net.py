@@ -67,7 +67,8 @@ def test_a_test_net_whose_learnable_layers_differ_is_refused_naming_both_files(t
 def test_the_evaluation_stops_at_this_ranks_share_of_the_images():
     import tensorflow as tf
 
-    from firescale.train.evaluation import evaluate, make_eval_step, rank_share
+    from firescale.train.evaluation import evaluate, rank_share
+    from firescale.train.tensorflow.evaluation import make_eval_step
 
     assert [rank_share(10, r, 3) for r in range(3)] == [4, 3, 3] and rank_share(2, 2, 3) == 0
     step = make_eval_step(lambda images, training: images, 4, (4,))   # the images are the logits

@@ -43,7 +43,7 @@ def _in_memory_batches(dataset: Path, rank: int, size: int, batch: int, seed: in
 
 
 def _solver(cfg: Any, net: Any) -> Any:
-    from firescale.train.solvers import CaffeSolver
+    from firescale.train.tensorflow.solvers import CaffeSolver
 
     infos = net.infos
     lr = [cfg.lr_mult.get(i.layer, [1.0, 1.0])[0 if i.blob == "weights" else 1] for i in infos]
@@ -77,8 +77,8 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     from firescale.caffe.lr_policies import learning_rate
     from firescale.caffe.solver import load_solver
     from firescale.nets.zoo import get_net
-    from firescale.train.distributed import init_rank
-    from firescale.train.nets import build_net
+    from firescale.train.tensorflow.distributed import init_rank
+    from firescale.train.tensorflow.nets import build_net
 
     rank = init_rank(1)
     cfg = load_solver(solver_path, [])

@@ -9,9 +9,9 @@ import tensorflow as tf
 from firescale.bench.memory import MeasuredLayer, MeasuredMemory
 from firescale.caffe.solver import SolverConfig
 from firescale.nets.spec import NetSpec, infer_shapes
-from firescale.train.nets import build_net
-from firescale.train.solvers import CaffeSolver
-from firescale.train.steps import apply_update, loss_and_gradients
+from firescale.train.tensorflow.nets import build_net
+from firescale.train.tensorflow.solvers import CaffeSolver
+from firescale.train.tensorflow.steps import apply_update, loss_and_gradients
 
 
 def _owner(path: str, names: list[str]) -> str | None:

@@ -13,7 +13,7 @@ from firescale.nets.spec import FC, Branches, Conv, Layer, NetSpec
 from firescale.train.caffe_weights import caffe_names
 
 if TYPE_CHECKING:
-    from firescale.train.nets import ParamInfo
+    from firescale.train.tensorflow.nets import ParamInfo
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,14 @@ from firescale.train.checkpoint import (
     trajectory_settings,
     write_snapshot,
 )
-from firescale.train.distributed import Rank
+from firescale.train.tensorflow.distributed import Rank
 from firescale.train.readback import LossReads, StopRequest, read_due
 from firescale.train.scaling import plan_schedule
 from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 if TYPE_CHECKING:
     from firescale.train.caffe_weights import CopiedWeights
-    from firescale.train.nets import ParamInfo
+    from firescale.train.tensorflow.nets import ParamInfo
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
 
@@ -158,7 +158,7 @@ def set_up_ranks(opts: TrainOptions, devices: int = 1) -> Any:
     default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus
     pays for no communication, whatever the site's `horovod:` knobs.
     """
-    from firescale.train.distributed import init_rank
+    from firescale.train.tensorflow.distributed import init_rank
 
     rank = init_rank(opts.threads, devices)
     if rank.size == 1:
@@ -219,8 +219,8 @@ class Training:
         from firescale.nets.zoo import get_net
         from firescale.train.data_layers import data_transform, test_images
         from firescale.train.net_file import blob_multipliers, check_classes, check_test_net, net_file_settings
-        from firescale.train.nets import build_net
-        from firescale.train.solvers import CaffeSolver
+        from firescale.train.tensorflow.nets import build_net
+        from firescale.train.tensorflow.solvers import CaffeSolver
 
         opts, cfg, chosen = self.opts, self.solver_cfg, self.chosen
         tf.random.set_seed(self.seed)
@@ -266,7 +266,7 @@ class Training:
         """This replica's layers on its devices, from the plan's arch for this rank (None: one device)."""
         if self.layer_plan is None:
             return None
-        from firescale.train.placement import choose_arch, place, with_boundaries
+        from firescale.train.tensorflow.placement import choose_arch, place, with_boundaries
 
         plan, rank = self.layer_plan, self.rank
         arch = choose_arch(plan, rank.local_rank, rank.local_size)
@@ -336,8 +336,8 @@ class Training:
         """The training stream from the resumed sample, the traced steps warmed up, the run's constants logged."""
         import socket
 
-        from firescale.train.distributed import describe_allreduce, versions
-        from firescale.train.steps import make_train_steps, warm_up
+        from firescale.train.tensorflow.distributed import describe_allreduce, versions
+        from firescale.train.tensorflow.steps import make_train_steps, warm_up
 
         rank = self.rank
         self.open_stream(self.start_iter)
@@ -484,7 +484,7 @@ class Training:
         gradients (summed here), the allreduce of their sum with the loss and flag, the update."""
         import tensorflow as tf
 
-        from firescale.train.steps import sum_learnt
+        from firescale.train.tensorflow.steps import sum_learnt
 
         plan, rank, steps = self.plan, self.rank, self.steps
         data_wait = compute = 0.0
@@ -623,7 +623,7 @@ class Training:
         if self.opts.profile_layers and status != "interrupted":
             self._profile_layers(result)
         if self.placement is not None:
-            from firescale.train.placement import measure_copies
+            from firescale.train.tensorflow.placement import measure_copies
 
             self.placement = measure_copies(self.placement)
             result.placement = self.placement.to_dict()
@@ -648,7 +648,7 @@ class Training:
 
     def _profile_layers(self, result: TrainResult) -> None:
         from firescale.model.traces import write_trace
-        from firescale.train.profile import profile_net
+        from firescale.train.tensorflow.profile import profile_net
 
         images, labels = next(self.train_stream)
         trace = profile_net(self.net, images, labels, self.rank, data_wait_s=self.totals().mean().data_wait_s)

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from firescale.model.traces import DATA_WAIT_LAYER, LayerTrace
 from firescale.nets.spec import Softmax
-from firescale.train.distributed import Rank
-from firescale.train.nets import CaffeNet
+from firescale.train.tensorflow.distributed import Rank
+from firescale.train.tensorflow.nets import CaffeNet
 from firescale.train.timing import median_seconds
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from firescale.train.evaluation import make_eval_step
-from firescale.train.nets import CaffeNet
-from firescale.train.solvers import CaffeSolver
+from firescale.train.tensorflow.evaluation import make_eval_step
+from firescale.train.tensorflow.nets import CaffeNet
+from firescale.train.tensorflow.solvers import CaffeSolver
 
 
 @dataclass(frozen=True)

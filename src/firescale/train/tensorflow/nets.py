@@ -1,9 +1,7 @@
 """TensorFlow models built from firescale.nets.spec with Caffe's layer semantics and fillers."""
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
@@ -17,7 +15,6 @@ from firescale.nets.spec import (
     Conv,
     Dropout,
     Flatten,
-    Init,
     Layer,
     NetSpec,
     Pool,
@@ -26,45 +23,11 @@ from firescale.nets.spec import (
     Sigmoid,
     Softmax,
     TanH,
-    constant,
     pool_extra_padding,
     pool_output_size,
 )
-from firescale.train.caffe_weights import BLOB_NAMES
-from firescale.train.placement import boundary_copy
-
-MOVING_AVERAGE_FRACTION = 0.999   # Caffe's BatchNormParameter default
-STATISTICS = ("mean", "variance", "factor")   # BatchNorm's blobs: stored, never learnt
-
-
-@dataclass(frozen=True)
-class ParamInfo:
-    """One blob of a layer: its layer, which blob (weights, bias; BatchNorm's mean, variance, factor; Scale's
-    scale, bias), its index among the layer's blobs in Caffe's order, and its shape."""
-
-    layer: str
-    blob: str
-    shape: tuple[int, ...]
-    index: int = 0
-
-    @property
-    def name(self) -> str:
-        return f"{self.layer}/{self.blob}"
-
-
-def fill(init: Init, shape: tuple[int, ...], fan_in: int, rng: np.random.Generator) -> np.ndarray:
-    """Caffe's fillers: gaussian(std), xavier (uniform +-sqrt(3/fan_in)), msra (std sqrt(2/fan_in)), constant."""
-    if init.kind == "gaussian":
-        return rng.normal(0.0, init.std, size=shape).astype(np.float32)
-    if init.kind == "xavier":
-        scale = math.sqrt(3.0 / fan_in)
-        return rng.uniform(-scale, scale, size=shape).astype(np.float32)
-    if init.kind == "msra":
-        return rng.normal(0.0, math.sqrt(2.0 / fan_in), size=shape).astype(np.float32)
-    if init.kind == "constant":
-        return np.full(shape, init.value, dtype=np.float32)
-    raise ValueError(f"unknown filler {init.kind!r}")
-
+from firescale.train.params import MOVING_AVERAGE_FRACTION, STATISTICS, ParamInfo, initial_blobs
+from firescale.train.tensorflow.placement import boundary_copy
 
 class CaffeNet(tf.Module):
     """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN (across and within
@@ -89,11 +52,9 @@ class CaffeNet(tf.Module):
             raise ValueError(f"net {spec.name!r} has {len(spec.layers)} layers, the placement {len(placement)}")
         # The device of each top-level layer (its weights, its forward pass and, colocated, its backward).
         self.devices = dict(zip((layer.name for layer in spec.layers), placement)) if placement else {}
-        rng = np.random.default_rng(seed)
-        shape = spec.input_shape
-        for layer in spec.layers:
-            with tf.device(self.devices.get(layer.name)):
-                shape = self._build((layer,), shape, "", rng)
+        for top, info, value in initial_blobs(spec, seed):
+            with tf.device(self.devices.get(top)):
+                self._add(info, value)
 
     @property
     def loss_device(self) -> str | None:
@@ -108,42 +69,6 @@ class CaffeNet(tf.Module):
         self._index[info.name] = len(self.params)
         self.infos.append(info)
         self.params.append(tf.Variable(value, name=info.name.replace("/", "_"), dtype=tf.float32))
-
-    def _blobs(self, layer: Layer, name: str, shapes: Sequence[tuple[int, ...]], inits: Sequence[Init],
-               fan_in: int, rng: np.random.Generator) -> None:
-        for index, (blob, shape, init) in enumerate(zip(BLOB_NAMES[type(layer)], shapes, inits)):
-            self._add(ParamInfo(name, blob, shape, index), fill(init, shape, fan_in, rng))
-
-    def _build(self, layers: tuple[Layer, ...], shape: tuple[int, int, int], prefix: str,
-               rng: np.random.Generator) -> tuple[int, int, int]:
-        for layer in layers:
-            h, w, c = shape
-            name = prefix + layer.name
-            if isinstance(layer, Conv):
-                per_group = c // layer.groups
-                (kh, kw), (eh, ew) = layer.kernel_hw, layer.extent_hw
-                (sh, sw), (ph, pw) = layer.stride_hw, layer.pad_hw
-                wshape = (kh, kw, per_group, layer.out)
-                self._blobs(layer, name, [wshape, (layer.out,)][:1 + layer.bias],
-                            [layer.weight_init, layer.bias_init], per_group * kh * kw, rng)
-                shape = ((h + 2 * ph - eh) // sh + 1, (w + 2 * pw - ew) // sw + 1, layer.out)
-            elif isinstance(layer, FC):
-                fan_in = h * w * c
-                self._blobs(layer, name, [(fan_in, layer.out), (layer.out,)][:1 + layer.bias],
-                            [layer.weight_init, layer.bias_init], fan_in, rng)
-                shape = (1, 1, layer.out)
-            elif isinstance(layer, BatchNorm):  # Caffe's blobs start at zero
-                self._blobs(layer, name, [(c,), (c,), (1,)], [constant(0.0)] * 3, c, rng)
-            elif isinstance(layer, Scale):      # ScaleParameter's default fillers: scale 1, bias 0
-                self._blobs(layer, name, [(c,), (c,)][:1 + layer.bias], [constant(1.0), constant(0.0)], c, rng)
-            elif isinstance(layer, Flatten):
-                shape = (1, 1, h * w * c)
-            elif isinstance(layer, Pool):
-                shape = (pool_output_size(h, layer), pool_output_size(w, layer), c)
-            elif isinstance(layer, Branches):
-                outs = [self._build(branch, shape, name + "/", rng) for branch in layer.branches]
-                shape = (outs[0][0], outs[0][1], sum(o[2] for o in outs)) if layer.merge == "concat" else outs[0]
-        return shape
 
     def param(self, name: str) -> tf.Variable:
         return self.params[self._index[name]]

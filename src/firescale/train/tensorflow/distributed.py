@@ -16,6 +16,7 @@ from firescale.cluster.collectives import decode_allreduce
 from firescale.cluster.horovod import recorded_knobs
 from firescale.cluster.horovod_build import collectives_record
 from firescale.errors import FirescaleError
+from firescale.train.host import mpi_implementation, pin_cpus
 
 
 @dataclass
@@ -73,36 +74,6 @@ class Rank:
         return [obj] if self.size == 1 else list(self.hvd.allgather_object(obj))
 
 
-def _pin_cpus(local_rank: int, local_size: int) -> list[int]:
-    """Pin this rank to one core of those available when there are enough; FIRESCALE_PIN_CPUS=0 turns it off.
-
-    One core stands in for one GPU, so every thread of the rank is pinned, not only the caller:
-    Horovod's background thread and TensorFlow's pools already exist by now, and left free they
-    would run on a second core that a one-GPU baseline would have and a rank of a full node would not.
-    """
-    if os.environ.get("FIRESCALE_PIN_CPUS", "1") == "0" or not hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    cpus = sorted(os.sched_getaffinity(0))
-    if local_size > len(cpus):
-        return cpus
-    per_rank = len(cpus) // local_size
-    mine = cpus[local_rank * per_rank:(local_rank + 1) * per_rank][:1]
-    for thread in _thread_ids():
-        try:
-            os.sched_setaffinity(thread, mine)
-        except (ProcessLookupError, PermissionError):  # the thread ended meanwhile
-            pass
-    return mine
-
-
-def _thread_ids() -> list[int]:
-    """This process's threads (Linux), else just the caller (0)."""
-    try:
-        return [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return [0]
-
-
 def init_rank(threads: int = 1, devices: int = 1) -> Rank:
     """hvd.init(), `devices` devices per local rank (one, or a replica's when its net is split by layers),
     `threads` TF threads per rank, deterministic ops.
@@ -127,7 +98,7 @@ def init_rank(threads: int = 1, devices: int = 1) -> Rank:
         device, pinned = f"GPU:{first % len(gpus)}", []
         names = tuple(f"/device:GPU:{i}" for i in range(devices))
     else:
-        pinned = _pin_cpus(hvd.local_rank(), hvd.local_size())
+        pinned = pin_cpus(hvd.local_rank(), hvd.local_size())
         device = "CPU:0"
         if devices > 1:
             cpu = tf.config.list_physical_devices("CPU")[0]
@@ -141,17 +112,6 @@ def init_rank(threads: int = 1, devices: int = 1) -> Rank:
 
 
 HOROVOD_FUSION_THRESHOLD = 64 * 1024 * 1024   # bytes Horovod fuses into one allreduce unless told otherwise
-
-
-def mpi_implementation() -> str:
-    """'openmpi', or 'mpich' for MPICH and libraries built from it (Cray MPICH), from MPI's version string."""
-    import mpi4py
-
-    if "mpi4py.MPI" not in sys.modules:   # MPI is Horovod's to initialise and finalise, not mpi4py's
-        mpi4py.rc.initialize = mpi4py.rc.finalize = False
-    from mpi4py import MPI
-
-    return "openmpi" if MPI.Get_library_version().startswith("Open MPI") else "mpich"
 
 
 def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
