@@ -67,6 +67,26 @@ def pytest_configure(config):
         os.environ["OMPI_MCA_mpi_yield_when_idle"] = "1"
 
 
+# A test marked with a backend needs its framework: without it the test fails saying so, never skips, unless the
+# run deselects the tier on purpose (PYTEST_ARGS="-m 'not pytorch'").
+BACKEND_MODULES = {"tensorflow": ("tensorflow", "horovod"), "pytorch": ("torch",)}
+
+
+def pytest_runtest_setup(item):
+    import importlib.util
+
+    for marker, modules in BACKEND_MODULES.items():
+        missing = [m for m in modules if item.get_closest_marker(marker) and importlib.util.find_spec(m) is None]
+        if missing:
+            pytest.fail(f"this test needs the {marker} backend, and this Python lacks {', '.join(missing)}: run "
+                        f"`make setup`, or deselect the tier with -m 'not {marker}'", pytrace=False)
+    if item.get_closest_marker("gpu"):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU (the GPU check runs these on a GPU node)")
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

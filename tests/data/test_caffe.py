@@ -90,4 +90,4 @@ def test_caffe_hdf5data_list_reads_back(tmp_path):
     images, labels = ds.read(idx)
     assert np.array_equal(images, nhwc[idx]) and np.array_equal(labels, want[idx])
     batches = list(test_batches(ds, Transform(scale=1.0), rank=0, size=1, batch=4))
-    assert np.allclose(np.concatenate([x.numpy() for x, _ in batches]), nhwc)
+    assert np.allclose(np.concatenate([x for x, _ in batches]), nhwc)

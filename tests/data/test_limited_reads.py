@@ -66,7 +66,7 @@ def test_in_the_reader_thread_prefetching_hides_the_limit_from_a_slower_consumer
             images, labels = next(prefetched)
             waited += time.perf_counter() - start
             want_images, want_labels = next(expected)
-            assert np.array_equal(images.numpy(), want_images) and np.array_equal(labels.numpy(), want_labels)
+            assert np.array_equal(images, want_images) and np.array_equal(labels, want_labels)
     finally:
         prefetched.close()
     assert waited < 6 * batch_s / 2   # most of the six reads' 307 ms ran during the steps

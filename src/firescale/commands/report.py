@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         net_file=net_file_digest(plan.net(args.experiment)))
     ctx = ReportContext(experiment=args.experiment, site=site.name, device=site.config["device"]["name"],
                         net=exp["net"], site_digest=site.digest, site_source=str(site.source),
-                        description=exp.get("description", ""), provenance=provenance)
+                        description=exp.get("description", ""), provenance=provenance,
+                        framework=exp["framework"], precision=exp["precision"])
     written = write_memory_and_batch_figures(plan, args.experiment, records, args.out)
     written += write_report(summary, ctx, args.out)
     for row in summary.rows:

@@ -1,4 +1,4 @@
-"""`firescale train`: one rank of a Horovod data-parallel training run (launch N of them)."""
+"""`firescale train`: one rank of a data-parallel training run, TensorFlow + Horovod or PyTorch (launch N)."""
 from __future__ import annotations
 
 import argparse
@@ -94,18 +94,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                  "file's transform_param crop_size, else none)")
     parser.add_argument("--mirror", action=argparse.BooleanOptionalAction,
                         help="random horizontal flips in training (default: a net file's transform_param, else no)")
-    parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank (default 1)")
+    parser.add_argument("--framework", default="tensorflow", metavar="NAME",
+                        help="the backend that trains: tensorflow (Horovod; the default) or pytorch "
+                             "(torch.distributed: NCCL on GPUs, Gloo on CPUs)")
+    parser.add_argument("--precision", default="fp32", metavar="NAME",
+                        help="fp32 (Caffe's numerics, TF32 off; the default), tf32 (TF32 matrix products on GPUs "
+                             "that have them) or bf16 (pytorch: autocast to bfloat16, float32 weights)")
+    parser.add_argument("--threads", type=int, default=1, help="the framework's threads per rank (default 1)")
     parser.add_argument("--layer-plan", type=Path, metavar="FILE",
                         help="split each replica's layers over devices by the dist blocks in FILE (a solver "
                              ".prototxt or .yaml); default: the solver file's own dist blocks, if any")
 
 
 def run(args: argparse.Namespace) -> int:
+    from firescale.train.backend import check_framework, check_precision
     from firescale.train.scaling import parse_batch_schedule
     from firescale.train.trainer import TrainOptions, run_training
 
     if args.snapshot is not None and args.weights is not None:
         raise FirescaleError("give --snapshot to resume training or --weights to fine-tune, not both (as Caffe says)")
+    check_framework(args.framework)
+    check_precision(args.precision)
     if args.threads < 1:
         raise FirescaleError(f"--threads must be at least 1, not {args.threads}")
     opts = TrainOptions(
@@ -117,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         eval_batch=args.eval_batch, profile_layers=args.profile_layers, data_format=args.data_format,
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
         split_every=args.split_every, layer_plan=args.layer_plan, overlap_allreduce=args.overlap_allreduce,
-        read_limit_mbs=args.read_limit_mbs,
+        read_limit_mbs=args.read_limit_mbs, framework=args.framework, precision=args.precision,
         batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )

@@ -1,4 +1,4 @@
-"""The trainer's batches handed over by a reader thread through a queue, as tensors, without tf.data."""
+"""The trainer's batches handed over by a reader thread through a queue, as NumPy arrays (any framework)."""
 from __future__ import annotations
 
 import queue
@@ -47,8 +47,6 @@ class PrefetchedBatches:
         return self
 
     def __next__(self) -> tuple[Any, Any]:
-        import tensorflow as tf
-
         item = self._queue.get()
         if item is _DONE:
             self._queue.put(_DONE)
@@ -56,8 +54,7 @@ class PrefetchedBatches:
         if isinstance(item, BaseException):
             self._queue.put(item)
             raise item
-        images, labels = item
-        return tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
+        return item
 
     def close(self) -> None:
         self._stop.set()

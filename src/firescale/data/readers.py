@@ -1,4 +1,4 @@
-"""The readers the trainer uses: open a dataset, shard it across ranks, feed tf.data with prefetch.
+"""The readers the trainer uses: open a dataset, shard it across ranks, read ahead in a thread (any framework).
 
 Contract (kept stable for the trainer):
     open_dataset(path, split, fmt=None) -> Dataset with .num_records, .shape (H, W, C), .num_classes,
@@ -23,6 +23,7 @@ import numpy as np
 
 from firescale.data.batch import BatchBuffer, batch_array
 from firescale.data.manifest import MANIFEST, load_manifest
+from firescale.data.prefetch import PrefetchedBatches
 from firescale.data.shard import EpochOrders, global_order, rank_positions, shard_indices
 from firescale.data.transforms import BatchTransformer, Transform
 from firescale.errors import FirescaleError
@@ -189,25 +190,17 @@ def prefetch_depth(batch: int, image_shape: tuple[int, ...]) -> int:
     return int(min(PREFETCH_MAX, max(2, PREFETCH_BYTES // batch_bytes)))
 
 
-def _tf_dataset(generator, image_shape: tuple[int, ...], prefetch: int):
-    import tensorflow as tf
-
-    signature = (tf.TensorSpec(shape=(None, *image_shape), dtype=tf.float32),
-                 tf.TensorSpec(shape=(None,), dtype=tf.int64))
-    return tf.data.Dataset.from_generator(generator, output_signature=signature).prefetch(prefetch)
-
-
 def train_batches(ds: Dataset, transform: Transform, *, seed: int, rank: int, size: int, batch_per_rank: int,
                   start_sample: int = 0, prefetch: int | None = None):
-    """A tf.data.Dataset of (float32 NHWC images, int64 labels) for rank `rank`, endless, prefetched.
+    """(float32 NHWC images, int64 labels) NumPy batches for rank `rank`, endless, read ahead by a thread.
 
     `prefetch` batches are kept ready (default: prefetch_depth of the batch).  With `prefetch=0` the
     batches come as numpy arrays read in the caller's thread: a rank pinned to one core has no other
     core for a reader thread to run on, which would only take turns with the training thread for the
-    core and the GIL and add tf.data's own cost of about a millisecond a batch.
+    core and the GIL.  Each backend copies the arrays to its own tensors (firescale.data.prefetch).
     """
     out_shape = BatchTransformer(transform, ds.shape).out_shape
-    rank_positions(start_sample, batch_per_rank * size, rank, size)  # validate before TF sees it
+    rank_positions(start_sample, batch_per_rank * size, rank, size)  # validate before the reader thread starts
     depth = prefetch if prefetch is not None else prefetch_depth(batch_per_rank, out_shape)
 
     def generate():
@@ -216,19 +209,14 @@ def train_batches(ds: Dataset, transform: Transform, *, seed: int, rank: int, si
 
     if depth == 0:
         return generate()
-    return _tf_dataset(generate, out_shape, depth)
+    return PrefetchedBatches(generate(), depth)
 
 
 def test_batches(ds: Dataset, transform: Transform, *, rank: int, size: int, batch: int, prefetch: int = 2):
-    """A tf.data.Dataset over records rank::size once, centre crop, no mirror."""
+    """NumPy batches over records rank::size once, centre crop, no mirror, read ahead by a thread."""
     if not 0 <= rank < size or batch < 1:
         raise FirescaleError(f"rank {rank} of {size} with batch {batch} is not a valid test reader")
-    out_shape = BatchTransformer(transform, ds.shape).out_shape
-
-    def generate():
-        return iter_test_arrays(ds, transform, rank=rank, size=size, batch=batch)
-
-    return _tf_dataset(generate, out_shape, prefetch)
+    return PrefetchedBatches(iter_test_arrays(ds, transform, rank=rank, size=size, batch=batch), prefetch)
 
 
 test_batches.__test__ = False  # a reader, not a pytest test, wherever tests import it

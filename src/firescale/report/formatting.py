@@ -33,6 +33,8 @@ class ReportContext:
     site_source: str = ""
     description: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
+    framework: str = "tensorflow"   # the experiment's backend and precision, named in Hardware when not the defaults
+    precision: str = "fp32"
 
 
 def _unit(seconds: float) -> tuple[float, str]:
@@ -113,7 +115,10 @@ def error_pct(value: float | None) -> str:
 
 
 def hardware(ctx: ReportContext, gpus: int, nodes: int) -> str:
-    return f"{gpus} × {ctx.device} ({ctx.site}, {nodes} node{'s' if nodes != 1 else ''})"
+    """'8 × K20 (titan, 2 nodes)', with the framework and precision after it where they are not TensorFlow in fp32:
+    '8 × H200 (h200, 1 node; pytorch, bf16)'."""
+    stack = "" if (ctx.framework, ctx.precision) == ("tensorflow", "fp32") else f"; {ctx.framework}, {ctx.precision}"
+    return f"{gpus} × {ctx.device} ({ctx.site}, {nodes} node{'s' if nodes != 1 else ''}{stack})"
 
 
 def columns(summary: Summary) -> list[str]:

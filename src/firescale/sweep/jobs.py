@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from firescale.cluster.site import parse_walltime
 from firescale.jobs.spec import JobSpec
@@ -57,11 +58,22 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
         argv += ["--layer-plan", str(plan.resolve(point.layer_plan))]
     if exp["warmup_iters"]:  # Goyal et al.: warm up from the baseline's (unscaled) rate to the point's
         argv += ["--warmup-start-lr", f"{plan.baselines(experiment)[0].lr:.10g}"]
+    argv += framework_options(exp)
     if plan.overlap_allreduce(experiment):
         argv.append("--overlap-allreduce")
     if (limit := plan.read_limit_mbs(experiment)) is not None:
         argv += ["--read-limit-mbs", f"{limit:.10g}"]
     argv.append("--resume")
+    return argv
+
+
+def framework_options(exp: dict[str, Any]) -> list[str]:
+    """The experiment's framework and precision as the trainer's options, where they are not the defaults."""
+    argv = []
+    if exp["framework"] != "tensorflow":
+        argv += ["--framework", exp["framework"]]
+    if exp["precision"] != "fp32":
+        argv += ["--precision", exp["precision"]]
     return argv
 
 

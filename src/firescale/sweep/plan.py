@@ -80,6 +80,9 @@ class SweepPlan:
             exp = config["experiments"][experiment]
             check_experiment_net(experiment, exp, base, _dataset_dir(site, exp), str(source))
             check_experiment_mean(experiment, exp, base, str(source))
+            if exp["framework"] == "tensorflow" and exp["precision"] == "bf16":
+                raise FirescaleError(f"{source}: experiment {experiment}: precision bf16 needs framework pytorch; "
+                                     "the tensorflow backend trains in fp32 or tf32")
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
             base_lr = solver_base_lr(config, experiment, base)
             points[experiment] = plan_sweep(config, experiment, site.name, base_lr, repeats, base=base)

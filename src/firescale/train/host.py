@@ -8,9 +8,10 @@ import sys
 def pin_cpus(local_rank: int, local_size: int) -> list[int]:
     """Pin this rank to one core of those available when there are enough; FIRESCALE_PIN_CPUS=0 turns it off.
 
-    One core stands in for one GPU, so every thread of the rank is pinned, not only the caller:
-    the framework's threads (Horovod's background thread, TensorFlow's or PyTorch's pools) already exist by now, and left free they
-    would run on a second core that a one-GPU baseline would have and a rank of a full node would not.
+    One core stands in for one GPU, so every thread of the rank is pinned, not only the caller: the
+    framework's threads (Horovod's background thread, TensorFlow's or PyTorch's pools) already exist by
+    now, and left free they would run on a second core that a one-GPU baseline would have and a rank of
+    a full node would not.
     """
     if os.environ.get("FIRESCALE_PIN_CPUS", "1") == "0" or not hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

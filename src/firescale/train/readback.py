@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,8 @@ class LossReads:
     """The iterations' summed (loss, stop flag) pairs, kept on the device until the host reads them all at
     once; the training loss averaged over the last `average_loss` iterations read (Caffe's display)."""
 
-    def __init__(self, average_loss: int) -> None:
+    def __init__(self, average_loss: int, host: Callable[[Any], np.ndarray] = np.asarray) -> None:
+        self.host = host   # reads a device value back (the backend's Steps.host)
         self.losses: collections.deque[float] = collections.deque(maxlen=average_loss)
         self.unread: list[tuple[Any, int]] = []   # each iteration's summed pair, and the images it summed over
 
@@ -55,7 +57,7 @@ class LossReads:
         iteration.  True when a rank's stop flag was up (a rank's flag stays up once raised, so the
         last pair shows every earlier one)."""
         first = iteration - len(self.unread)
-        values = [(pair.numpy(), images) for pair, images in self.unread]
+        values = [(self.host(pair), images) for pair, images in self.unread]
         self.unread.clear()
         for k, (pair, images) in enumerate(values):
             self.losses.append(float(pair[0]) / images)

@@ -1,4 +1,5 @@
-"""The Horovod data-parallel training loop: Caffe solver numerics, evaluation, snapshots, time-to-accuracy."""
+"""The data-parallel training loop, one framework or the other: Caffe solver numerics, evaluation, snapshots,
+time-to-accuracy.  Everything that touches tensors is the backend's (firescale.train.backend)."""
 from __future__ import annotations
 
 import signal
@@ -13,6 +14,7 @@ from firescale.errors import FirescaleError
 from firescale.nets.device_plan import DevicePlan, read_layer_plan
 from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, file_record, write_result
+from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, load_backend
 from firescale.train.checkpoint import (
     Snapshot,
     check_same_read_limit,
@@ -23,14 +25,15 @@ from firescale.train.checkpoint import (
     trajectory_settings,
     write_snapshot,
 )
-from firescale.train.tensorflow.distributed import Rank
 from firescale.train.readback import LossReads, StopRequest, read_due
 from firescale.train.scaling import plan_schedule
 from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
 
 if TYPE_CHECKING:
     from firescale.train.caffe_weights import CopiedWeights
-    from firescale.train.tensorflow.nets import ParamInfo
+    from firescale.train.params import ParamInfo
+
+Rank = Any   # a backend's rank: rank, size, local_rank, local_size, device, pinned_cpus, devices, is_root, the sums
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
 
@@ -71,6 +74,8 @@ class TrainOptions:
     split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
     overlap_allreduce: bool = False  # each gradient's allreduce as backward produces it (the whole iterations)
     read_limit_mbs: float | None = None  # each training read takes at least its stored bytes / this many MB/s
+    framework: str = DEFAULT_FRAMEWORK   # the backend that trains (firescale.train.backend.FRAMEWORKS)
+    precision: str = DEFAULT_PRECISION   # fp32 (Caffe's numerics), tf32 or bf16
     command: list[str] = field(default_factory=list)
 
 
@@ -126,7 +131,7 @@ def _check_caffe_layout(spec: NetSpec, infos: list[ParamInfo]) -> None:
 
 
 def run_training(opts: TrainOptions) -> int:
-    """Train as one of N Horovod ranks; returns 0 when done, EXIT_INTERRUPTED after a signal snapshot."""
+    """Train as one of N ranks; returns 0 when done, EXIT_INTERRUPTED after a signal snapshot."""
     stop = StopRequest()
     stop.install()
     try:
@@ -139,31 +144,45 @@ def run_training(opts: TrainOptions) -> int:
         plan = read_layer_plan(opts.layer_plan or opts.solver)
         if opts.layer_plan and plan is None:
             raise FirescaleError(f"--layer-plan {opts.layer_plan}: the file has no dist plan")
-        rank = set_up_ranks(opts, plan.devices if plan else 1)
-        training = Training(opts, solver_cfg, target, rank, clock, plan)
-        training.restore_or_broadcast()
-        training.prepare()
-        status = training.train(stop)
-        return training.finish(status, stop)
+        _check_backend_options(opts, plan)
+        backend = load_backend(opts.framework, opts.precision)
+        rank = set_up_ranks(opts, plan.devices if plan else 1, backend)
+        try:
+            training = Training(opts, solver_cfg, target, rank, clock, plan, backend)
+            training.restore_or_broadcast()
+            training.prepare()
+            status = training.train(stop)
+            return training.finish(status, stop)
+        finally:
+            backend.close(rank)
     finally:
         stop.restore()
 
 
-def set_up_ranks(opts: TrainOptions, devices: int = 1) -> Any:
-    """Horovod initialised, this rank pinned to its device (or its replica's `devices`), TensorFlow deterministic.
+def _check_backend_options(opts: TrainOptions, plan: DevicePlan | None) -> None:
+    """What only the TensorFlow backend does yet, refused for the other in one sentence."""
+    if opts.framework == "tensorflow":
+        return
+    if plan is not None:
+        raise FirescaleError(f"the {opts.solver if opts.layer_plan is None else opts.layer_plan} dist plan splits "
+                             f"layers over devices, which the tensorflow backend does and the {opts.framework} one "
+                             "does not yet; use framework tensorflow for model parallelism")
+    if opts.profile_layers:
+        raise FirescaleError(f"--profile-layers times layers with the tensorflow backend only, not {opts.framework}")
 
-    A run of one rank then shuts Horovod down again: it has nothing to sum (`Rank` answers every
+
+def set_up_ranks(opts: TrainOptions, devices: int = 1, backend: Backend | None = None) -> Any:
+    """The backend's ranks initialised (default TensorFlow's), this rank pinned to its device (or its replica's
+    `devices`), the framework deterministic.
+
+    With TensorFlow a run of one rank then shuts Horovod down again: it has nothing to sum (`Rank` answers every
     collective of one rank itself), and Horovod's background thread would otherwise wake every cycle
     on the rank's core for the whole run, which took 5% of a 1-rank LeNet run's time here at the
     default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus
-    pays for no communication, whatever the site's `horovod:` knobs.
+    pays for no communication, whatever the site's `horovod:` knobs.  PyTorch's one rank makes no process group.
     """
-    from firescale.train.tensorflow.distributed import init_rank
-
-    rank = init_rank(opts.threads, devices)
-    if rank.size == 1:
-        rank.hvd.shutdown()
-    return rank
+    backend = backend or load_backend(DEFAULT_FRAMEWORK)
+    return backend.init_rank(opts.threads, devices)
 
 
 class Training:
@@ -171,8 +190,10 @@ class Training:
     steps, then step, evaluate and snapshot until max_iter, the target or a stop signal, and finish."""
 
     def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
-                 rank: Rank, clock: SegmentClock, layer_plan: DevicePlan | None = None) -> None:
+                 rank: Rank, clock: SegmentClock, layer_plan: DevicePlan | None = None,
+                 backend: Backend | None = None) -> None:
         self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
+        self.backend = backend or load_backend(opts.framework, opts.precision)
         self.layer_plan = layer_plan
         self.target, self.target_source = target
         self.seed = _seed(opts, solver_cfg)
@@ -212,18 +233,13 @@ class Training:
     # ------------------------------------------------------------ build
     def build(self) -> None:
         """Open the datasets, build the net from its spec with Caffe's fillers, and its solver."""
-        import tensorflow as tf
-
         from firescale.data.readers import open_dataset
         from firescale.data.transforms import BatchTransformer
         from firescale.nets.zoo import get_net
         from firescale.train.data_layers import data_transform, test_images
         from firescale.train.net_file import blob_multipliers, check_classes, check_test_net, net_file_settings
-        from firescale.train.tensorflow.nets import build_net
-        from firescale.train.tensorflow.solvers import CaffeSolver
 
         opts, cfg, chosen = self.opts, self.solver_cfg, self.chosen
-        tf.random.set_seed(self.seed)
         self.transform, transform_notes = data_transform(self.data_layers, scale=opts.scale, mean=opts.mean,
                                                          crop=opts.crop, mirror=opts.mirror)
         self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
@@ -247,11 +263,12 @@ class Training:
             if line:
                 _say(self.rank, line)
         self.placement = self._place()
-        self.net = net = build_net(self.spec, self.seed, self.placement.devices if self.placement else None,
-                                   self.net_file.moving_average if self.net_file else None)
+        self.net = net = self.backend.build_net(self.spec, self.seed,
+                                                self.placement.devices if self.placement else None,
+                                                self.net_file.moving_average if self.net_file else None)
         names = [info.name for info in net.infos]
         lr_mults, decay_mults = blob_multipliers(self.spec, net.infos, self.net_file, cfg, opts.solver)
-        self.solver = CaffeSolver(cfg, net.params, names, lr_mults, decay_mults)
+        self.solver = self.backend.make_solver(cfg, net, names, lr_mults, decay_mults)
         _check_caffe_layout(self.spec, net.infos)
         # Caffe's weights are read and checked against the net before the run folder is touched.
         self.caffe_weights = self._read_caffe_weights(opts.weights) if opts.weights and self.rank.is_root else None
@@ -302,7 +319,7 @@ class Training:
             _say(rank, f"resuming from {snapshot_name} at iteration {self.start_iter}")
         elif self.caffe_weights is not None:
             self._copy_weights(self.caffe_weights)
-        rank.broadcast_variables(self.net.params + self.solver.history + self.solver.update_history)
+        self.backend.broadcast_state(rank, self.net, self.solver)
         self.prior_segments = [Segment(**s) for s in self.meta.get("segments", [])]
         self.evals = [EvalPoint(**e) for e in self.meta.get("evals", [])]
         self.split_total = SplitSums(**self.meta["split_sums"]) if "split_sums" in self.meta else SplitSums()
@@ -313,17 +330,14 @@ class Training:
         snap = read_snapshot(name, self.spec)
         check_same_trajectory(snap.meta, self.trajectory, name)
         check_same_read_limit(snap.meta, self.opts.read_limit_mbs, name)
-        for var, info in zip(self.net.params, self.net.infos):
-            var.assign(snap.weights[info.name])
+        self.backend.write_params(self.net, {info.name: snap.weights[info.name] for info in self.net.infos})
         self.solver.load_state_arrays(snap.solver_state)
         return snap.meta
 
     def _copy_weights(self, copied: CopiedWeights) -> None:
         """Rank 0 copies Caffe's weights into the net by layer name, as Caffe's CopyTrainedLayersFrom: the
         net's layers the file lacks keep their fillers, the file's other layers are ignored; says which."""
-        for var, info in zip(self.net.params, self.net.infos):
-            if info.name in copied.weights:
-                var.assign(copied.weights[info.name])
+        self.backend.write_params(self.net, copied.weights)
         words = [f"weights from {self.opts.weights}: copied {', '.join(copied.copied) or 'no layer'}"]
         if copied.kept:
             words.append(f"not in the file, so kept from their fillers: {', '.join(copied.kept)}")
@@ -336,25 +350,16 @@ class Training:
         """The training stream from the resumed sample, the traced steps warmed up, the run's constants logged."""
         import socket
 
-        from firescale.train.tensorflow.distributed import describe_allreduce, versions
-        from firescale.train.tensorflow.steps import make_train_steps, warm_up
-
-        rank = self.rank
+        rank, backend = self.rank, self.backend
         self.open_stream(self.start_iter)
         self.eval_per_rank = self.opts.eval_batch // rank.size
-        self.steps = make_train_steps(self.net, self.solver, self.image_shape, rank.sum,
-                                      sum_each=rank.sum_each if self.opts.overlap_allreduce else None)
-        warm_up(self.steps, self.plan.batch_per_rank, self.image_shape, self.seed,
-                self.net.params + self.solver.history + self.solver.update_history)
-        import tensorflow as tf
-
-        learnt = [p for p, keep in zip(self.net.params, self.net.learnt) if keep]
-        rank.sum([tf.zeros_like(p) for p in learnt] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
+        self.steps = backend.make_steps(self.net, self.solver, rank, self.image_shape,
+                                        overlap=self.opts.overlap_allreduce)
+        self.steps.warm_up(self.plan.batch_per_rank, self.seed)
         self.hostnames = rank.gather_object(socket.gethostname())
-        self.run_versions = versions(rank.hvd) if rank.is_root else {}
-        gradient_bytes = sum(p.shape.num_elements() * p.dtype.size for p in learnt)
-        self.allreduce_info = describe_allreduce(rank, gradient_bytes=gradient_bytes,
-                                                 overlap=self.opts.overlap_allreduce)
+        self.run_versions = backend.versions(rank) if rank.is_root else {}
+        self.allreduce_info = backend.describe_allreduce(rank, gradient_bytes=backend.gradient_bytes(self.net),
+                                                         overlap=self.opts.overlap_allreduce)
         self._log_constants()
 
     def open_stream(self, iteration: int) -> None:
@@ -406,7 +411,7 @@ class Training:
     def train(self, stop: StopRequest) -> str:
         """Step until max_iter, the target or a stop signal; evaluate and snapshot on the way; the status."""
         cfg, c = self.solver_cfg, self.log.constants
-        self.loss_reads = LossReads(cfg.average_loss)
+        self.loss_reads = LossReads(cfg.average_loss, self.steps.host)
         reached = time_to_accuracy(self.evals, self.target) is not None
         self.clock.start_training()
         self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
@@ -441,8 +446,6 @@ class Training:
     def step(self, stop: StopRequest) -> bool:
         """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True when the
         ranks agreed to stop, which they learn only where the host reads the summed losses and flags."""
-        import tensorflow as tf
-
         if self.schedule.starts_at(self.iteration):
             self.open_stream(self.iteration)
             _say(self.rank, f"iter {self.iteration}: the batch becomes {self.plan.batch_per_rank} per rank "
@@ -450,8 +453,7 @@ class Training:
         plan, it = self.plan, self.iteration
         rate = learning_rate(self.solver_cfg, it) * plan.lr_scale * plan.warmup_factor(it)
         # A rank's flag stays raised from its signal on, so the sum read at any later iteration shows it.
-        args = (tf.constant(rate, tf.float32), tf.constant(it, tf.int64), tf.constant(float(plan.effective_batch)),
-                tf.constant(1.0 if stop.signum is not None else 0.0))
+        args = (rate, it, plan.effective_batch, 1.0 if stop.signum is not None else 0.0)
         if plan.iter_size == 1 and it != self.start_iter and it % self.opts.split_every:
             summed = self._whole_iteration(*args)
         else:
@@ -467,46 +469,39 @@ class Training:
         self._display(rate)
         return stop_agreed
 
-    def _whole_iteration(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
-        """The iteration as one graph call: gradients, their allreduce with the loss and flag, the update."""
-        import tensorflow as tf
-
+    def _whole_iteration(self, rate: float, iteration: int, batch: int, flag: float) -> Any:
+        """The iteration as one call of the backend: gradients, their allreduce with the loss and flag, the update."""
         t0 = now()
-        images, labels = next(self.train_stream)
+        images, labels = self.steps.batch(*next(self.train_stream))
         t1 = now()
-        seed = tf.constant([self.seed, self.iteration * self.rank.size + self.rank.rank], tf.int64)
+        seed = (self.seed, self.iteration * self.rank.size + self.rank.rank)
         summed = self.steps.iteration(images, labels, seed, rate, iteration, batch, flag)
         self.split.add_whole(t1 - t0, now() - t1)
         return summed
 
-    def _iteration_in_parts(self, rate: Any, iteration: Any, batch: Any, flag: Any) -> Any:
+    def _iteration_in_parts(self, rate: float, iteration: int, batch: int, flag: float) -> Any:
         """The iteration in its parts, the host waiting after each, which times them apart: every micro-batch's
         gradients (summed here), the allreduce of their sum with the loss and flag, the update."""
-        import tensorflow as tf
-
-        from firescale.train.tensorflow.steps import sum_learnt
-
         plan, rank, steps = self.plan, self.rank, self.steps
         data_wait = compute = 0.0
         summed: list[Any] | None = None
         loss_sum: Any = None
         for k in range(plan.iter_size):
             t0 = now()
-            images, labels = next(self.train_stream)
+            images, labels = steps.batch(*next(self.train_stream))
             t1 = now()
             micro = (self.iteration * plan.iter_size + k) * rank.size + rank.rank
-            loss_k, grads = steps.grad(images, labels, tf.constant([self.seed, micro], tf.int64))
+            loss_k, grads = steps.gradients(images, labels, (self.seed, micro))
             if summed is None:      # the first micro-batch as it is: no eager copies or adds per step
-                summed, loss_sum = list(grads), loss_k
+                summed, loss_sum = grads, loss_k
             else:
                 summed, loss_sum = [a + b for a, b in zip(summed, grads)], loss_sum + loss_k
-            _ = loss_sum.numpy()
+                steps.host(loss_sum)
             data_wait += t1 - t0
             compute += now() - t1
         assert summed is not None
         t2 = now()
-        reduced, loss_and_flag = sum_learnt(self.net, rank.sum, summed, tf.stack([loss_sum, flag]))
-        _ = loss_and_flag.numpy()
+        reduced, loss_and_flag = steps.allreduce(summed, loss_sum, flag)
         t3 = now()
         steps.apply(reduced, rate, iteration, batch)
         self.split.add(data_wait, compute + now() - t3, t3 - t2)
@@ -538,12 +533,15 @@ class Training:
         self.log.start(c.EVAL_START, metadata={"epoch_num": epoch})
         # Each rank's BatchNorm statistics follow its own batches (Caffe's multi-GPU does the same); the
         # test uses rank 0's on every rank, as Caffe tests on its root solver's net only.
-        if self.net.statistics:
-            self.rank.broadcast_variables(self.net.statistics)
+        self.backend.broadcast_statistics(self.rank, self.net)
         batches = test_batches(self.test_ds, self.transform, rank=self.rank.rank, size=self.rank.size,
                                batch=self.eval_per_rank)
-        sums = evaluate(self.steps.evaluate, batches, self.rank.sum_numbers,
-                        rank_share(self.eval_images, self.rank.rank, self.rank.size))
+        steps = self.steps
+        try:
+            sums = evaluate(lambda images, labels: steps.evaluate(*steps.batch(images, labels)), batches,
+                            self.rank.sum_numbers, rank_share(self.eval_images, self.rank.rank, self.rank.size))
+        finally:
+            batches.close()
         took = now() - t0
         self.clock.eval_s += took
         point = EvalPoint(iter=it, epoch=epoch, wall_s=self.clock.run_s(),
@@ -583,7 +581,7 @@ class Training:
             "trajectory": self.trajectory, "trajectory_sha256": trajectory_digest(self.trajectory),
             "read_limit_mbs": self.opts.read_limit_mbs,
         }
-        weights = {info.name: var.numpy() for info, var in zip(self.net.infos, self.net.params)}
+        weights = self.backend.read_params(self.net)
         write_snapshot(self.snap_dir, cfg.snapshot_name,
                        Snapshot(self.iteration, weights, self.solver.state_arrays(), meta_out), self.spec,
                        snapshot_format=cfg.snapshot_format, current_step=current_step(cfg, self.iteration))

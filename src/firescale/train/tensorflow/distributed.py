@@ -5,7 +5,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -29,6 +29,7 @@ from firescale.nets.spec import (
 from firescale.train.params import MOVING_AVERAGE_FRACTION, STATISTICS, ParamInfo, initial_blobs
 from firescale.train.tensorflow.placement import boundary_copy
 
+
 class CaffeNet(tf.Module):
     """A NetSpec as a TF module: NHWC inputs, logits out; Caffe's pooling sizes, LRN (across and within
     channels), grouped and dilated convolution, dropout, BatchNorm (its statistics are blobs, as in

@@ -1,0 +1,144 @@
+"""The TensorFlow side of the seam (firescale.train.backend): Horovod ranks, tf.Module nets, traced steps."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from firescale.caffe.solver import SolverConfig
+from firescale.errors import FirescaleError
+from firescale.nets.spec import NetSpec
+from firescale.train.tensorflow.distributed import Rank
+from firescale.train.tensorflow.nets import CaffeNet
+from firescale.train.tensorflow.solvers import CaffeSolver
+from firescale.train.tensorflow.steps import TrainSteps
+
+
+@dataclass
+class TensorFlowSteps:
+    """The traced steps of `firescale.train.tensorflow.steps` behind the backend's Steps protocol."""
+
+    traced: TrainSteps
+    net: CaffeNet
+    solver: CaffeSolver
+    rank: Rank
+    image_shape: tuple[int, ...]
+
+    def iteration(self, images: Any, labels: Any, dropout_seed: tuple[int, int], rate: float, iteration: int,
+                  batch: int, stop_flag: float) -> Any:
+        return self.traced.iteration(images, labels, tf.constant(dropout_seed, tf.int64), tf.constant(rate, tf.float32),
+                                     tf.constant(iteration, tf.int64), tf.constant(float(batch)),
+                                     tf.constant(stop_flag))
+
+    def gradients(self, images: Any, labels: Any, dropout_seed: tuple[int, int]) -> tuple[Any, list[Any]]:
+        loss_sum, grads = self.traced.grad(images, labels, tf.constant(dropout_seed, tf.int64))
+        _ = loss_sum.numpy()
+        return loss_sum, list(grads)
+
+    def allreduce(self, grads: list[Any], loss_sum: Any, stop_flag: float) -> tuple[list[Any], Any]:
+        from firescale.train.tensorflow.steps import sum_learnt
+
+        reduced, pair = sum_learnt(self.net, self.rank.sum, grads, tf.stack([loss_sum, tf.constant(stop_flag)]))
+        _ = pair.numpy()
+        return reduced, pair
+
+    def apply(self, summed: list[Any], rate: float, iteration: int, batch: int) -> None:
+        self.traced.apply(summed, tf.constant(rate, tf.float32), tf.constant(iteration, tf.int64),
+                          tf.constant(float(batch)))
+
+    def evaluate(self, images: Any, labels: Any) -> np.ndarray:
+        return self.traced.evaluate(images, labels).numpy()
+
+    def batch(self, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
+        return images, labels     # the concrete functions take NumPy arrays as they are
+
+    def host(self, value: Any) -> np.ndarray:
+        return value.numpy()
+
+    def warm_up(self, batch: int, seed: int) -> None:
+        from firescale.train.tensorflow.steps import warm_up
+
+        warm_up(self.traced, batch, self.image_shape, seed,
+                self.net.params + self.solver.history + self.solver.update_history)
+        learnt = [p for p, keep in zip(self.net.params, self.net.learnt) if keep]
+        self.rank.sum([tf.zeros_like(p) for p in learnt] + [tf.zeros(2)])  # negotiate Horovod's first allreduce
+
+
+class TensorFlowBackend:
+    """TensorFlow 2 with Horovod (see firescale.train.backend)."""
+
+    name = "tensorflow"
+
+    def __init__(self, precision: str) -> None:
+        if precision == "bf16":
+            raise FirescaleError("precision 'bf16' is the pytorch backend's; the tensorflow backend trains in fp32 "
+                                 "or tf32 (set framework: pytorch to train in bf16)")
+        self.precision = precision
+
+    def init_rank(self, threads: int, devices: int) -> Rank:
+        """Horovod initialised, this rank pinned to its device; one rank shuts Horovod down again (the trainer's
+        `set_up_ranks` says why)."""
+        from firescale.train.tensorflow.distributed import init_rank
+
+        rank = init_rank(threads, devices)
+        # TensorFlow computes float32 matrix products in TF32 on GPUs that have it unless told not to.
+        tf.config.experimental.enable_tensor_float_32_execution(self.precision == "tf32")
+        if rank.size == 1:
+            rank.hvd.shutdown()
+        return rank
+
+    def build_net(self, spec: NetSpec, seed: int, placement: Sequence[str] | None,
+                  moving_average: Mapping[str, float] | None) -> CaffeNet:
+        from firescale.train.tensorflow.nets import build_net
+
+        tf.random.set_seed(seed)
+        return build_net(spec, seed, placement, moving_average)
+
+    def make_solver(self, config: SolverConfig, net: CaffeNet, names: Sequence[str], lr_mults: Sequence[float],
+                    decay_mults: Sequence[float]) -> CaffeSolver:
+        return CaffeSolver(config, net.params, names, lr_mults, decay_mults)
+
+    def read_params(self, net: CaffeNet) -> dict[str, np.ndarray]:
+        return {info.name: var.numpy() for info, var in zip(net.infos, net.params)}
+
+    def write_params(self, net: CaffeNet, arrays: Mapping[str, np.ndarray]) -> None:
+        for var, info in zip(net.params, net.infos):
+            if info.name in arrays:
+                var.assign(arrays[info.name])
+
+    def broadcast_state(self, rank: Rank, net: CaffeNet, solver: CaffeSolver) -> None:
+        rank.broadcast_variables(net.params + solver.history + solver.update_history)
+
+    def broadcast_statistics(self, rank: Rank, net: CaffeNet) -> None:
+        if net.statistics:
+            rank.broadcast_variables(net.statistics)
+
+    def make_steps(self, net: CaffeNet, solver: CaffeSolver, rank: Rank, image_shape: tuple[int, ...], *,
+                   overlap: bool) -> TensorFlowSteps:
+        from firescale.train.tensorflow.steps import make_train_steps
+
+        traced = make_train_steps(net, solver, image_shape, rank.sum, sum_each=rank.sum_each if overlap else None)
+        return TensorFlowSteps(traced, net, solver, rank, image_shape)
+
+    def gradient_bytes(self, net: CaffeNet) -> int:
+        return sum(p.shape.num_elements() * p.dtype.size for p, keep in zip(net.params, net.learnt) if keep)
+
+    def describe_allreduce(self, rank: Rank, *, gradient_bytes: int, overlap: bool) -> dict[str, Any]:
+        from firescale.train.tensorflow.distributed import describe_allreduce
+
+        return describe_allreduce(rank, gradient_bytes=gradient_bytes, overlap=overlap)
+
+    def versions(self, rank: Rank) -> dict[str, str]:
+        from firescale.train.tensorflow.distributed import versions
+
+        return {**versions(rank.hvd), "framework": self.name, "precision": self.precision}
+
+    def close(self, rank: Rank) -> None:
+        """Nothing to close: Horovod shuts down at exit."""
+
+
+def make_backend(precision: str) -> TensorFlowBackend:
+    return TensorFlowBackend(precision)
