@@ -104,3 +104,29 @@ def test_every_folder_imports_only_from_the_folders_below_it():
                     and floor[m.split(".")[1]] < floor[name.split(".")[1]])
     assert upward == []
     assert set(FLOORS) == {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+
+FRAMEWORKS = ("tensorflow", "horovod", "torch")
+BACKENDS = {"firescale.train.tensorflow": ("tensorflow", "horovod"), "firescale.train.torch": ("torch",)}
+# Modules outside the backends that still import a framework themselves: the TensorFlow yardsticks of `bench/`
+# and the Horovod build check.  The list may shrink, never grow.
+FRAMEWORK_OUTSIDE_BACKENDS = {"firescale.bench.allreduce", "firescale.bench.bare_loop", "firescale.bench.io",
+                              "firescale.bench.memory_probe", "firescale.cluster.horovod_build"}
+
+
+def _framework_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    return {m.split(".")[0] for m in _imports(path, modules) if m.split(".")[0] in FRAMEWORKS}
+
+
+def test_only_a_backend_imports_its_framework_and_no_backend_the_other():
+    modules = _modules()
+    outside = {name for name, path in modules.items()
+               if _framework_imports(path, modules) and not name.startswith(tuple(BACKENDS))}
+    assert outside <= FRAMEWORK_OUTSIDE_BACKENDS, sorted(outside - FRAMEWORK_OUTSIDE_BACKENDS)
+    for package, own in BACKENDS.items():
+        for name, path in modules.items():
+            if not (name == package or name.startswith(package + ".")):
+                continue
+            assert _framework_imports(path, modules) <= set(own), name
+            others = [m for m in _imports(path, modules) if m.startswith(tuple(b for b in BACKENDS if b != package))]
+            assert others == [], (name, others)

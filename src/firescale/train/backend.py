@@ -107,6 +107,10 @@ class Backend(Protocol):
 
     def close(self, rank: Any) -> None: ...
 
+    # TensorFlow's alone so far (the loop refuses them for another backend before it starts):
+    # def measure_copies(self, placement) -> placement      a split net's copy layers timed
+    # def profile_layers(self, net, images, labels, rank, *, data_wait_s) -> list[LayerTrace]
+
 
 def load_backend(framework: str, precision: str = DEFAULT_PRECISION) -> Backend:
     """The backend of `framework` for `precision`; one sentence when its framework is not installed."""

@@ -283,7 +283,7 @@ class Training:
         """This replica's layers on its devices, from the plan's arch for this rank (None: one device)."""
         if self.layer_plan is None:
             return None
-        from firescale.train.tensorflow.placement import choose_arch, place, with_boundaries
+        from firescale.train.placement import choose_arch, place, with_boundaries
 
         plan, rank = self.layer_plan, self.rank
         arch = choose_arch(plan, rank.local_rank, rank.local_size)
@@ -621,9 +621,7 @@ class Training:
         if self.opts.profile_layers and status != "interrupted":
             self._profile_layers(result)
         if self.placement is not None:
-            from firescale.train.tensorflow.placement import measure_copies
-
-            self.placement = measure_copies(self.placement)
+            self.placement = self.backend.measure_copies(self.placement)
             result.placement = self.placement.to_dict()
         self.train_stream.close()
         if rank.is_root:
@@ -646,10 +644,10 @@ class Training:
 
     def _profile_layers(self, result: TrainResult) -> None:
         from firescale.model.traces import write_trace
-        from firescale.train.tensorflow.profile import profile_net
 
-        images, labels = next(self.train_stream)
-        trace = profile_net(self.net, images, labels, self.rank, data_wait_s=self.totals().mean().data_wait_s)
+        images, labels = self.steps.batch(*next(self.train_stream))
+        trace = self.backend.profile_layers(self.net, images, labels, self.rank,
+                                            data_wait_s=self.totals().mean().data_wait_s)
         if self.rank.is_root:
             write_trace(self.out / "layers.json", trace)
         result.layer_trace = "layers.json"

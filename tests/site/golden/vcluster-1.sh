@@ -131,6 +131,7 @@ trap 'firescale_forward INT' INT
 
 # --- environment (module and activate scripts are not written for `set -u`)
 set +u
+export GLOO_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl_tcp_if_include=eth0
 export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_oob_tcp_if_include=eth0

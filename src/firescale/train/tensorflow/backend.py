@@ -10,7 +10,9 @@ import tensorflow as tf
 
 from firescale.caffe.solver import SolverConfig
 from firescale.errors import FirescaleError
+from firescale.model.traces import LayerTrace
 from firescale.nets.spec import NetSpec
+from firescale.train.placement import LayerPlacement
 from firescale.train.tensorflow.distributed import Rank
 from firescale.train.tensorflow.nets import CaffeNet
 from firescale.train.tensorflow.solvers import CaffeSolver
@@ -135,6 +137,19 @@ class TensorFlowBackend:
         from firescale.train.tensorflow.distributed import versions
 
         return {**versions(rank.hvd), "framework": self.name, "precision": self.precision}
+
+    def measure_copies(self, placement: LayerPlacement) -> LayerPlacement:
+        """Each boundary's copy layer timed (a net split over devices, TensorFlow's alone so far)."""
+        from firescale.train.tensorflow.placement import measure_copies
+
+        return measure_copies(placement)
+
+    def profile_layers(self, net: CaffeNet, images: Any, labels: Any, rank: Rank, *,
+                       data_wait_s: float) -> list[LayerTrace]:
+        """Each layer's forward, backward and allreduce times (`--profile-layers`, TensorFlow's alone so far)."""
+        from firescale.train.tensorflow.profile import profile_net
+
+        return profile_net(net, images, labels, rank, data_wait_s=data_wait_s)
 
     def close(self, rank: Rank) -> None:
         """Nothing to close: Horovod shuts down at exit."""
