@@ -31,8 +31,8 @@ def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
 
     A net split over devices takes its gradients with each one's ops colocated with the forward op it
     differentiates, so that a layer's backward pass runs on the layer's device (a tape would put them
-    all on the default device).  A blob the loss does not depend on (BatchNorm's statistics, which Caffe
-    keeps among the learnable blobs with lr_mult 0) gets a zero gradient, as Caffe's cleared diff.
+    all on the default device).  BatchNorm's statistics, which Caffe keeps among the learnable blobs with
+    lr_mult 0 and never differentiates, get a zero gradient, as Caffe's cleared diff.
     """
     def loss_of(logits: tf.Tensor) -> tf.Tensor:
         with tf.device(net.loss_device), tf.name_scope("loss"):
@@ -40,11 +40,15 @@ def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
 
     if net.devices:
         loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
-        return loss_sum, tf.compat.v1.gradients(loss_sum, net.params, colocate_gradients_with_ops=True,
-                                                unconnected_gradients="zero")
-    with tf.GradientTape() as tape:
-        loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
-    return loss_sum, tape.gradient(loss_sum, net.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = tf.compat.v1.gradients(loss_sum, net.params, colocate_gradients_with_ops=True,
+                                       unconnected_gradients="zero")
+    else:
+        with tf.GradientTape() as tape:
+            loss_sum = loss_of(net(images, training=True, dropout_seed=dropout_seed))
+        grads = tape.gradient(loss_sum, net.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    # Stored statistics (use_global_stats: true) do reach the loss, but Caffe never computes their diff: zero, so
+    # that an adaptive solver's history of them stays zero and no rank sends them.
+    return loss_sum, [g if keep else tf.zeros_like(p) for g, p, keep in zip(grads, net.params, net.learnt)]
 
 
 def sum_learnt(net: CaffeNet, sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]],
