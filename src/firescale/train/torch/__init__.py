@@ -1,1 +1,1 @@
-"""The PyTorch backend: the net as a torch.nn.Module in NCHW, Caffe's solvers, the loss, gradients and evaluation."""
+"""The PyTorch backend: torch.distributed ranks, the net as an nn.Module, Caffe's solvers, the steps."""

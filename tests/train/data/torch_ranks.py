@@ -1,0 +1,77 @@
+"""One rank of tests/train/test_torch_distributed.py: firescale's torch.distributed Rank on Gloo, its collectives and
+gradient buckets; writes what it saw to OUT/rank-R.json.  Usage: torch_ranks.py OUT"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from firescale.train.torch.distributed import GradientBuckets, describe_allreduce, init_rank, summed_gradients
+
+
+def listed(t: torch.Tensor) -> list:
+    return [str(t.dtype).removeprefix("torch."), list(t.shape), t.flatten().tolist()]
+
+
+def collectives(rank) -> dict:
+    r = rank.rank
+    inputs = [torch.full((2, 3), r + 1.0), torch.arange(5, dtype=torch.int64) * (r + 1),
+              torch.tensor([0.25 * (r + 1)], dtype=torch.float64), torch.full((4,), 10.0 ** r),
+              torch.tensor(7 * r, dtype=torch.int32)]
+    before = [t.clone() for t in inputs]
+    sums = rank.sum(inputs)
+    values = [torch.full((3,), float(r)), torch.full((2, 2), 10 + r, dtype=torch.int32)]
+    rank.broadcast_tensors(values)
+    return {"sum": [listed(t) for t in sums], "inputs_kept": all(torch.equal(a, b) for a, b in zip(inputs, before)),
+            "numbers": rank.sum_numbers([1.0, r, 2.0 ** 40 + r]).tolist(),
+            "broadcast_tensors": [listed(t) for t in values],
+            "broadcast_object": rank.broadcast_object({"from": r, "list": [r] * 3}),
+            "gather_object": rank.gather_object(("rank", r))}
+
+
+def buckets(rank) -> dict:
+    """Two steps of a tiny net, its gradients summed in buckets during backward and grouped after it."""
+    torch.manual_seed(0)   # one net on every rank, as after a broadcast of rank 0's weights
+    net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3))
+    unused = nn.Parameter(torch.ones(2))   # never in the forward: its sum is zeros
+    parameters = [unused, *net.parameters()]   # first: alone in the last bucket
+    summed = GradientBuckets(rank, parameters, bucket_bytes=100)
+    data = torch.Generator().manual_seed(100 + rank.rank)   # each rank its own batch
+    out = {"buckets": summed.buckets, "steps": []}
+    for _ in range(2):
+        for p in parameters:
+            p.grad = None
+        net(torch.randn(8, 6, generator=data)).square().sum().backward()
+        started = len(summed._started)
+        overlapped = summed.wait()
+        grouped = summed_gradients(rank, parameters)
+        local = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        everyone = rank.gather_object([g.tolist() for g in local])
+        by_hand = [torch.tensor(a) + torch.tensor(b) for a, b in zip(*everyone)]
+        out["steps"].append({
+            "started_in_backward": started,
+            "overlapped_equals_grouped": all(torch.equal(a, b) for a, b in zip(overlapped, grouped)),
+            "overlapped_equals_by_hand": all(torch.equal(a, b) for a, b in zip(overlapped, by_hand)),
+            "shapes_kept": all(a.shape == p.shape for a, p in zip(overlapped, parameters)),
+            "unused": overlapped[0].tolist(),
+            "first": overlapped[1].flatten().tolist()})
+    summed.remove()
+    return out
+
+
+def main() -> None:
+    rank = init_rank()
+    report = {"rank": rank.rank, "size": rank.size, "local_rank": rank.local_rank, "local_size": rank.local_size,
+              "device": rank.device, "process_group": rank.process_group, "rendezvous": rank.rendezvous,
+              "collectives": collectives(rank), "buckets": buckets(rank),
+              "allreduce": describe_allreduce(rank, gradient_bytes=4000, overlap=True, bucket_bytes=1000)}
+    rank.barrier()
+    rank.close()
+    Path(sys.argv[1], f"rank-{report['rank']}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
