@@ -20,7 +20,7 @@ from firescale.nets.spec import NetSpec
 from firescale.train.torch.distributed import GradientBuckets, Rank
 from firescale.train.torch.nets import CaffeNet
 from firescale.train.torch.solvers import CaffeSolver
-from firescale.train.torch.steps import eval_sums, loss_and_gradients
+from firescale.train.torch.steps import eval_sums, loss_and_gradients, loss_backward
 
 # DistributedDataParallel's default bucket; a site sets its own with FIRESCALE_BUCKET_MB (site.yaml's
 # `torch: {bucket_mb: N}`, beside Horovod's fusion threshold).
@@ -82,9 +82,7 @@ class TorchSteps:
         return loss_and_gradients(self.net, images, labels, self._generator(dropout_seed), self.autocast)
 
     def gradients(self, images: Any, labels: Any, dropout_seed: tuple[int, int]) -> tuple[Any, list[Any]]:
-        loss_sum, grads = self._grads(images, labels, dropout_seed)
-        if self.buckets is not None:    # the overlapped hooks fired during backward: take their sums' place
-            self.buckets.discard()
+        loss_sum, grads = self._grads(images, labels, dropout_seed)   # autograd.grad: no bucket's hook runs
         self._sync()
         return loss_sum, grads
 
@@ -116,14 +114,15 @@ class TorchSteps:
 
         Overlapped, each bucket's allreduce started during backward as its last gradient came; only the
         (loss, flag) pair is summed after it."""
-        loss_sum, grads = self._grads(images, labels, dropout_seed)
         if self.buckets is None:
+            loss_sum, grads = self._grads(images, labels, dropout_seed)
             reduced, pair = self._sum(grads, loss_sum, stop_flag)
         else:
+            loss_sum = loss_backward(self.net, images, labels, self._generator(dropout_seed), self.autocast)
             summed_learnt = iter(self.buckets.wait())
-            reduced = [next(summed_learnt) if keep else g for g, keep in zip(grads, self.learnt)]
-            pair = self.rank.sum([torch.stack([loss_sum.detach().float(),
-                                               torch.tensor(stop_flag, device=loss_sum.device)])])[0]
+            reduced = [next(summed_learnt) if keep else torch.zeros_like(p)
+                       for p, keep in zip(self.net.params, self.learnt)]
+            pair = self.rank.sum([torch.stack([loss_sum.float(), torch.tensor(stop_flag, device=loss_sum.device)])])[0]
         self._update(reduced, rate, iteration, batch)
         return pair
 
@@ -207,7 +206,7 @@ class TorchBackend:
         buckets = None
         if overlap:
             learnt = [p for p, keep in zip(net.params, net.learnt) if keep]
-            buckets = GradientBuckets(learnt, rank, bucket_bytes())
+            buckets = GradientBuckets(rank, learnt, bucket_bytes())
         return TorchSteps(net, solver, rank, self.autocast, buckets)
 
     def gradient_bytes(self, net: CaffeNet) -> int:

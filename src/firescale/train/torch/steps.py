@@ -44,6 +44,22 @@ def loss_and_gradients(net: CaffeNet, images: torch.Tensor, labels: torch.Tensor
     return loss_sum.detach(), grads
 
 
+def loss_backward(net: CaffeNet, images: torch.Tensor, labels: torch.Tensor,
+                  dropout_generator: torch.Generator | None = None,
+                  autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The summed loss of a batch, its gradients left in each learnt blob's `.grad` by `backward()`: the gradient
+    hooks an overlapped allreduce hangs on the blobs run as backward produces each (wait-free backprop)."""
+    images, labels = _inputs(net, images, labels)
+    for p, keep in zip(net.params, net.learnt):
+        if keep:
+            p.grad = None
+    with _autocast(images.device, autocast_dtype):
+        logits = net(images, training=True, dropout_generator=dropout_generator)
+    loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
+    loss_sum.backward()
+    return loss_sum.detach()
+
+
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
     """Images whose true class is among the top k, as Caffe's Accuracy layer counts (ties count against)."""
     true_score = logits.gather(1, labels[:, None])
