@@ -52,10 +52,9 @@ def caffe_names(spec: NetSpec) -> dict[str, str]:
     records = infer_shapes(spec)
     if not spec.source:
         return {rec.name: rec.name for rec in records}
-    names = {rec.name for rec in records}
-    out = {rec.name: rec.name if rec.name == rec.layer.name or rec.name in _file_layers(spec.source, names)
-           else rec.layer.name for rec in records}
-    return out
+    in_file = _file_layers(spec.source, {rec.name for rec in records})   # the file read once, not once a layer
+    return {rec.name: rec.name if rec.name == rec.layer.name or rec.name in in_file else rec.layer.name
+            for rec in records}
 
 
 def _file_layers(source: str, names: set[str]) -> set[str]:
