@@ -102,9 +102,9 @@ def test_a_pytorch_snapshot_resumes_bit_for_bit(work, run_ranks, two_rank_run):
 @pytest.mark.slow
 @pytest.mark.tensorflow
 def test_the_two_backends_train_the_same_trajectory(work, run_ranks):
-    """One rank, the same seed, batch and Caffe solver, each backend: the first update's weights agree within
-    1e-5 of their scale (the same initial weights, float32 convolutions summed in other orders), and after
-    20 updates the losses each printed agree within 1%."""
+    """One rank, the same seed, batch and Caffe solver, each backend: the first update's weights and history agree
+    within 1e-5 of their scale (the same initial weights, float32 convolutions summed in other orders), and after
+    20 updates within 1e-3, the differences growing as SGD carries them."""
     runs = {}
     for framework in ("tensorflow", "pytorch"):
         out = f"agree-{framework}"

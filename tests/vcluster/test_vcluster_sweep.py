@@ -1,6 +1,7 @@
 """End to end on the virtual cluster: `snakemake --profile vcluster speedup_sweep` submits the baseline, the
 2-GPU point and the calibration job with sbatch, watches them with squeue, and the report's 2-GPU row ran on
-two hosts."""
+two hosts.  The experiment trains with the pytorch backend here (Gloo between the nodes, the ranks meeting
+through mpi4py under srun); the local sweep (tests/workflow) keeps the TensorFlow one."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-pytestmark = [pytest.mark.vcluster, pytest.mark.slow]
+pytestmark = [pytest.mark.vcluster, pytest.mark.slow, pytest.mark.pytorch]
 
 EXPERIMENT = "fashion-lenet"  # the default experiment of workflow/config.yaml, its own solver unchanged
 
@@ -26,7 +27,8 @@ def sweep(tmp_path_factory, vcluster):
     work = tmp_path_factory.mktemp("vcsweep")
     (work / ".firescale-work").mkdir()
     (work / ".firescale-work" / "vcluster").symlink_to(vcluster.root)
-    (work / "override.yaml").write_text(f"experiments:\n  {EXPERIMENT}:\n    target: {{tolerance: 0.05}}\n")
+    (work / "override.yaml").write_text(f"experiments:\n  {EXPERIMENT}:\n    target: {{tolerance: 0.05}}\n"
+                                        "    framework: pytorch\n")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     proc = subprocess.run(
         [str(BIN / "snakemake"), "speedup_sweep", "-s", str(REPO / "Snakefile"), "--directory", str(work),
@@ -53,13 +55,16 @@ def test_two_gpu_point_ran_as_two_nodes_of_one_rank(sweep):
     # a fixed-epoch budget: both train the solver's whole max_iter at the same batch, to a useful accuracy
     assert baseline["train"]["iterations"] == point["train"]["iterations"] == 469
     assert point["train"]["evals"][-1]["top1"] > 0.7
+    # trained by the pytorch backend, its two ranks summing over Gloo across the bridge
+    assert point["train"]["versions"]["framework"] == baseline["train"]["versions"]["framework"] == "pytorch"
+    assert point["train"]["allreduce"]["library"] == "gloo" and point["train"]["allreduce"]["ranks"] == 2
 
 
 def test_report_row_of_the_two_gpu_point_names_two_nodes(sweep):
     out = sweep / "reports" / "vcluster" / EXPERIMENT
     md = (out / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| g2-b64"))
-    assert "vcluster, 2 nodes" in row and "MATCHES" in row
+    assert "vcluster, 2 nodes; pytorch, fp32" in row and "MATCHES" in row
     rows = json.loads((out / "report.json").read_text())
     assert "n2" in json.dumps(rows)
 
