@@ -100,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default="fp32", metavar="NAME",
                         help="fp32 (Caffe's numerics, TF32 off; the default), tf32 (TF32 matrix products on GPUs "
                              "that have them) or bf16 (pytorch: autocast to bfloat16, float32 weights)")
+    parser.add_argument("--process-group", default="auto", metavar="NAME",
+                        help="pytorch: the process group that sums the gradients: nccl (GPUs), gloo (CPUs) or auto "
+                             "(the default: NCCL on GPU nodes, Gloo on CPU nodes)")
     parser.add_argument("--threads", type=int, default=1, help="the framework's threads per rank (default 1)")
     parser.add_argument("--layer-plan", type=Path, metavar="FILE",
                         help="split each replica's layers over devices by the dist blocks in FILE (a solver "
@@ -127,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         scale=args.scale, mean=args.mean, crop=args.crop, mirror=args.mirror, threads=args.threads,
         split_every=args.split_every, layer_plan=args.layer_plan, overlap_allreduce=args.overlap_allreduce,
         read_limit_mbs=args.read_limit_mbs, framework=args.framework, precision=args.precision,
+        process_group=args.process_group,
         batch_schedule=parse_batch_schedule(args.batch_schedule) if args.batch_schedule else [],
         command=["firescale", "train", *sys.argv[2:]] if len(sys.argv) > 1 and sys.argv[1] == "train" else [],
     )

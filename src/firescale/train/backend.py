@@ -26,6 +26,8 @@ DEFAULT_FRAMEWORK = "tensorflow"
 # bf16: the forward and backward passes autocast to bfloat16, the weights and the update in float32.
 PRECISIONS = ("fp32", "tf32", "bf16")
 DEFAULT_PRECISION = "fp32"
+# The pytorch backend's process group: auto is NCCL on GPUs and Gloo on CPUs.
+PROCESS_GROUPS = ("auto", "gloo", "nccl")
 _MODULES = {"tensorflow": "firescale.train.tensorflow.backend", "pytorch": "firescale.train.torch.backend"}
 _NEEDS = {"tensorflow": "TensorFlow and Horovod (`make setup`)", "pytorch": "PyTorch (`make setup`, or `pip install "
                                                                             "'firescale[pytorch]'`)"}
@@ -112,14 +114,23 @@ class Backend(Protocol):
     # def profile_layers(self, net, images, labels, rank, *, data_wait_s) -> list[LayerTrace]
 
 
-def load_backend(framework: str, precision: str = DEFAULT_PRECISION) -> Backend:
-    """The backend of `framework` for `precision`; one sentence when its framework is not installed."""
+def load_backend(framework: str, precision: str = DEFAULT_PRECISION, process_group: str = "auto") -> Backend:
+    """The backend of `framework` for `precision` (and, for pytorch, `process_group`); one sentence when its
+    framework is not installed."""
     check_framework(framework)
     check_precision(precision)
+    if framework == "tensorflow" and precision == "bf16":
+        raise FirescaleError("precision 'bf16' is the pytorch backend's; the tensorflow backend trains in fp32 or "
+                             "tf32 (set framework: pytorch to train in bf16)")
+    if process_group not in PROCESS_GROUPS:
+        raise FirescaleError(f"--process-group {process_group!r} is not one of {', '.join(PROCESS_GROUPS)}")
+    if process_group != "auto" and framework != "pytorch":
+        raise FirescaleError(f"--process-group {process_group} picks the pytorch backend's process group; the "
+                             f"{framework} backend's ranks are Horovod's (set framework pytorch, or leave it out)")
     try:
         module = importlib.import_module(_MODULES[framework])
     except ImportError as exc:
         raise FirescaleError(f"framework {framework!r} needs {_NEEDS[framework]}, which this Python lacks "
                              f"({exc})") from None
-    backend: Backend = module.make_backend(precision)
+    backend: Backend = module.make_backend(precision, process_group)
     return backend

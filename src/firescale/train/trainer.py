@@ -76,6 +76,7 @@ class TrainOptions:
     read_limit_mbs: float | None = None  # each training read takes at least its stored bytes / this many MB/s
     framework: str = DEFAULT_FRAMEWORK   # the backend that trains (firescale.train.backend.FRAMEWORKS)
     precision: str = DEFAULT_PRECISION   # fp32 (Caffe's numerics), tf32 or bf16
+    process_group: str = "auto"          # pytorch: gloo, nccl, or auto (NCCL on GPUs, Gloo on CPUs)
     command: list[str] = field(default_factory=list)
 
 
@@ -145,7 +146,7 @@ def run_training(opts: TrainOptions) -> int:
         if opts.layer_plan and plan is None:
             raise FirescaleError(f"--layer-plan {opts.layer_plan}: the file has no dist plan")
         _check_backend_options(opts, plan)
-        backend = load_backend(opts.framework, opts.precision)
+        backend = load_backend(opts.framework, opts.precision, opts.process_group)
         rank = set_up_ranks(opts, plan.devices if plan else 1, backend)
         try:
             training = Training(opts, solver_cfg, target, rank, clock, plan, backend)
@@ -193,7 +194,7 @@ class Training:
                  rank: Rank, clock: SegmentClock, layer_plan: DevicePlan | None = None,
                  backend: Backend | None = None) -> None:
         self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
-        self.backend = backend or load_backend(opts.framework, opts.precision)
+        self.backend = backend or load_backend(opts.framework, opts.precision, opts.process_group)
         self.layer_plan = layer_plan
         self.target, self.target_source = target
         self.seed = _seed(opts, solver_cfg)

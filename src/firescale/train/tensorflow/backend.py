@@ -9,7 +9,6 @@ import numpy as np
 import tensorflow as tf
 
 from firescale.caffe.solver import SolverConfig
-from firescale.errors import FirescaleError
 from firescale.model.traces import LayerTrace
 from firescale.nets.spec import NetSpec
 from firescale.train.placement import LayerPlacement
@@ -75,10 +74,7 @@ class TensorFlowBackend:
     name = "tensorflow"
 
     def __init__(self, precision: str) -> None:
-        if precision == "bf16":
-            raise FirescaleError("precision 'bf16' is the pytorch backend's; the tensorflow backend trains in fp32 "
-                                 "or tf32 (set framework: pytorch to train in bf16)")
-        self.precision = precision
+        self.precision = precision    # fp32 or tf32 (load_backend refuses bf16 for this backend)
 
     def init_rank(self, threads: int, devices: int) -> Rank:
         """Horovod initialised, this rank pinned to its device; one rank shuts Horovod down again (the trainer's
@@ -155,5 +151,5 @@ class TensorFlowBackend:
         """Nothing to close: Horovod shuts down at exit."""
 
 
-def make_backend(precision: str) -> TensorFlowBackend:
+def make_backend(precision: str, process_group: str = "auto") -> TensorFlowBackend:  # noqa: ARG001 (Horovod's)
     return TensorFlowBackend(precision)

@@ -152,15 +152,16 @@ class TorchBackend:
 
     name = "pytorch"
 
-    def __init__(self, precision: str) -> None:
+    def __init__(self, precision: str, process_group: str = "auto") -> None:
         self.precision = precision
+        self.process_group = process_group
         self.device = "cpu"      # this rank's, once init_rank has chosen it
         self.autocast: torch.dtype | None = None
 
     def init_rank(self, threads: int, devices: int) -> Rank:
         from firescale.train.torch.distributed import init_rank
 
-        rank = init_rank(threads, devices)
+        rank = init_rank(threads, devices, process_group=self.process_group)
         self.device = rank.device
         self._set_precision(rank)
         return rank
@@ -227,5 +228,5 @@ class TorchBackend:
         rank.close()
 
 
-def make_backend(precision: str) -> TorchBackend:
-    return TorchBackend(precision)
+def make_backend(precision: str, process_group: str = "auto") -> TorchBackend:
+    return TorchBackend(precision, process_group)
