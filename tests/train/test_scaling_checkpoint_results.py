@@ -82,10 +82,10 @@ def test_bad_result_names_the_key(tmp_path):
         read_result(tmp_path / "absent.json")
 
 
-tf = pytest.importorskip("tensorflow")
-
-
+@pytest.mark.tensorflow
 def test_caffe_pooling_rounds_up_and_averages_like_caffe():
+    import tensorflow as tf
+
     from firescale.nets.spec import Pool
     from firescale.train.tensorflow.nets import _pool
 
@@ -106,16 +106,21 @@ def test_caffe_pooling_rounds_up_and_averages_like_caffe():
 
 
 def test_fillers_follow_caffe():
+    """The blobs both backends start from (train/params.py), drawn from Caffe's fillers."""
     from firescale.nets.zoo import get_net
-    from firescale.train.tensorflow.nets import build_net
+    from firescale.train.params import initial_blobs
 
-    net = build_net(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), seed=5)
-    w = net.param("conv1/weights").numpy()
+    def blobs(name: str, shape: tuple[int, int, int], seed: int) -> dict[str, np.ndarray]:
+        return {info.name: value for _, info, value in initial_blobs(get_net(name, num_classes=10, input_shape=shape),
+                                                                     seed)}
+
+    net = blobs("lenet_same", (8, 8, 1), 5)
+    w = net["conv1/weights"]
     bound = math.sqrt(3.0 / (1 * 5 * 5))  # xavier: uniform +-sqrt(3 / fan_in)
     assert w.shape == (5, 5, 1, 20) and np.abs(w).max() <= bound and np.abs(w).max() > 0.9 * bound
-    assert not net.param("conv1/bias").numpy().any()
-    again = build_net(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), seed=5)
-    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(net.params, again.params))
-    nin = build_net(get_net("nin", num_classes=10, input_shape=(64, 64, 3)), seed=1)
-    assert np.std(nin.param("cccp1/weights").numpy()) == pytest.approx(0.01, rel=0.05)  # FireCaffe 7.1
-    assert np.std(nin.param("conv1/weights").numpy()) == pytest.approx(0.05, rel=0.05)
+    assert not net["conv1/bias"].any()
+    again = blobs("lenet_same", (8, 8, 1), 5)
+    assert net.keys() == again.keys() and all(np.array_equal(net[k], again[k]) for k in net)
+    nin = blobs("nin", (64, 64, 3), 1)
+    assert np.std(nin["cccp1/weights"]) == pytest.approx(0.01, rel=0.05)  # FireCaffe 7.1
+    assert np.std(nin["conv1/weights"]) == pytest.approx(0.05, rel=0.05)
