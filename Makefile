@@ -2,6 +2,7 @@
 #   make sweep   set up what is missing, then run the speedup sweep on the embedded `local` site
 #   make test    set up what is missing, then run the whole test suite
 #   make setup GPU=1   the GPU stack: TensorFlow with its CUDA packages, Horovod built with NCCL
+#   make setup FRAMEWORKS=pytorch   only the PyTorch backend: no TensorFlow, no Horovod, Python 3.11 to 3.13
 # Every step leaves a stamp in .venv/.firescale and is skipped when its stamp is newer than its inputs.
 
 SHELL := /bin/bash
@@ -13,21 +14,77 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMPS := $(VENV)/.firescale
 HOROVOD_VERSION := 0.28.1
-# GPU=1 on a GPU site: TensorFlow with pip's CUDA libraries (pyproject.toml's `gpu` extra) and Horovod built
-# with HOROVOD_GPU_OPERATIONS=NCCL against pip's NCCL, or a site module's (firescale.cluster.horovod_build).
-# Its steps leave their own stamps (stack-gpu, horovod-gpu), so GPU=1 after a CPU set-up rebuilds them.
+# The training backends to set up: `tensorflow` (TensorFlow 2.15.1 and Horovod, pyproject.toml's `tensorflow`
+# extra) and `pytorch` (torch.distributed, the `pytorch` extra).  The test suite has tests for both, so both
+# is the default; FRAMEWORKS=pytorch leaves TensorFlow and Horovod out, and then any Python from 3.11 to 3.13
+# will do (TensorFlow 2.15 has wheels for 3.11 at most).  With GPU=1 the default is tensorflow alone, as
+# before; see GPU below for why one virtualenv cannot hold both backends' CUDA libraries.
 GPU ?= 0
 ifeq ($(GPU),1)
+FRAMEWORKS ?= tensorflow
+else
+FRAMEWORKS ?= tensorflow pytorch
+endif
+ifneq ($(filter-out tensorflow pytorch,$(FRAMEWORKS)),)
+$(error FRAMEWORKS: unknown backend '$(filter-out tensorflow pytorch,$(FRAMEWORKS))'; name tensorflow, pytorch or both)
+endif
+ifeq ($(strip $(FRAMEWORKS)),)
+$(error FRAMEWORKS is empty; name tensorflow, pytorch or both)
+endif
+WITH_TF := $(filter tensorflow,$(FRAMEWORKS))
+WITH_TORCH := $(filter pytorch,$(FRAMEWORKS))
+# torch 2.13.0 needs setuptools >= 77.0.3; setuptools 82 dropped pkg_resources, which TensorBoard 2.15 imports.
+# Every step that installs passes this range, so that no requirement moves setuptools out of it.
+SETUPTOOLS := setuptools>=77.0.3,<82
+# GPU=1 on a GPU site: TensorFlow with pip's CUDA libraries (pyproject.toml's `gpu` extra) and Horovod built
+# with HOROVOD_GPU_OPERATIONS=NCCL against pip's NCCL, or a site module's (firescale.cluster.horovod_build).
+# With FRAMEWORKS=pytorch, GPU=1 installs PyPI's torch, a CUDA build (see TORCH).
+# Its steps leave their own stamps (stack-gpu, horovod-gpu, torch-gpu), so GPU=1 after a CPU set-up redoes them.
+# One virtualenv takes one backend's CUDA libraries: TensorFlow 2.15.1 wants CUDA 12.2 and cuDNN 8
+# (nvidia-*-cu12), torch 2.14.1 CUDA 13 and cuDNN 9, and their nvidia-nccl-cu12 and nvidia-nccl-cu13 write the
+# same nvidia/nccl/lib/libnccl.so.2 (Horovod's NCCL) -- as do the two cuDNN packages under nvidia/cudnn.
+ifeq ($(GPU),1)
+ifneq ($(and $(WITH_TF),$(WITH_TORCH)),)
+$(error GPU=1 sets up one backend per virtualenv (their CUDA libraries overwrite each other's files): \
+  make setup GPU=1 FRAMEWORKS=tensorflow, then make setup GPU=1 FRAMEWORKS=pytorch VENV=.venv-torch)
+endif
 TENSORFLOW ?= tensorflow==2.15.1
-EXTRAS := test,tensorflow,gpu
+TF_EXTRAS := tensorflow,gpu
 VARIANT := -gpu
 HOROVOD_BUILD_FLAGS := --gpu
+# PyPI's default build of torch 2.14.1 carries CUDA 13 (cuda-toolkit and nvidia-* packages, about 2.8 GB of
+# wheels); it needs an NVIDIA driver >= 580.  Sites with an older driver pin a CUDA 12 release, e.g.
+# TORCH=torch==2.9.1 (CUDA 12.8).
+TORCH ?= torch==2.14.1
 else
 # tensorflow-cpu on this kind of machine
 TENSORFLOW ?= tensorflow-cpu==2.15.1
-EXTRAS := test,tensorflow
+TF_EXTRAS := tensorflow
 VARIANT :=
 HOROVOD_BUILD_FLAGS :=
+# torch's CPU build.  Pinned exactly, so pip never chooses a build itself: a range takes PyPI's newest release,
+# which on Linux is a CUDA build of several GB.  On the project's machines, CI's included, pip finds
+# torch-2.13.0+cpu (Python 3.11) on disk (/opt/wheels, pip's find-links) and prefers it to PyPI's 2.13.0.  Elsewhere give pip PyTorch's CPU index:
+# make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu.  The torch step stops rather than download a
+# CUDA build on a CPU set-up.
+TORCH ?= torch==2.13.0
+endif
+TORCH_INDEX ?=
+TORCH_PIP := "$(TORCH)" "$(SETUPTOOLS)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+comma := ,
+# What the stack step installs from pyproject.toml: the test tools and TensorFlow's extras.  torch has a step
+# of its own (the `pytorch` extra is for installs without make: they pin torch the same way).
+EXTRAS := test$(if $(WITH_TF),$(comma)$(TF_EXTRAS))
+# The TensorFlow stack keeps its stamps (stack, stack-gpu); without TensorFlow the step installs the base
+# alone and leaves stack-base.
+STACK := $(STAMPS)/$(if $(WITH_TF),stack$(VARIANT),stack-base)
+# TensorFlow 2.15 has wheels for Python 3.11 only; the rest of firescale runs on 3.11 to 3.13.
+ifneq ($(WITH_TF),)
+PYTHON_OK := (3, 11) == sys.version_info[:2]
+PYTHON_WANTED := Python 3.11 (TensorFlow 2.15)
+else
+PYTHON_OK := (3, 11) <= sys.version_info[:2] <= (3, 13)
+PYTHON_WANTED := Python 3.11, 3.12 or 3.13
 endif
 # What the stack needs from the operating system (Debian 12 names); dataset-fashion-mnist holds the
 # default sweep's data (/usr/share/datasets/fashion-mnist).
@@ -42,19 +99,21 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup system stack horovod package profiles check test sweep lint clean
+.PHONY: help setup system stack torch horovod package profiles check test sweep lint clean
 
 help:
 	@echo "make sweep   set up, then run the speedup sweep on the local site"
 	@echo "make test    set up, then run the test suite"
 	@echo "make setup   only the set-up (system packages, virtualenv, Horovod, Snakemake profiles)"
 	@echo "make setup GPU=1   the same for GPU nodes: Horovod with NCCL (needs a CUDA toolkit's nvcc)"
+	@echo "make setup FRAMEWORKS=pytorch   only the PyTorch backend (add GPU=1 for torch's CUDA build)"
 	@echo "make check   ruff and mypy (make test runs them first)"
 
-setup: system stack horovod package profiles
+setup: system stack $(if $(WITH_TORCH),torch) $(if $(WITH_TF),horovod) package profiles
 
 system: $(STAMPS)/system
-stack: $(STAMPS)/stack$(VARIANT)
+stack: $(STACK)
+torch: $(STAMPS)/torch$(VARIANT)
 horovod: $(STAMPS)/horovod$(VARIANT)
 package: $(STAMPS)/package
 
@@ -83,16 +142,50 @@ $(STAMPS)/system:
 	@command -v mpicxx >/dev/null || { echo "firescale: mpicxx not found; install libopenmpi-dev (or your MPI's development package)"; exit 1; }
 	@mkdir -p $(STAMPS) && touch $@
 
-$(BIN)/python:
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
-	  || { echo "firescale: Python 3.11 is required; set PYTHON=/path/to/python3.11"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "setuptools>=74.1,<75" wheel
+# $(call python_check,PYTHON): stop unless PYTHON is a Python the chosen backends run on.
+python_check = $(1) -c 'import sys; sys.exit(not ($(PYTHON_OK)))' || { \
+	  echo "firescale: $(PYTHON_WANTED) is required, and $(1) is $$($(1) -V 2>&1)"; \
+	  echo "  set PYTHON=/path/to/python3.X (for a virtualenv of another Python: make clean, or VENV=elsewhere)"; \
+	  exit 1; }
 
-$(STAMPS)/stack$(VARIANT): pyproject.toml $(STAMPS)/system | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+$(BIN)/python:
+	@$(call python_check,$(PYTHON))
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=23.2" "$(SETUPTOOLS)" wheel
+
+# pyproject.toml's dependencies, the test tools and, with TensorFlow, its extras.
+$(STACK): pyproject.toml $(STAMPS)/system | $(BIN)/python
+	@$(call python_check,$(BIN)/python)
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]' "$(SETUPTOOLS)"
+ifneq ($(WITH_TF),)
 	$(if $(VARIANT),$(BIN)/python -m pip uninstall -q -y tensorflow-cpu)
 	$(BIN)/python -m pip install -q --no-deps "$(TENSORFLOW)"
+endif
+	@touch $@
+
+# Reads pip's report of what it would install (pip install --dry-run --report FILE) and stops if that holds
+# CUDA packages: nvidia-*, cuda-* or triton come only with a CUDA build of torch.
+define NO_CUDA_TORCH
+import json, sys
+names = [p["metadata"]["name"] for p in json.load(open(sys.argv[1]))["install"]]
+cuda = [n for n in names if n.lower().startswith(("nvidia-", "cuda-", "triton"))]
+if cuda:
+    sys.exit(f"firescale: pip would install a CUDA build of {sys.argv[2]} ({', '.join(cuda[:3])}, ...) on a CPU set-up;\n"
+             "  point pip at torch's CPU build: make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu"
+             " (on a GPU node: make setup GPU=1 FRAMEWORKS=pytorch)")
+endef
+export NO_CUDA_TORCH
+
+# torch at its pin (TORCH above), after the stack, whose packages it leaves as they are (it needs none of
+# TensorFlow's, and NumPy 1.26 suits it).  On a CPU set-up pip first says what it would install, and the
+# step stops before a CUDA build: several GB that no CPU node can use.
+$(STAMPS)/torch$(VARIANT): $(STACK)
+ifneq ($(GPU),1)
+	$(BIN)/python -m pip install -q --dry-run --report $(STAMPS)/torch-plan.json $(TORCH_PIP)
+	@$(BIN)/python -c "$$NO_CUDA_TORCH" $(STAMPS)/torch-plan.json "$(TORCH)"
+endif
+	$(BIN)/python -m pip install -q $(TORCH_PIP)
+	$(BIN)/python -c 'import torch; print("firescale: torch", torch.__version__, "CUDA", torch.version.cuda)'
 	@touch $@
 
 # Horovod is built from source against the venv's TensorFlow and the system Open MPI (and, with GPU=1,
@@ -102,7 +195,8 @@ $(STAMPS)/horovod$(VARIANT): $(STAMPS)/stack$(VARIANT)
 	@touch $@
 
 # firescale itself, rebuilt when its C extension (the pixel kernel) changes.
-$(STAMPS)/package: $(STAMPS)/horovod$(VARIANT) $(wildcard src/firescale/schemas/*.json) src/firescale/_pixels.c
+$(STAMPS)/package: $(STACK) $(if $(WITH_TF),$(STAMPS)/horovod$(VARIANT)) $(if $(WITH_TORCH),$(STAMPS)/torch$(VARIANT)) \
+                   $(wildcard src/firescale/schemas/*.json) src/firescale/_pixels.c
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/firescale --version
 	@touch $@
