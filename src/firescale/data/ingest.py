@@ -64,16 +64,15 @@ def request_digest(source: SourceData, name: str, formats: list[str], options: d
 
 def _write_split(folder: Path, split: str, images: np.ndarray, labels: np.ndarray, classes: list[str],
                  formats: list[str], on_record: Callable[[str, int], None] | None) -> dict:
-    from firescale.caffe.datum import datum_key, encode_datum, image_to_datum
-    from firescale.data.hdf5_io import write_hdf5
-    from firescale.data.lmdb_io import LmdbWriter
-
     n = len(labels)
     files: dict[str, dict] = {}
     crcs = np.fromiter((record_crc(images[i], labels[i]) for i in range(n)), np.uint32, n)
     crc_rel = f"{split}.checksums.npy"
     np.save(folder / crc_rel, crcs)
-    if "lmdb" in formats:
+    if "lmdb" in formats:   # lmdb and h5py are imported for their own format only: either may be absent
+        from firescale.caffe.datum import datum_key, encode_datum, image_to_datum
+        from firescale.data.lmdb_io import LmdbWriter
+
         estimated = n * (images[0].nbytes + 32) if n else 0
         with LmdbWriter(folder / f"{split}.lmdb", estimated_bytes=estimated) as writer:
             for i in range(n):
@@ -81,6 +80,8 @@ def _write_split(folder: Path, split: str, images: np.ndarray, labels: np.ndarra
                 if on_record is not None:
                     on_record(split, i)
     if "hdf5" in formats:
+        from firescale.data.hdf5_io import write_hdf5
+
         write_hdf5(folder / f"{split}.h5", images, labels, classes)
     for rel in [crc_rel] + [split_files(split, f) for f in formats]:
         path = folder / rel

@@ -81,17 +81,20 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
     Caffe (holding data.mdb; `split` is then ignored), or a text file listing Caffe HDF5Data files.
     The format is LMDB when both exist, unless `fmt` is "lmdb" or "hdf5".
     """
-    from firescale.data.hdf5_io import CaffeHdf5Reader, Hdf5Reader
-    from firescale.data.lmdb_io import LmdbReader
-
+    # Each format's reader is imported where it is used: a node with h5py and no lmdb reads HDF5 datasets.
+    reader: Any
     path = Path(path)
     if fmt not in (None, "lmdb", "hdf5"):
         raise FirescaleError(f"format {fmt!r} is not lmdb or hdf5")
     if path.is_file():  # Caffe HDF5Data list
+        from firescale.data.hdf5_io import CaffeHdf5Reader
+
         reader = CaffeHdf5Reader(path)
         return Dataset(path, split, "hdf5", reader.num_records, reader.shape,
                        len(_classes_from_labels(reader.labels)), None, _classes_from_labels(reader.labels), reader)
     if (path / "data.mdb").is_file():  # a bare Caffe LMDB
+        from firescale.data.lmdb_io import LmdbReader
+
         reader = LmdbReader(path)
         labels = _scan_labels(reader)
         classes = _classes_from_labels(labels)
@@ -111,9 +114,12 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
     shape = tuple(manifest["shape"])
     if chosen == "lmdb":
         from firescale.caffe.datum import datum_key
+        from firescale.data.lmdb_io import LmdbReader
 
         reader = LmdbReader(path / f"{split}.lmdb", keys=[datum_key(i) for i in range(info["records"])], shape=shape)
     else:
+        from firescale.data.hdf5_io import Hdf5Reader
+
         reader = Hdf5Reader(path / f"{split}.h5")
         if reader.num_records != info["records"]:
             raise FirescaleError(f"{reader.path} holds {reader.num_records} records, "
