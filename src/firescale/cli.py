@@ -45,6 +45,8 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
                     "images/s of firescale train beside a bare Horovod loop, 1 and 2 ranks"),
         "knobs": ("firescale.commands.bench_knobs",
                   "the trainer's iteration under settings of the site's Horovod knobs, grouped and overlapped"),
+        "gpu": ("firescale.commands.bench_gpu",
+                "the GPU check: GPU tests, the default experiment, trainer vs bare loop, step timings (a few min)"),
     },
     "report": {
         None: ("firescale.commands.report", "the reproducibility report: tables, plots, parity, provenance"),
