@@ -53,6 +53,13 @@ class TorchSteps:
         self.buckets = buckets
         self.cuda = self.device.type == "cuda"
         self.learnt = list(net.learnt)
+        self._flags: dict[float, torch.Tensor] = {}   # the stop flag's two values, made on the device once
+
+    def _flag(self, value: float) -> torch.Tensor:
+        """The stop flag as a device tensor, without a host-to-device copy (and its wait) every iteration."""
+        if value not in self._flags:
+            self._flags[value] = torch.tensor(value, device=self.device)
+        return self._flags[value]
 
     # ------------------------------------------------------------ data
     def batch(self, images: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +102,7 @@ class TorchSteps:
              stop_flag: float) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The learnt blobs' gradients and (loss, flag) summed over the ranks in one grouped allreduce; BatchNorm's
         statistics keep their zero gradients, unsent (as the TF backend's sum_learnt)."""
-        pair = torch.stack([loss_sum.detach().float(), torch.tensor(stop_flag, device=loss_sum.device)])
+        pair = torch.stack([loss_sum.detach().float(), self._flag(stop_flag)])
         sent = self.rank.sum([g for g, keep in zip(grads, self.learnt) if keep] + [pair])
         summed = iter(sent[:-1])
         return [next(summed) if keep else g for g, keep in zip(grads, self.learnt)], sent[-1]
@@ -122,7 +129,7 @@ class TorchSteps:
             summed_learnt = iter(self.buckets.wait())
             reduced = [next(summed_learnt) if keep else torch.zeros_like(p)
                        for p, keep in zip(self.net.params, self.learnt)]
-            pair = self.rank.sum([torch.stack([loss_sum.float(), torch.tensor(stop_flag, device=loss_sum.device)])])[0]
+            pair = self.rank.sum([torch.stack([loss_sum.float(), self._flag(stop_flag)])])[0]
         self._update(reduced, rate, iteration, batch)
         return pair
 
