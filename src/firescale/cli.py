@@ -42,9 +42,9 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
         "predict": ("firescale.commands.bench_predict",
                     "predicted iteration time beside the real trainer's for 1 and 2 ranks"),
         "trainer": ("firescale.commands.bench_trainer",
-                    "images/s of firescale train beside a bare Horovod loop, 1 and 2 ranks"),
+                    "images/s of firescale train beside a bare loop of its framework, 1 and 2 ranks"),
         "knobs": ("firescale.commands.bench_knobs",
-                  "the trainer's iteration under settings of the site's Horovod knobs, grouped and overlapped"),
+                  "the trainer's iteration under its allreduce's knobs (Horovod's, PyTorch's bucket), both modes"),
     },
     "report": {
         None: ("firescale.commands.report", "the reproducibility report: tables, plots, parity, provenance"),
