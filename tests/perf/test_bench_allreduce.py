@@ -194,3 +194,50 @@ def test_the_ranks_agree_on_one_matmul_cost_for_the_synthetic_step():
     with pytest.raises(FirescaleError, match="could not be sized: on every one of 2 ranks its matmuls timed no "
                                              "slower than none"):
         agreed_matmul_seconds([0.0, -1e-5], floor_s=1e-6)
+
+
+@pytest.mark.pytorch
+@pytest.mark.mpi
+def test_torch_distributed_allreduce_is_timed_beside_mpi_and_sums_as_the_pytorch_trainer(run_ranks, tmp_path, repo):
+    """`torch` is the PyTorch trainer's allreduce (Rank.sum over Gloo here): its sum is checked like MPI's, it is
+    timed by the same protocol and set beside MPI_Allreduce of the same bytes; with --gradients-of it sums the
+    net's gradients and the loss pair as one group, as the trainer does, where MPI sums them as one buffer."""
+    from firescale.model.layers import net_cost
+    from firescale.nets.zoo import get_net
+
+    out = tmp_path / "torch.json"
+    proc = run_ranks(2, ["bench", "allreduce", "--framework", "pytorch", "--gradients-of", "lenet_same", "--input",
+                         "8,8,1", "--classes", "10", "--reps", "5", "--json", str(out)], timeout=240, cwd=repo)
+    data = json.loads(out.read_text())
+    assert data["framework"] == "pytorch"
+    runs = {m["algorithm"]: m for m in data["measurements"]}
+    assert set(runs) == {"mpi", "torch"}        # --framework pytorch's default algorithms
+    cost = net_cost(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1)
+    torch_run, mpi_run = runs["torch"], runs["mpi"]
+    assert torch_run["bytes"] == mpi_run["bytes"] == cost.weight_bytes
+    assert torch_run["tensors"] == len(cost.gradient_tensors) and mpi_run["tensors"] == 0
+    assert torch_run["ranks"] == 2 and torch_run["process_group"] == "gloo" and "process_group" not in mpi_run
+    # sane timings: every repetition measured, none longer than a second for half a megabyte on one machine
+    assert len(torch_run["seconds"]) == 5 and 0 < torch_run["min_s"] <= torch_run["median_s"] < 1.0
+    (pair,) = data["torch_vs_mpi"]
+    assert pair["bytes"] == cost.weight_bytes and pair["percent_of_mpi"] == pytest.approx(
+        100 * mpi_run["median_s"] / torch_run["median_s"])
+    assert data["horovod_vs_mpi"] == [] and "torch % of MPI rate" in proc.stdout and "over gloo" in proc.stdout
+
+
+@pytest.mark.parametrize("framework, algorithms, message", [
+    ("pytorch", "mpi,horovod", "--algorithms horovod is another framework's allreduce than --framework pytorch's "
+                               "(torch); give --framework tensorflow"),
+    ("tensorflow", "torch", "--algorithms torch is another framework's allreduce than --framework tensorflow's "
+                            "(horovod); give --framework pytorch"),
+    ("tensorflow", "ring,gloo", "--algorithms: unknown gloo"),
+])
+def test_a_framework_times_only_its_own_allreduce(framework, algorithms, message):
+    import argparse
+
+    from firescale.commands.bench_allreduce import _algorithms
+
+    with pytest.raises(FirescaleError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _algorithms(argparse.Namespace(framework=framework, algorithms=algorithms))
+    assert _algorithms(argparse.Namespace(framework="pytorch", algorithms=None)) == ["mpi", "torch"]
+    assert _algorithms(argparse.Namespace(framework="tensorflow", algorithms=None)) == ["ps", "tree", "ring"]

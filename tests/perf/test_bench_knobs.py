@@ -107,3 +107,39 @@ def test_the_command_refuses_one_rank_and_a_grid_of_only_the_sites_setting(tmp_p
         proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "knobs", "--dataset", str(tmp_path), *extra],
                               capture_output=True, text=True, cwd=repo)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_the_pytorch_trainers_knob_is_its_buckets_size_which_only_an_overlapped_run_has():
+    assert parse_knob("bucket_mb=1,25,default", "pytorch") == ("bucket_mb", [1.0, 25.0, None])
+    for text, message in [("cycle_time_ms=1", "KEY one of bucket_mb"), ("bucket_mb=0", "--knob.bucket_mb: 0.0 is not"),
+                          ("bucket_mb=true", "--knob.bucket_mb: True is not")]:
+        with pytest.raises(FirescaleError, match=message.replace(".", r"\.")):
+            parse_knob(text, "pytorch")
+    with pytest.raises(FirescaleError, match="KEY one of fusion_threshold_mb"):
+        parse_knob("bucket_mb=1", "tensorflow")
+    settings = knob_settings({}, {"bucket_mb": [1.0, 25.0]}, [False, True], "pytorch")
+    # a grouped run sums once after backward: no bucket, so one grouped setting, the site's
+    assert [s.label for s in settings] == ["site, grouped", "bucket_mb=1, overlapped", "bucket_mb=25, overlapped"]
+    assert settings[1].environment() == {"FIRESCALE_BUCKET_MB": "1"} and settings[0].environment() == {}
+    assert all(s.framework == "pytorch" for s in settings)
+    row = KnobRow(settings[1], 8, [1e-3])
+    assert row.to_dict(row)["torch"] == {"bucket_mb": 1.0} and "horovod" not in row.to_dict(row)
+
+
+@pytest.mark.slow
+@pytest.mark.pytorch
+@pytest.mark.mpi
+def test_a_bucket_size_reaches_the_pytorch_trainers_ranks(tmp_path, repo, digits_dataset):
+    out, runs = tmp_path / "knobs.json", tmp_path / "runs"
+    proc = run_firescale("bench", "knobs", "--framework", "pytorch", "--dataset", digits_dataset, "--knob",
+                         "bucket_mb=0.1", "--mode", "overlapped", "--batch-per-rank", "4", "--iterations", "10",
+                         "--repeats", "1", "--workdir", runs, "--json", out, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    site_row, small_row = data["rows"]
+    assert data["framework"] == "pytorch" and small_row["setting"] == "bucket_mb=0.1, overlapped"
+    site_run = json.loads((runs / "b4-s0-0" / "result.json").read_text())["allreduce"]
+    small_run = json.loads((runs / "b4-s1-0" / "result.json").read_text())["allreduce"]
+    assert (site_run["overlap"], site_run["bucket_bytes"]) == (False, None)
+    assert (small_run["overlap"], small_run["bucket_bytes"]) == (True, int(0.1 * 2**20))
+    assert small_run["controller"] == "torch.distributed" and small_row["median_s"] > 0

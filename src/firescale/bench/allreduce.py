@@ -1,10 +1,12 @@
 """FireCaffe's Figure 4 experiment: time parameter-server, tree and ring gradient aggregation with MPI.
 
-`horovod` times the allreduce the trainer itself calls (Horovod's TensorFlow op, summing a float32
+`horovod` times the allreduce the TensorFlow trainer itself calls (Horovod's TensorFlow op, summing a float32
 tensor, inside a graph): the MPI algorithm plus what the framework adds per call (queueing the op, the
 background thread's negotiation cycle, a freshly allocated output).  It is the measurement to
 calibrate the communication factor from, since that is the cost a training iteration pays.  After a
-step (`compute_s`), it runs in the shape of the trainer's iteration (`HorovodIteration`).
+step (`compute_s`), it runs in the shape of the trainer's iteration (`HorovodIteration`).  `torch` times
+the PyTorch trainer's (torch.distributed's all_reduce through `Rank.sum`: Gloo on CPUs, NCCL on GPUs,
+bench/allreduce_torch.py), as the MPI algorithms are timed.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from typing import Any
 
 from firescale.errors import FirescaleError
 
-BENCH_ALGORITHMS = ("ps", "tree", "ring", "mpi", "horovod")
+BENCH_ALGORITHMS = ("ps", "tree", "ring", "mpi", "horovod", "torch")
+# Each framework's own allreduce, the one its trainer calls; a run times one framework's (firescale.train.backend).
+FRAMEWORK_ALGORITHMS = {"tensorflow": "horovod", "pytorch": "torch"}
 SWEEP_BYTES = tuple(64 * 1024 * 4 ** k for k in range(6))   # 64 KiB, 256 KiB, 1 MiB, ... 64 MiB
 
 
@@ -371,12 +375,14 @@ class HorovodIteration:
         np.copyto(recv, np.concatenate([t.numpy() for t in sums]))
 
 
-def horovod_last(algorithms: list[str]) -> list[str]:
-    """The order to measure in: every MPI algorithm before Horovod's.  Once hvd.init() has run, Horovod's
+def framework_last(algorithms: list[str]) -> list[str]:
+    """The order to measure in: every MPI algorithm before a framework's (Horovod's, torch.distributed's, which
+    makes a process group and its threads).  Once hvd.init() has run, Horovod's
     background thread runs a coordination collective every cycle for the rest of the process, on the
     rank's core; MPI timed after that is disturbed (at 2 ranks on 2 cores, medians from 0.29 to 3.9 ms
     at 1 MiB), which a user running plain MPI never sees."""
-    return [a for a in algorithms if a != "horovod"] + [a for a in algorithms if a == "horovod"]
+    ours = set(FRAMEWORK_ALGORITHMS.values())
+    return [a for a in algorithms if a not in ours] + [a for a in algorithms if a in ours]
 
 
 IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
@@ -404,12 +410,13 @@ class AllreduceMeasurement:
     bytes: int
     seconds: list[float]
     compute_s: float = 0.0
-    tensors: int = 0          # Horovod's grouped allreduce of this many tensors (+ the loss pair); 0: one buffer
+    tensors: int = 0          # Horovod's or torch's grouped allreduce of this many tensors (+ the loss pair); 0: one
     graph_call_s: float = 0.0  # horovod: the same graph call and wait with no allreduce in it (median)
     # horovod after a step, timed too with the allreduce beside a window of compute (the backward pass an
     # overlapped allreduce can hide behind): what it then added, per repetition, and the window's median
     overlapped_seconds: list[float] = field(default_factory=list)
     window_s: float = 0.0
+    process_group: str = ""    # torch: the library that summed (gloo, nccl; none with one rank)
 
     @property
     def median_s(self) -> float:
@@ -446,6 +453,8 @@ class AllreduceMeasurement:
             shown["hidden_share"] = self.hidden_share
         else:     # not timed beside compute
             del shown["overlapped_seconds"], shown["window_s"]
+        if not self.process_group:
+            del shown["process_group"]
         return shown
 
 
@@ -500,6 +509,9 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     count = sum(tensors) if tensors else max(1, nbytes // 4)
     send = np.full(count, float(rank + 1), dtype=np.float32)
     recv = np.empty_like(send)
+    if algorithm == "torch" and compute_s > 0:
+        raise FirescaleError("torch.distributed's allreduce is timed on its own, not after a step (the synthetic "
+                             "step is TensorFlow's): give compute_s 0")
     if overlap_s > 0 and not (algorithm == "horovod" and compute_s > 0):
         raise FirescaleError("an overlapped allreduce is timed for Horovod's, beside a step: give compute_s > 0")
     if algorithm == "horovod" and compute_s > 0:
@@ -512,7 +524,7 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
         return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps), len(tensors),
                                     overlapped_seconds=overlapped,
                                     window_s=statistics.median(windows) if windows else 0.0)
-    run = HorovodAllreduce(tensors) if algorithm == "horovod" else IMPLEMENTATIONS[algorithm]
+    run = _implementation(algorithm, tensors)
     step = SyntheticStep(compute_s) if compute_s > 0 else None
     local = np.zeros((warmup + reps, 2))      # per repetition: this rank's total and its step
     comm.Barrier()
@@ -529,14 +541,31 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     comm.Allreduce(np.ascontiguousarray(local[:, 1]), summed, op=MPI.SUM)
     mean_steps = summed[warmup:] / size
     seconds, steps = list(slowest[warmup:] - mean_steps), list(mean_steps)
-    graph_call_s = 0.0
-    if isinstance(run, HorovodAllreduce):
+    graph_call_s, process_group = 0.0, ""
+    framework = algorithm in FRAMEWORK_ALGORITHMS.values()
+    if framework:
         run.copy_result(recv)
+    if isinstance(run, HorovodAllreduce):
         graph_call_s = run.graph_call_s(reps)
+    elif framework:
+        process_group = run.process_group
+        run.close()         # torch's process group, made again for the next measurement
     _check_sum(algorithm, size, recv)
     return AllreduceMeasurement(algorithm, size, count * 4, [float(x) for x in seconds],
-                                float(statistics.median(steps)), len(tensors) if algorithm == "horovod" else 0,
-                                graph_call_s)
+                                float(statistics.median(steps)), len(tensors) if framework else 0, graph_call_s,
+                                process_group=process_group)
+
+
+def _implementation(algorithm: str, tensors: Sequence[int]) -> Any:
+    """What one repetition of `algorithm` calls: an MPI implementation, or a framework's allreduce (imported only
+    when asked for: a run of one framework needs only its own)."""
+    if algorithm == "horovod":
+        return HorovodAllreduce(tensors)
+    if algorithm == "torch":
+        from firescale.bench.allreduce_torch import TorchAllreduce
+
+        return TorchAllreduce(tensors)
+    return IMPLEMENTATIONS[algorithm]
 
 
 def _check_sum(algorithm: str, size: int, recv: Any) -> None:
@@ -654,3 +683,37 @@ def horovod_vs_mpi(measurements: list[AllreduceMeasurement]) -> list[HorovodVsMp
     return [HorovodVsMpi(n, by["mpi", n].ranks, by["mpi", n].median_s, by["horovod", n].median_s,
                          by["mpi", n].min_s, by["horovod", n].min_s, by["horovod", n].graph_call_s)
             for n in sizes if ("mpi", n) in by and ("horovod", n) in by]
+
+
+@dataclass(frozen=True)
+class TorchVsMpi:
+    """torch.distributed's allreduce (as the PyTorch trainer calls it) beside MPI_Allreduce of the same buffer,
+    measured in the same run: medians, and the fastest repetitions (on a shared machine, the least disturbed)."""
+
+    bytes: int
+    ranks: int
+    mpi_s: float
+    torch_s: float
+    mpi_min_s: float
+    torch_min_s: float
+
+    @property
+    def percent_of_mpi(self) -> float:
+        """torch's rate (bytes per second) in percent of MPI's: MPI's median time over torch's."""
+        return 100.0 * self.mpi_s / self.torch_s if self.torch_s > 0 else 0.0
+
+    @property
+    def best_percent_of_mpi(self) -> float:
+        return 100.0 * self.mpi_min_s / self.torch_min_s if self.torch_min_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "percent_of_mpi": self.percent_of_mpi, "best_percent_of_mpi": self.best_percent_of_mpi}
+
+
+def torch_vs_mpi(measurements: list[AllreduceMeasurement]) -> list[TorchVsMpi]:
+    """One comparison per size that has both an `mpi` and a `torch` measurement, smallest first."""
+    by = {(m.algorithm, m.bytes): m for m in measurements}
+    sizes = sorted({m.bytes for m in measurements})
+    return [TorchVsMpi(n, by["mpi", n].ranks, by["mpi", n].median_s, by["torch", n].median_s,
+                       by["mpi", n].min_s, by["torch", n].min_s)
+            for n in sizes if ("mpi", n) in by and ("torch", n) in by]

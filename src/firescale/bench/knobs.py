@@ -1,11 +1,13 @@
-"""The trainer's iteration under settings of a site's Horovod knobs, grouped and overlapped, interleaved.
+"""The trainer's iteration under settings of a site's allreduce knobs, grouped and overlapped, interleaved.
 
 A knob's effect on a lone allreduce (`bench allreduce`) is not what a user feels: the cycle time moves
 where the trainer's request falls in Horovod's cycle, and fusion acts on the overlapped path's many small
-requests.  This benchmark runs `firescale train` itself under each setting, as the site starts its ranks,
-and compares the mean iteration with the site's own setting (grouped, the trainer's default).  The
-settings run in turn within each round, their order rotated and reversed from round to round, so that
-the machine's load touches every setting alike.
+requests.  The PyTorch trainer's knob is the overlapped allreduce's bucket (`bucket_mb`, the variable
+FIRESCALE_BUCKET_MB), which groups its gradients as DistributedDataParallel's bucket_cap_mb does.  This
+benchmark runs `firescale train` itself under each setting, as the site starts its ranks, and compares
+the mean iteration with the site's own setting (grouped, the trainer's default).  The settings run in
+turn within each round, their order rotated and reversed from round to round, so that the machine's load
+touches every setting alike.
 """
 from __future__ import annotations
 
@@ -16,20 +18,26 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from firescale.cluster.horovod import KNOB_BY_KEY, horovod_environment
+from firescale.cluster.ranks import SiteRanks, site_ranks
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 
 KNOBS_FORMAT = "firescale.bench.knobs/1"
-DEFAULT = "default"   # a knob value that leaves the key out: Horovod's own default
+DEFAULT = "default"   # a knob value that leaves the key out: the library's own default
+# The PyTorch trainer's knobs: key -> (the variable train/torch/backend.py reads, what it is).
+TORCH_KNOBS = {"bucket_mb": ("FIRESCALE_BUCKET_MB", "the overlapped allreduce's gradient bucket in MiB, above 0 "
+                                                    "(default 25, DistributedDataParallel's)")}
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting to run: the site's `horovod:` mapping with some keys changed, and the allreduce mode."""
+    """One setting to run: the site's knobs (its `horovod:` mapping, or the PyTorch trainer's TORCH_KNOBS) with some
+    keys changed, and the allreduce mode."""
 
-    horovod: Mapping[str, Any]
+    knobs: Mapping[str, Any]
     overlap: bool
     changed: tuple[tuple[str, Any], ...] = ()   # the keys this setting sets differently from the site's
+    framework: str = "tensorflow"
 
     @property
     def label(self) -> str:
@@ -37,11 +45,42 @@ class Setting:
         return f"{knobs or 'site'}, {'overlapped' if self.overlap else 'grouped'}"
 
     def environment(self) -> dict[str, str]:
-        return horovod_environment(self.horovod)
+        if self.framework == "pytorch":
+            return torch_environment(self.knobs)
+        return horovod_environment(self.knobs)
 
     def site(self, site: SiteProfile) -> SiteProfile:
-        """`site` with this setting's `horovod:` mapping."""
-        return replace(site, config={**site.config, "horovod": dict(self.horovod)})
+        """`site` with this setting's `horovod:` mapping (a PyTorch setting leaves it as it is)."""
+        if self.framework == "pytorch":
+            return site
+        return replace(site, config={**site.config, "horovod": dict(self.knobs)})
+
+    def ranks(self, site: SiteProfile) -> SiteRanks:
+        """How `site` starts ranks under this setting: its environment with this setting's variables."""
+        ranks = site_ranks(self.site(site))
+        return replace(ranks, env={**ranks.env, **self.environment()})
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        """What the ranks see of this setting: a grouped PyTorch run has no bucket, so its knobs do not count."""
+        env = () if self.framework == "pytorch" and not self.overlap else tuple(sorted(self.environment().items()))
+        return env, self.overlap
+
+
+def torch_environment(knobs: Mapping[str, Any], *, where: str = "--knob") -> dict[str, str]:
+    """The variables for the PyTorch trainer's knobs (keys left out, or None, keep the trainer's defaults)."""
+    env = {}
+    for key, value in knobs.items():
+        if key not in TORCH_KNOBS:
+            raise FirescaleError(f"{where}: unknown key {key!r}; the pytorch framework's knobs are "
+                                 f"{', '.join(TORCH_KNOBS)}")
+        if value is None:
+            continue
+        variable, meaning = TORCH_KNOBS[key]
+        if isinstance(value, bool) or not float(value) > 0:
+            raise FirescaleError(f"{where}.{key}: {value!r} is not allowed; it is {meaning}")
+        env[variable] = f"{float(value):g}"
+    return env
 
 
 def _shown(value: Any) -> str:
@@ -52,14 +91,18 @@ def _shown(value: Any) -> str:
     return f"{float(value):g}"
 
 
-def parse_knob(text: str) -> tuple[str, list[Any]]:
-    """`KEY=V1,V2,...` of a Horovod knob (`default` leaves the key out), checked against the knob's meaning."""
+def parse_knob(text: str, framework: str = "tensorflow") -> tuple[str, list[Any]]:
+    """`KEY=V1,V2,...` of a Horovod knob, or with `framework` pytorch of TORCH_KNOBS (`default` leaves the key out),
+    checked against the knob's meaning."""
     key, sep, values = text.partition("=")
     key = key.strip()
-    knob = KNOB_BY_KEY.get(key)
-    if not sep or knob is None or not values.strip():
+    torch = framework == "pytorch"
+    keys = TORCH_KNOBS if torch else KNOB_BY_KEY
+    if not sep or key not in keys or not values.strip():
         raise FirescaleError(f"--knob {text!r}: expected KEY=VALUE[,VALUE...] with KEY one of "
-                             f"{', '.join(KNOB_BY_KEY)} (VALUE 'default' keeps Horovod's own)")
+                             f"{', '.join(keys)} (VALUE 'default' keeps {'the trainer' if torch else 'Horovod'}'s "
+                             "own)")
+    meaning = TORCH_KNOBS[key][1] if torch else KNOB_BY_KEY[key].meaning
     parsed: list[Any] = []
     for raw in (v.strip() for v in values.split(",")):
         if raw == DEFAULT:
@@ -73,33 +116,34 @@ def parse_knob(text: str) -> tuple[str, list[Any]]:
                 value = float(raw)
             except ValueError:
                 raise FirescaleError(f"--knob {key}: {raw!r} is neither a number, true, false nor "
-                                     f"'{DEFAULT}'; {key} is {knob.meaning}") from None
-        horovod_environment({key: value}, where="--knob")   # refuses a value the knob does not take
+                                     f"'{DEFAULT}'; {key} is {meaning}") from None
+        # refuses a value the knob does not take
+        (torch_environment if torch else horovod_environment)({key: value}, where="--knob")
         parsed.append(value)
     return key, parsed
 
 
-def knob_settings(site_horovod: Mapping[str, Any] | None, knobs: Mapping[str, Sequence[Any]],
-                  overlaps: Sequence[bool]) -> list[Setting]:
-    """The site's own setting, grouped, first; then every combination of `knobs`' values and `overlaps`,
-    each once (a combination that comes to the site's own, grouped, is the first)."""
-    base = {k: v for k, v in (site_horovod or {}).items() if v is not None}
-    settings = [Setting(base, False)]
-    seen = {(tuple(sorted(Setting(base, False).environment().items())), False)}
+def knob_settings(site_knobs: Mapping[str, Any] | None, knobs: Mapping[str, Sequence[Any]],
+                  overlaps: Sequence[bool], framework: str = "tensorflow") -> list[Setting]:
+    """The site's own setting (its `horovod:` mapping; the PyTorch trainer's defaults), grouped, first; then every
+    combination of `knobs`' values and `overlaps`, each once (a combination that comes to the site's own, grouped,
+    is the first; a PyTorch grouped run has no bucket, so its knobs come to the same run)."""
+    base = {k: v for k, v in (site_knobs or {}).items() if v is not None}
+    settings = [Setting(base, False, framework=framework)]
+    seen = {settings[0].identity}
     for values in itertools.product(*knobs.values()):
-        horovod = dict(base)
+        chosen = dict(base)
         changed = []
         for key, value in zip(knobs, values):
-            horovod.pop(key, None)
+            chosen.pop(key, None)
             if value is not None:
-                horovod[key] = value
+                chosen[key] = value
             if base.get(key) != value:
                 changed.append((key, value))
         for overlap in overlaps:
-            setting = Setting(horovod, overlap, tuple(changed))
-            identity = (tuple(sorted(setting.environment().items())), overlap)
-            if identity not in seen:
-                seen.add(identity)
+            setting = Setting(chosen, overlap, tuple(changed), framework)
+            if setting.identity not in seen:
+                seen.add(setting.identity)
                 settings.append(setting)
     return settings
 
@@ -125,7 +169,8 @@ class KnobRow:
         return max(self.iteration_s) < min(site.iteration_s)
 
     def to_dict(self, site: KnobRow) -> dict[str, Any]:
-        return {"setting": self.setting.label, "horovod": dict(self.setting.horovod),
+        knobs = "torch" if self.setting.framework == "pytorch" else "horovod"
+        return {"setting": self.setting.label, "framework": self.setting.framework, knobs: dict(self.setting.knobs),
                 "overlap_allreduce": self.setting.overlap, "environment": self.setting.environment(),
                 "batch_per_rank": self.batch_per_rank, "iteration_s": self.iteration_s,
                 "median_s": self.median_s, "change_percent": self.change_percent(site),

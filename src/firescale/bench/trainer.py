@@ -1,4 +1,7 @@
-"""`firescale train` beside a bare Horovod loop of the same net, batch, ranks and solver: images/s, side by side."""
+"""`firescale train` beside a bare loop of the same framework, net, batch, ranks and solver: images/s, side by side.
+
+The bare loop is what a user of that framework would write: Horovod's TensorFlow (bench/bare_loop.py) or
+plain torch.distributed (bench/bare_loop_torch.py)."""
 from __future__ import annotations
 
 import re
@@ -15,6 +18,9 @@ from firescale.errors import FirescaleError
 
 TRAINER_FORMAT = "firescale.bench.trainer/1"
 _DISPLAY_LOSS = re.compile(r"^iter (\d+)/\d+ loss (\S+)", re.M)
+# Each framework's bare loop (a module run as ranks) and what it is called in messages.
+BARE_LOOPS = {"tensorflow": ("firescale.bench.bare_loop", "the bare Horovod loop"),
+              "pytorch": ("firescale.bench.bare_loop_torch", "the bare torch.distributed loop")}
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class TrainerBenchRuns:
     workdir: Path
     ranks: SiteRanks
     timeout: float = 900.0
+    framework: str = "tensorflow"   # firescale.train.backend.FRAMEWORKS: the trainer's backend and the bare loop's
 
     def trainer(self, ranks: int, name: str) -> SideRun:
         """images/s of `firescale train` (its result.json: images over training time, evaluation excluded)."""
@@ -45,7 +52,8 @@ class TrainerBenchRuns:
         cmd = [sys.executable, "-m", "firescale", "train", "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--batch-per-rank", str(self.batch_per_rank), "--out", str(out),
                "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "snapshot=0",
-               "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}"]
+               "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}",
+               "--framework", self.framework]
         stdout = self.ranks.run(ranks, cmd, f"firescale train ({name})", timeout=self.timeout)
         shown = [(int(i), float(loss)) for i, loss in _DISPLAY_LOSS.findall(stdout)]
         if not shown or shown[-1][0] != self.iterations:
@@ -58,12 +66,13 @@ class TrainerBenchRuns:
         return SideRun(float(result["images_per_s"]), shown[-1][1])
 
     def bare(self, ranks: int, name: str) -> SideRun:
-        """images/s of the bare Horovod loop (firescale.bench.bare_loop)."""
+        """images/s of the framework's bare loop (BARE_LOOPS)."""
+        module, what = BARE_LOOPS[self.framework]
         out = self.workdir / f"{name}.json"
-        cmd = [sys.executable, "-m", "firescale.bench.bare_loop", "--dataset", str(self.dataset), "--net", self.net,
+        cmd = [sys.executable, "-m", module, "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--batch-per-rank", str(self.batch_per_rank),
                "--iterations", str(self.iterations), "--json", str(out)]
-        self.ranks.run(ranks, cmd, f"the bare Horovod loop ({name})", timeout=self.timeout)
+        self.ranks.run(ranks, cmd, f"{what} ({name})", timeout=self.timeout)
         result = load_json(out)
         if result["ranks"] != ranks:
             raise FirescaleError(f"{out}: the bare loop ran on {result['ranks']} ranks, expected {ranks}")
@@ -76,6 +85,7 @@ class TrainerVsBare:
 
     ranks: int
     batch_per_rank: int
+    framework: str = "tensorflow"
     trainer: list[float] = field(default_factory=list)     # images/s, one per round
     bare: list[float] = field(default_factory=list)
     trainer_loss: float | None = None                       # the last iteration's loss, last round
@@ -101,7 +111,7 @@ def compare_trainer(runs: TrainerBenchRuns, ranks: Sequence[int], repeats: int,
     order alternating between rounds), so that the machine's load touches both sides alike."""
     if repeats < 1 or not ranks or min(ranks) < 1:
         raise FirescaleError(f"need repeats >= 1 and rank counts >= 1, not {repeats} and {list(ranks)}")
-    rows = {r: TrainerVsBare(r, runs.batch_per_rank) for r in ranks}
+    rows = {r: TrainerVsBare(r, runs.batch_per_rank, runs.framework) for r in ranks}
     for k in range(repeats):
         for r in ranks:
             sides = [("trainer", runs.trainer), ("bare", runs.bare)]

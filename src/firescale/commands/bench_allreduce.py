@@ -8,11 +8,13 @@ import statistics
 from firescale.atomic import atomic_write_json
 from firescale.bench.allreduce import (
     BENCH_ALGORITHMS,
+    FRAMEWORK_ALGORITHMS,
     SWEEP_BYTES,
     AllreduceMeasurement,
-    horovod_last,
+    framework_last,
     horovod_vs_mpi,
     measure_allreduce,
+    torch_vs_mpi,
 )
 from firescale.commands.args import add_platform_arguments, float_list, input_shape, platform_from_args
 from firescale.model.comm import Link, allreduce_time
@@ -35,8 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true",
                         help="sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB and 64 MiB instead of --sizes-mb")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
-    parser.add_argument("--algorithms", default="ps,tree,ring",
-                        help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default ps,tree,ring)")
+    parser.add_argument("--framework", default="tensorflow", metavar="NAME",
+                        help="whose trainer's allreduce may be timed: tensorflow (default; 'horovod') or pytorch "
+                             "('torch': torch.distributed's all_reduce, Gloo on CPUs, NCCL on GPUs)")
+    parser.add_argument("--algorithms",
+                        help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default ps,tree,ring; with "
+                             "--framework pytorch mpi,torch)")
     parser.add_argument("--reduce-gbs", type=float,
                         help="rate at which a rank sums received gradients, GB/s (default: none modelled, "
                              "or the site's memory bandwidth / 3)")
@@ -58,9 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Run under a launcher, e.g. mpirun -np 4 firescale bench allreduce.  'mpi' is "
                      "MPI_Allreduce as configured by the environment (OMPI_MCA_coll_tuned_*), which must "
                      "be set before launch; ps, tree and ring are explicit point-to-point implementations; "
-                     "'horovod' is the trainer's own allreduce (Horovod's TensorFlow op over that MPI), the "
-                     "one to calibrate the communication factor from.  'mpi' and 'horovod' are predicted "
-                     "with the site's allreduce model.")
+                     "'horovod' is the TensorFlow trainer's own allreduce (Horovod's TensorFlow op over that MPI), "
+                     "the one to calibrate the communication factor from; 'torch' is the PyTorch trainer's "
+                     "(Rank.sum: the tensors flattened, one torch.distributed all_reduce, Gloo on CPUs and NCCL on "
+                     "GPUs), timed as 'mpi' is.  'mpi', 'horovod' and 'torch' are predicted with the site's "
+                     "allreduce model.")
 
 
 def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
@@ -104,7 +112,7 @@ def _sizes(args: argparse.Namespace) -> tuple[list[int], tuple[int, ...], tuple[
 
 def _models(algorithm: str, site_algorithm: str) -> tuple[str, ...]:
     """The cost models a measured algorithm is set beside: its own (the site's for mpi and horovod)."""
-    if algorithm in ("mpi", "horovod"):
+    if algorithm in ("mpi", *FRAMEWORK_ALGORITHMS.values()):
         return (site_algorithm,)
     return BENCH_MODELS.get(algorithm, (algorithm,))
 
@@ -115,11 +123,14 @@ Predicted = dict[str, float]   # seconds by cost model; empty without a link
 def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMeasurement, Predicted]],
            knobs: dict[str, str], load: tuple[float, float]) -> None:
     grouped = next((m.tensors for m, _ in results if m.tensors), 0)
+    library = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}[args.framework]
     print(f"{ranks} ranks, {args.reps} repetitions; times are the slowest rank's"
-          + (f"; Horovod sums {args.gradients_of}'s {grouped} gradients and the loss as one group" if grouped else "")
+          + (f"; {library} sums {args.gradients_of}'s {grouped} gradients and the loss as one group" if grouped
+             else "")
           + (f", after a {args.compute_ms:g} ms step (the ranks' mean step subtracted)" if args.compute_ms else ""))
-    print(f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; Horovod knobs: "
-          + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults"))
+    print(f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; "
+          + (f"framework {args.framework}" if args.framework != "tensorflow" else "Horovod knobs: "
+             + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults")))
     print(f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'model':>15} "
           f"{'predicted ms':>13} {'meas/pred':>10}")
     for m, predicted in results:
@@ -144,6 +155,32 @@ def _print(ranks: int, args: argparse.Namespace, results: list[tuple[AllreduceMe
                   f"{p.best_percent_of_mpi:>14.1f}% {p.graph_call_s * 1e3:>14.3f} {p.in_graph_percent_of_mpi:>12.1f}%")
         print("graph call: the same TensorFlow call and wait with tf.identity in place of Horovod's op, which a "
               "training step pays once whatever its graph holds")
+    torch_pairs = torch_vs_mpi([m for m, _ in results])
+    if torch_pairs:
+        group = next(m.process_group for m, _ in results if m.process_group)
+        print(f"{'KiB':>8} {'MPI ms':>9} {'torch ms':>9} {'torch % of MPI rate':>20} {'(fastest reps)':>15}   "
+              f"(torch.distributed over {group})")
+        for t in torch_pairs:
+            print(f"{t.bytes / 1024:>8.0f} {t.mpi_s * 1e3:>9.3f} {t.torch_s * 1e3:>9.3f} {t.percent_of_mpi:>19.1f}% "
+                  f"{t.best_percent_of_mpi:>14.1f}%")
+
+
+def _algorithms(args: argparse.Namespace) -> list[str]:
+    """--algorithms, checked: known names, and of the frameworks' own allreduces only --framework's."""
+    from firescale.errors import FirescaleError
+
+    given = args.algorithms or ("mpi,torch" if args.framework == "pytorch" else "ps,tree,ring")
+    algorithms = [a.strip() for a in given.split(",") if a.strip()]
+    unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]
+    if unknown:
+        raise FirescaleError(f"--algorithms: unknown {', '.join(unknown)}; known: {', '.join(BENCH_ALGORITHMS)}")
+    ours = FRAMEWORK_ALGORITHMS[args.framework]
+    other = [a for a in algorithms if a in FRAMEWORK_ALGORITHMS.values() and a != ours]
+    if other:
+        raise FirescaleError(f"--algorithms {other[0]} is another framework's allreduce than --framework "
+                             f"{args.framework}'s ({ours}); give --framework "
+                             f"{next(f for f, a in FRAMEWORK_ALGORITHMS.items() if a == other[0])} to time it")
+    return algorithms
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,11 +188,10 @@ def run(args: argparse.Namespace) -> int:
 
     from firescale.cluster.horovod import recorded_knobs
     from firescale.errors import FirescaleError
+    from firescale.train.backend import check_framework
 
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]
-    if unknown:
-        raise FirescaleError(f"--algorithms: unknown {', '.join(unknown)}; known: {', '.join(BENCH_ALGORITHMS)}")
+    check_framework(args.framework)
+    algorithms = _algorithms(args)
     if args.reps < 1:
         raise FirescaleError("--reps must be at least 1")
     if not args.compute_ms >= 0:
@@ -164,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError(f"--batch-per-rank must be at least 1, not {args.batch_per_rank}")
     if not args.overlap_ms >= 0:
         raise FirescaleError(f"--overlap-ms must be 0 or more, not {args.overlap_ms}")
+    if args.compute_ms and args.framework == "pytorch":
+        raise FirescaleError("--compute-ms runs a synthetic TensorFlow step; with --framework pytorch the allreduces "
+                             "are timed on their own (leave --compute-ms out)")
     if args.overlap_ms and not (args.compute_ms > 0 and "horovod" in algorithms):
         raise FirescaleError("--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod "
                              "and --compute-ms")
@@ -172,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     sizes, tensors, shape = _sizes(args)
     load_before = os.getloadavg()[0]
     results = []
-    for algo in horovod_last(algorithms):
+    for algo in framework_last(algorithms):
         for nbytes in sizes:
             m = measure_allreduce(comm, algo, nbytes, args.reps, compute_s=args.compute_ms / 1e3, tensors=tensors,
                                   batch=args.batch_per_rank, input_shape=shape,
@@ -187,12 +226,13 @@ def run(args: argparse.Namespace) -> int:
     _print(comm.Get_size(), args, results, knobs, load)
     if args.json:
         atomic_write_json(args.json, {
-            "ranks": comm.Get_size(), "reps": args.reps, "compute_ms": args.compute_ms,
+            "ranks": comm.Get_size(), "framework": args.framework, "reps": args.reps, "compute_ms": args.compute_ms,
             "gradients_of": args.gradients_of,
             "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
             "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
                                                "ppp": link.ppp, "reduce_rate": link.reduce_rate},
             "measurements": [{**m.to_dict(), "predicted_s": next(iter(pred.values()), None),
                               "predicted_by_model": pred} for m, pred in results],
-            "horovod_vs_mpi": [p.to_dict() for p in horovod_vs_mpi([m for m, _ in results])]})
+            "horovod_vs_mpi": [p.to_dict() for p in horovod_vs_mpi([m for m, _ in results])],
+            "torch_vs_mpi": [t.to_dict() for t in torch_vs_mpi([m for m, _ in results])]})
     return 0

@@ -1,4 +1,4 @@
-"""`firescale bench knobs`: the trainer's iteration under settings of a site's Horovod knobs, against its own."""
+"""`firescale bench knobs`: the trainer's iteration under settings of its allreduce's knobs, against the site's own."""
 from __future__ import annotations
 
 import argparse
@@ -16,9 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_run_arguments(parser, "site whose launcher, environment and horovod: settings start the ranks")
     parser.set_defaults(ranks="2")
     parser.add_argument("--batch-per-rank", default="8,32", help="images per rank per iteration (default 8,32)")
+    parser.add_argument("--framework", default="tensorflow", metavar="NAME",
+                        help="the trainer's backend, whose knobs --knob sets: tensorflow (default; Horovod's) or "
+                             "pytorch (bucket_mb, the overlapped allreduce's bucket)")
     parser.add_argument("--knob", action="append", default=[], metavar="KEY=V1,V2",
                         help="a Horovod knob of site.yaml's horovod: and the values to try, e.g. cycle_time_ms=0.1,1 "
-                             "or fusion_threshold_mb=0,64 ('default': Horovod's own); repeat for a grid")
+                             "or fusion_threshold_mb=0,64 ('default': Horovod's own); with --framework pytorch "
+                             "bucket_mb=1,25 (FIRESCALE_BUCKET_MB); repeat for a grid")
     parser.add_argument("--mode", choices=("grouped", "overlapped", "both"), default="both",
                         help="the trainer's allreduce: after backward as one group (its default), overlapped with "
                              "backward (--overlap-allreduce), or both (default)")
@@ -30,24 +34,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from firescale.bench.knobs import KNOBS_FORMAT, Setting, compare_knobs, knob_settings, parse_knob
-    from firescale.cluster.ranks import site_ranks
     from firescale.cluster.site import load_site
     from firescale.commands.args import int_list
     from firescale.data.manifest import load_manifest
     from firescale.predict.validation import TrainRuns
+    from firescale.train.backend import check_framework
 
+    check_framework(args.framework)
     ranks, batches = int_list(args.ranks), int_list(args.batch_per_rank)
     if len(ranks) != 1 or ranks[0] < 2:
-        raise FirescaleError(f"--ranks {args.ranks}: give one rank count of 2 or more; Horovod's knobs act "
+        raise FirescaleError(f"--ranks {args.ranks}: give one rank count of 2 or more; an allreduce's knobs act "
                              "between ranks")
     if args.iterations < 1:
         raise FirescaleError("--iterations must be at least 1")
-    knobs = dict(parse_knob(text) for text in args.knob)
+    knobs = dict(parse_knob(text, args.framework) for text in args.knob)
     if len(knobs) != len(args.knob):
         raise FirescaleError("--knob: give each key once, with all its values (KEY=V1,V2)")
     site = load_site(args.site)
     overlaps = {"grouped": [False], "overlapped": [True], "both": [False, True]}[args.mode]
-    settings = knob_settings(site.config.get("horovod"), knobs, overlaps)
+    # the PyTorch trainer's bucket is not a site setting yet: its default is the site's own
+    site_knobs = site.config.get("horovod") if args.framework == "tensorflow" else {}
+    settings = knob_settings(site_knobs, knobs, overlaps, args.framework)
     if len(settings) < 2:
         raise FirescaleError("nothing to compare: every setting given is the site's own, grouped; give --knob "
                              "values that differ from the site's, or --mode overlapped or both")
@@ -56,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     def go(workdir: Path) -> int:
         def one_run(setting: Setting, batch_per_rank: int, name: str) -> float:
             runs = TrainRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.iterations, workdir,
-                             site_ranks(setting.site(site)), overlap_allreduce=setting.overlap)
+                             setting.ranks(site), overlap_allreduce=setting.overlap, framework=args.framework)
             return runs.run(ranks[0], ranks[0] * batch_per_rank, name).iteration_s
 
         load_before = os.getloadavg()[0]
@@ -75,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
                       + ("  clear" if row is not own and row.clearly_faster(own) else ""))
         if args.json:
             atomic_write_json(args.json, {
-                "format": KNOBS_FORMAT, "site": site.name, "net": args.net, "ranks": ranks[0],
+                "format": KNOBS_FORMAT, "site": site.name, "framework": args.framework, "net": args.net,
+                "ranks": ranks[0],
                 "iterations": args.iterations, "repeats": args.repeats,
                 "load_average": [load_before, load_after], "cpus": os.cpu_count(),
                 "rows": [r.to_dict(batch_rows[0]) for batch_rows in rows.values() for r in batch_rows]})
