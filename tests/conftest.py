@@ -54,6 +54,10 @@ def pytest_configure(config):
     without one rank's pinning landing on the other worker's core.  Several ranks in one worker share
     its core, so MPI must yield while it waits rather than spin."""
     _aside_report_path(config)
+    # TensorFlow's oneDNN kernels on every x86 CPU, as on those with AVX-512 where they are the default: the
+    # memory model describes their allocations (bench/memory_probe.py), and each worker may load TensorFlow
+    # before the memory tests do.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     # Commands run from scratch folders find the project's sites as a user's shell would: through
     # FIRESCALE_SITE_PATH (a site named in ./site comes first).
     os.environ.setdefault("FIRESCALE_SITE_PATH", str(REPO / "site"))

@@ -1,10 +1,18 @@
 """What TensorFlow really allocates for one training iteration of a net, per layer and pass."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+
+# The model (model/memory.py) describes oneDNN's CPU kernels: a max pool's argmax workspace, convolution
+# gradients without an im2col copy.  TensorFlow 2.15 turns them on by default only on CPUs with AVX-512; on
+# others (an AMD EPYC with AVX2 here) Eigen's kernels run, whose filter gradients take 17 MB of scratch
+# for LeNet's 2 KB.  Asked for before TensorFlow loads, oneDNN's run on any x86 CPU.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+import tensorflow as tf  # noqa: E402
 
 from firescale.bench.memory import MeasuredLayer, MeasuredMemory
 from firescale.caffe.solver import SolverConfig
