@@ -54,6 +54,7 @@ class TorchSteps:
         self.cuda = self.device.type == "cuda"
         self.learnt = list(net.learnt)
         self._flags: dict[float, torch.Tensor] = {}   # the stop flag's two values, made on the device once
+        self._dropout = torch.Generator(device=self.device)   # reseeded for every micro-batch, made once
 
     def _flag(self, value: float) -> torch.Tensor:
         """The stop flag as a device tensor, without a host-to-device copy (and its wait) every iteration."""
@@ -79,9 +80,8 @@ class TorchSteps:
     def _generator(self, dropout_seed: tuple[int, int]) -> torch.Generator:
         """Dropout's masks from the run's seed and the micro-batch's global index, as the TF backend's stateless
         seed pair (the bits differ between frameworks; the distribution and its reproducibility do not)."""
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed((int(dropout_seed[0]) & 0xFFFFFFFF) << 32 | (int(dropout_seed[1]) & 0xFFFFFFFF))
-        return generator
+        self._dropout.manual_seed((int(dropout_seed[0]) & 0xFFFFFFFF) << 32 | (int(dropout_seed[1]) & 0xFFFFFFFF))
+        return self._dropout
 
     # ------------------------------------------------------------ steps
     def _grads(self, images: torch.Tensor, labels: torch.Tensor,
@@ -112,8 +112,7 @@ class TorchSteps:
         self._sync()
 
     def _update(self, summed: list[torch.Tensor], rate: float, iteration: int, batch: int) -> None:
-        scale = 1.0 / float(batch)
-        self.solver.apply([g * scale for g in summed], rate, iteration)
+        self.solver.apply(torch._foreach_mul(list(summed), 1.0 / float(batch)), rate, iteration)
 
     def iteration(self, images: Any, labels: Any, dropout_seed: tuple[int, int], rate: float, iteration: int,
                   batch: int, stop_flag: float) -> Any:
@@ -139,7 +138,7 @@ class TorchSteps:
     def warm_up(self, batch: int, seed: int) -> None:
         """Every step once on zeros, the weights and the solver's history put back afterwards: the allocator,
         the kernels' first choices and the process group's first allreduce are not in a timed iteration."""
-        state = [p for p in self.net.params] + list(self.solver.history) + list(self.solver.update_history)
+        state = [*self.net.params, *self.solver.history, *self.solver.update_history]
         saved = [t.detach().clone() for t in state]
         h, w, c = self.net.spec.input_shape
         images, labels = self.batch(np.zeros((batch, h, w, c), np.float32), np.zeros((batch,), np.int64))
@@ -199,8 +198,8 @@ class TorchBackend:
         return net.read_params()
 
     def write_params(self, net: CaffeNet, arrays: Mapping[str, np.ndarray]) -> None:
-        net.write_params({name: value for name, value in arrays.items()
-                          if any(info.name == name for info in net.infos)})
+        names = {info.name for info in net.infos}
+        net.write_params({name: value for name, value in arrays.items() if name in names})
 
     def broadcast_state(self, rank: Rank, net: CaffeNet, solver: CaffeSolver) -> None:
         rank.broadcast_tensors([*net.params, *solver.history, *solver.update_history])
