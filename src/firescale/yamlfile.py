@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from firescale.errors import FirescaleError
+from firescale.userfile import read_user_text
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -55,10 +56,4 @@ def parse_yaml(text: str, source: str | os.PathLike[str]) -> Any:
 def load_yaml(path: str | os.PathLike[str], what: str = "YAML file") -> Any:
     """Read and parse `path` strictly; a missing or unreadable file names `what` it is."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FirescaleError(f"cannot read {what} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise FirescaleError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return parse_yaml(text, path)
+    return parse_yaml(read_user_text(path, what), path)

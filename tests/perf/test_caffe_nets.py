@@ -226,7 +226,7 @@ def test_predict_layers_takes_a_file_and_prints_the_total(tmp_path):
 
 
 def test_a_plan_naming_a_layer_inside_a_residual_block_is_refused():
-    from firescale.nets.device_plan import LayerAssign
+    from firescale.caffe.dist import LayerAssign
 
     spec = get_net("resnet50")
     with pytest.raises(FirescaleError, match=r"plan: layer_assign names 'res3a/res3a_branch1', a branch inside block "

@@ -9,18 +9,12 @@ import pytest
 import yaml
 
 from cli import run_firescale
+from firescale.caffe.dist import LayerAssign, plan_from_mapping, plan_from_prototxt
 from firescale.caffe.solver import load_solver
 from firescale.errors import FirescaleError
 from firescale.model.memory import net_memory
 from firescale.model.split import check_plan_memory, per_top_layer, plan_for_memory, plan_for_time, plan_peaks
-from firescale.nets.device_plan import (
-    LayerAssign,
-    arch_devices,
-    check_devices,
-    plan_from_mapping,
-    plan_from_prototxt,
-    read_layer_plan,
-)
+from firescale.nets.device_plan import arch_devices, check_devices, read_layer_plan
 from firescale.nets.zoo import get_net
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +78,9 @@ def test_vgg19_at_batch_64_on_a_k20x_is_flagged_with_a_split_that_fits(tmp_path)
 
 def test_a_dist_plan_in_the_solver_file_is_used_and_checked(tmp_path):
     config = _config(tmp_path, NIN_SOLVER + VGG_DIST, "ib-cluster", [1, 4], [160])
-    assert load_solver(tmp_path / "vgg19.prototxt").base_lr == 0.01  # the solver's reader passes dist over
+    solver = load_solver(tmp_path / "vgg19.prototxt")
+    assert solver.base_lr == 0.01 and [a.name for a in solver.dist.train[0]] == ["conv1_1", "conv3_1"]
+    assert "dist" not in solver.to_dict()  # the record's solver settings stay the optimisation's
     proc = run_firescale("site", "lint", "ib-cluster", "--config", str(config))
     assert proc.returncode == 0, proc.stdout  # 160 per GPU is over 16 GB on one V100, under it split in two
     config = _config(tmp_path, NIN_SOLVER, "ib-cluster", [1], [160])
@@ -108,6 +104,25 @@ def test_the_seeds_dist_blocks_and_the_yaml_form_read_the_same(tmp_path):
     solver.write_text("base_lr: 0.01\nmax_iter: 10\ndist:\n  train:\n    - [{name: conv2, device: 1}]\n")
     assert load_solver(solver).max_iter == 10
     assert arch_devices(read_layer_plan(solver).train[0], get_net("lenet_same"), "s") == [0, 0, 1, 1, 1, 1, 1, 1]
+    assert load_solver(solver).dist == read_layer_plan(solver)
+    assert load_solver(REPO / "workflow" / "solvers" / "lenet-digits.yaml").dist is None
+
+
+def test_a_solver_file_is_read_once_for_its_settings_and_its_plan(tmp_path, monkeypatch):
+    """Fitting the sweep's memory needs the solver's settings and its dist plan: one read of the file."""
+    from firescale.cluster.site import load_site
+    from firescale.predict.memory_fit import fit_points
+    from firescale.sweep.points import SweepPoint
+
+    solver = tmp_path / "vgg19.prototxt"
+    solver.write_text(NIN_SOLVER + VGG_DIST)
+    reads = []
+    for method in ("read_text", "read_bytes"):
+        real = getattr(Path, method)
+        monkeypatch.setattr(Path, method, lambda self, *a, real=real, **k: reads.append(self) or real(self, *a, **k))
+    point = SweepPoint("vgg19", gpus=2, batch=160, lr=0.01, repeat=0, devices=2)
+    fits = fit_points(get_net("vgg19"), solver, [point], load_site("ib-cluster"), tmp_path)
+    assert reads.count(solver) == 1 and len(fits[0].peaks) == 2 and fits[0].problem is None  # split over the plan's two
 
 
 @pytest.mark.parametrize("arch, message", [

@@ -8,6 +8,7 @@ from typing import Any, Literal, cast
 
 from firescale.caffe.prototxt import parse_prototxt
 from firescale.errors import FirescaleError
+from firescale.userfile import read_user_text
 
 Phase = Literal["TRAIN", "TEST"]
 PHASES: tuple[str, ...] = ("TRAIN", "TEST")
@@ -459,11 +460,7 @@ def read_net(path: str | Path | Traversable, phase: str = "TRAIN") -> CaffeNetFi
     """The net file at `path` (a path, or a file shipped in the package), read for `phase`."""
     if isinstance(path, str):
         path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FirescaleError(f"cannot read net file {path}: {exc.strerror}") from None
-    return parse_net(text, str(path), phase)
+    return parse_net(read_user_text(path, "net file"), str(path), phase)
 
 
 # ---------------------------------------------------------------- the blobs form a DAG

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from firescale.caffe.dist import DevicePlan, plan_from_value
 from firescale.caffe.prototxt import PLAN_KEY, parse_prototxt
 from firescale.errors import FirescaleError
+from firescale.userfile import read_user_text
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
 # Caffe's history blobs per parameter: one (momentum, or the sum of squares) and a second set for
@@ -66,10 +68,15 @@ class SolverConfig:
     lr_mult: dict[str, list[float]] = field(default_factory=dict)
     decay_mult: dict[str, list[float]] = field(default_factory=dict)
     ignored: dict[str, Any] = field(default_factory=dict)
+    # Oh and Lee's layer-to-device plan (the file's `dist` blocks), read with the rest of the file; None: none.
+    dist: DevicePlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """All settings as plain JSON-able values (for the result record)."""
-        return dataclasses.asdict(self)
+        """All settings as plain JSON-able values (for the result record); the layer plan is not a
+        setting of the optimisation and is recorded where it is used (the run's placement)."""
+        settings = dataclasses.asdict(self)
+        del settings["dist"]
+        return settings
 
     @property
     def snapshot_name(self) -> str:
@@ -196,7 +203,8 @@ def solver_from_mapping(raw: dict[str, Any], source: str = "solver") -> SolverCo
     values: dict[str, Any] = {}
     ignored: dict[str, Any] = {}
     for key, value in raw.items():
-        if key == PLAN_KEY:  # the layer-to-device plan, read by firescale.nets.device_plan
+        if key == PLAN_KEY:  # the layer-to-device plan, checked against the net by firescale.nets.device_plan
+            values["dist"] = plan_from_value(value, source)
             continue
         if key == "test_iter" and isinstance(value, list):  # repeated: one per test net
             if len(value) == 1:
@@ -305,24 +313,34 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SolverConfig:
-    """Read a solver from YAML (.yaml/.yml) or Caffe text format (.prototxt), apply `key=value` overrides."""
+# The suffixes of a solver file (and of a layer plan's file, read the same way), by format.
+YAML_SUFFIXES = (".yaml", ".yml", ".json")
+PROTOTXT_SUFFIXES = (".prototxt", ".pbtxt", ".txt")
+
+
+def read_solver_keys(path: str | Path, what: str = "solver file") -> dict[str, Any]:
+    """The keys of a solver file as written, read as its suffix says: YAML (.yaml, .yml, .json; a key given
+    twice is an error, as in a prototxt) or Caffe's text format (.prototxt, .pbtxt, .txt).  A layer plan's
+    file is read here too, `what` naming it in errors."""
     from firescale.yamlfile import parse_yaml
 
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FirescaleError(f"cannot read solver file {path}: {exc.strerror}") from None
-    if path.suffix in (".yaml", ".yml", ".json"):
-        raw = parse_yaml(text, path)  # a key given twice is an error, as in a prototxt
-        raw = {} if raw is None else raw
-        if not isinstance(raw, dict):
-            raise FirescaleError(f"{path}: a solver file must be a mapping of Caffe solver keys")
-    elif path.suffix in (".prototxt", ".pbtxt", ".txt"):
-        raw = parse_prototxt(text, str(path))
-    else:
-        raise FirescaleError(f"solver file {path}: the name must end in .yaml, .yml or .prototxt")
+    if path.suffix not in YAML_SUFFIXES + PROTOTXT_SUFFIXES:
+        raise FirescaleError(f"{what} {path}: the name must end in .prototxt (Caffe's text format) or .yaml")
+    text = read_user_text(path, what)
+    if path.suffix in PROTOTXT_SUFFIXES:
+        return parse_prototxt(text, str(path))
+    raw = parse_yaml(text, path)
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise FirescaleError(f"{path}: a {what} must be a mapping of Caffe solver keys, not {type(raw).__name__}")
+    return raw
+
+
+def load_solver(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SolverConfig:
+    """Read a solver from YAML (.yaml/.yml) or Caffe text format (.prototxt), apply `key=value` overrides; its
+    layer plan, if the file has `dist` blocks, comes with it (`SolverConfig.dist`)."""
+    raw = read_solver_keys(path)
     for item in overrides:
         key, value = parse_override(item)
         if key in ("type", "solver_type"):  # an override of the method replaces either spelling

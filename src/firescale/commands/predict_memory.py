@@ -50,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
     limit = site.device_memory if site else None
     _print_layers(memory)
     top = [0] * len(spec.layers)
-    plan_file = args.layer_plan or (args.solver if args.solver and not (args.devices or args.limits) else None)
-    plan = read_layer_plan(plan_file) if plan_file else None
+    if args.layer_plan:
+        plan = read_layer_plan(args.layer_plan)
+    else:
+        plan = solver.dist if solver and not (args.devices or args.limits) else None
     if plan is not None:
         top = arch_devices(plan.train[0], spec, f"{plan.source}: dist (train) arch 0")
         if limit is not None:

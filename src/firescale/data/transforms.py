@@ -7,12 +7,14 @@ ranks or on which rank reads the sample, and a resumed run draws the same ones.
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from firescale.errors import FirescaleError
+from firescale.userfile import read_user_bytes
 
 
 @dataclass
@@ -25,6 +27,23 @@ class Transform:
     mirror: bool = False
 
 
+def _mean_file(path: Path) -> np.ndarray:
+    """A mean image from a NumPy array (.npy) or Caffe's BlobProto (.binaryproto), as float32."""
+    if path.suffix not in (".npy", ".binaryproto"):
+        raise FirescaleError(f"mean file {path} must end in .npy or .binaryproto")
+    data = read_user_bytes(path, "mean file")
+    if path.suffix == ".binaryproto":
+        from firescale.caffe.datum import DatumError, parse_blobproto_mean
+        try:
+            return parse_blobproto_mean(data)
+        except DatumError as exc:
+            raise FirescaleError(f"mean file {path} is not a Caffe mean image (a BlobProto): {exc}") from None
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False).astype(np.float32)
+    except (ValueError, EOFError, OSError) as exc:
+        raise FirescaleError(f"mean file {path} is not a NumPy array file (.npy): {exc}") from None
+
+
 def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None,
               shape: tuple[int, int, int]) -> np.ndarray | None:
     """The mean as a float32 array broadcastable to (H, W, C): per-channel values or a full image."""
@@ -32,26 +51,13 @@ def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None,
         return None
     h, w, c = shape
     if isinstance(mean, (str, Path)):
-        path = Path(mean)
-        try:
-            if path.suffix == ".npy":
-                array = np.load(path).astype(np.float32)
-            elif path.suffix == ".binaryproto":
-                from firescale.caffe.datum import DatumError, parse_blobproto_mean
-                try:
-                    array = parse_blobproto_mean(path.read_bytes())
-                except DatumError as exc:
-                    raise FirescaleError(f"{path}: {exc}") from exc
-            else:
-                raise FirescaleError(f"mean file {path} must end in .npy or .binaryproto")
-        except OSError as exc:
-            raise FirescaleError(f"mean file {path} cannot be read ({exc.strerror})") from exc
+        array = _mean_file(Path(mean))
         if array.ndim == 1:
             array = array.reshape(1, 1, -1)
         if array.ndim == 2:
             array = array[:, :, None]
         if array.shape not in ((h, w, c), (1, 1, c)):
-            raise FirescaleError(f"mean file {path} has shape {array.shape}; the dataset's images are {shape}")
+            raise FirescaleError(f"mean file {mean} has shape {array.shape}; the dataset's images are {shape}")
         return array
     values = np.asarray(mean, np.float32).reshape(-1)
     if len(values) == 1:

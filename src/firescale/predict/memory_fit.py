@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from firescale.caffe.dist import DevicePlan
 from firescale.caffe.solver import SolverConfig, load_solver
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.memory import NetMemory, net_memory
 from firescale.model.split import LayerSplit, check_plan_memory, largest_batch_that_fits, plan_peaks, propose_split
-from firescale.nets.device_plan import DevicePlan, arch_devices, check_devices, read_layer_plan
+from firescale.nets.device_plan import arch_devices, check_devices, read_layer_plan
 from firescale.nets.spec import NetSpec
 from firescale.predict.trained_net import trained_net
 from firescale.sweep.paths import resolve
@@ -93,10 +94,9 @@ def fit_points(spec: NetSpec, solver_path: str | Path, points: Sequence[SweepPoi
     the solver file, relative paths read from `base`) is checked against the net, the node's devices and
     their memory."""
     solver = load_solver(solver_path)
-    solver_plan = read_layer_plan(solver_path)
     out = []
     for p in points:
-        plan = read_layer_plan(resolve(p.layer_plan, base)) if p.layer_plan else solver_plan
+        plan = read_layer_plan(resolve(p.layer_plan, base)) if p.layer_plan else solver.dist
         if plan is None:
             out.append(_over(spec, p.name, p.peak_batch_per_gpu, solver, site, p.ranks))
             continue

@@ -94,7 +94,7 @@ def write_memory_and_batch_figures(plan: SweepPlan, experiment: str, records: li
     accuracy_by_batch.png (top-1 against iterations, a line per batch phase), before report.md."""
     from firescale.caffe.solver import load_solver
     from firescale.model.memory import net_memory
-    from firescale.nets.device_plan import arch_devices, read_layer_plan, record_devices
+    from firescale.nets.device_plan import arch_devices, record_devices
     from firescale.predict.memory_fit import experiment_solver
 
     site = plan.site
@@ -105,7 +105,7 @@ def write_memory_and_batch_figures(plan: SweepPlan, experiment: str, records: li
         solver = load_solver(solver_path)
         memory = net_memory(spec, baseline.batch_per_gpu, solver.type, weight_decay=solver.weight_decay > 0,
                             device_kind=site.device_kind)
-        layer_plan = read_layer_plan(solver_path)
+        layer_plan = solver.dist
         devices = None
         if layer_plan:
             devices = record_devices(spec, arch_devices(layer_plan.train[0], spec, str(solver_path)))

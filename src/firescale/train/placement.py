@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from firescale.caffe.dist import DevicePlan, LayerAssign
 from firescale.errors import FirescaleError
-from firescale.nets.device_plan import DevicePlan, LayerAssign, arch_devices, check_devices
+from firescale.nets.device_plan import arch_devices, check_devices
 from firescale.nets.spec import NetSpec, infer_shapes
 
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from firescale.caffe.dist import DevicePlan
 from firescale.caffe.lr_policies import current_step, learning_rate
 from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
-from firescale.nets.device_plan import DevicePlan, read_layer_plan
+from firescale.nets.device_plan import read_layer_plan
 from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, file_record, write_result
 from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, load_backend
@@ -142,7 +143,7 @@ def run_training(opts: TrainOptions) -> int:
             raise FirescaleError(f"--overlap-allreduce needs the solver's iter_size to be 1, not {solver_cfg.iter_size}"
                                  ": accumulated micro-batches send their sum once, after the last one")
         target = _resolve_target(opts)
-        plan = read_layer_plan(opts.layer_plan or opts.solver)
+        plan = read_layer_plan(opts.layer_plan) if opts.layer_plan else solver_cfg.dist
         if opts.layer_plan and plan is None:
             raise FirescaleError(f"--layer-plan {opts.layer_plan}: the file has no dist plan")
         _check_backend_options(opts, plan)
