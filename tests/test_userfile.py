@@ -67,7 +67,7 @@ def test_a_text_reader_refuses_a_directory_unreadable_or_missing_file(tmp_path: 
     if what == "site profile":  # a site may be named by its folder: then the folder must hold site.yaml
         assert f"{folder}: no site.yaml in this folder" in _refusal(read, folder)
     else:
-        assert f"{what} {folder} is a directory; expected a file: " in _refusal(read, folder)
+        assert f"{what} {folder} is a directory, not a file; expected " in _refusal(read, folder)
     unreadable = tmp_path / "unreadable" / name
     unreadable.parent.mkdir()
     unreadable.symlink_to(UNREADABLE)
@@ -122,3 +122,15 @@ def test_the_readers_run_as_root_here_so_unreadable_is_real() -> None:
     with pytest.raises(OSError):
         UNREADABLE.read_bytes()
     assert os.path.exists(UNREADABLE)
+
+
+def test_weights_and_records_go_through_the_same_reader(tmp_path: Path) -> None:
+    from firescale.atomic import load_json
+    from firescale.caffe.caffemodel import read_caffemodel
+
+    folder = tmp_path / "w.caffemodel"
+    folder.mkdir()
+    assert f"NetParameter (.caffemodel) {folder} is a directory, not a file" in _refusal(read_caffemodel, folder)
+    record = tmp_path / "result.json"
+    record.write_bytes(NOT_UTF8)
+    assert f"result {record} is not UTF-8 text (byte 0 is 0x80)" in _refusal(lambda p: load_json(p, "result"), record)

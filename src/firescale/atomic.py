@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.errors import FirescaleError
+from firescale.userfile import read_user_text
 
 
 def current_umask() -> int:
@@ -114,8 +115,6 @@ def load_json(path: str | os.PathLike[str], what: str = "file") -> Any:
     """The JSON in `path`; a missing, unreadable or malformed file is an error naming it and `what` it is."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FirescaleError(f"cannot read {what} {path}: {exc.strerror}") from None
+        return json.loads(read_user_text(path, what))
     except json.JSONDecodeError as exc:
         raise FirescaleError(f"{what} {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None

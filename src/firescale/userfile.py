@@ -38,23 +38,23 @@ def read_user_text(path: str | os.PathLike[str] | Traversable, what: str) -> str
     data = read_user_bytes(path, what)
     nul = data.find(b"\0", 0, _SNIFF)
     if nul >= 0:
-        raise FirescaleError(f"{what} {path} is not text (a NUL byte at byte {nul}); expected {_expected(what)}"
-                             f"{_hint(path, what)}")
+        raise FirescaleError(f"{what} {path} is not text (a NUL byte at byte {nul}){_expected(what)}"
+                             f"{_hint(path)}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FirescaleError(f"{what} {path} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
-                             f"expected {_expected(what)}{_hint(path, what)}") from None
+        raise FirescaleError(f"{what} {path} is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x})"
+                             f"{_expected(what)}{_hint(path)}") from None
 
 
 def _check_is_file(path: str | os.PathLike[str] | Traversable, what: str) -> None:
     if isinstance(path, Traversable) and not isinstance(path, Path):
         if not path.is_file():
-            raise FirescaleError(f"{what} {path} is not a file in the package; expected {_expected(what)}")
+            raise FirescaleError(f"{what} {path} is not a file in the package{_expected(what)}")
         return
     path = Path(path)
     if path.is_dir():
-        raise FirescaleError(f"{what} {path} is a directory; expected a file: {_expected(what)}")
+        raise FirescaleError(f"{what} {path} is a directory, not a file{_expected(what)}")
     if not path.exists():
         raise FirescaleError(f"{what} {path} does not exist" + (f" (in {Path.cwd()})" if not path.is_absolute()
                                                                 else ""))
@@ -67,10 +67,10 @@ def _unreadable(path: object, what: str, exc: OSError) -> FirescaleError:
 
 
 def _expected(what: str) -> str:
-    return EXPECTED.get(what, "a text file")
+    return f"; expected {EXPECTED[what]}" if what in EXPECTED else ""
 
 
-def _hint(path: object, what: str) -> str:
+def _hint(path: object) -> str:
     """What a binary file of a known kind is for, when it was given where text belongs."""
     suffix = Path(str(path)).suffix
     if suffix == ".caffemodel":

@@ -78,7 +78,7 @@ def test_bad_result_names_the_key(tmp_path):
     path.write_text('{"net": "lenet_same"}')
     with pytest.raises(FirescaleError, match="missing key"):
         read_result(path)
-    with pytest.raises(FirescaleError, match="cannot read"):
+    with pytest.raises(FirescaleError, match=r"absent.json does not exist"):
         read_result(tmp_path / "absent.json")
 
 

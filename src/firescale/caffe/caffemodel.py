@@ -17,6 +17,7 @@ from firescale.atomic import atomic_path
 from firescale.caffe.proto import BlobProto, LayerParameter, NetParameter
 from firescale.caffe.wire import length_delimited
 from firescale.errors import FirescaleError
+from firescale.userfile import read_user_bytes
 
 Blobs = dict[str, list[np.ndarray]]
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -70,10 +71,7 @@ def parse_message(message: Any, path: Path, what: str) -> Any:
     """Parse the file at `path` into `message` (a NetParameter or SolverState); one sentence when it fails."""
     from google.protobuf.message import DecodeError
 
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FirescaleError(f"cannot read {what} {path}: {exc.strerror}") from None
+    data = read_user_bytes(path, what)
     try:
         message.ParseFromString(data)
     except DecodeError as exc:
