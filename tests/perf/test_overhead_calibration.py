@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from run_records import run_record, train_result
 
 from cli import run_firescale
 from firescale.errors import FirescaleError
@@ -17,7 +18,6 @@ from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_
 from firescale.nets.zoo import get_net
 from firescale.predict.calibrate import calibrate, fit_compute_and_overhead, load_calibration
 from firescale.predict.measurements import read_measured_iteration, short_run_command
-from firescale.results import EvalPoint, IterationSplit, Segment, TrainResult
 
 DIGITS_LENET = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
 TRUTH = Platform("local", Device("cpu", 7.68e10, 1e10, ppp=0.35), Link(5e9, 5e-7, ppp=0.8), "tree", overhead_s=0.0025)
@@ -84,34 +84,11 @@ def test_repeats_in_equal_numbers_fit_as_their_means_do(shape, bound):
         assert overhead == pytest.approx(0.0025, rel=1e-6) and ppp == pytest.approx(0.35, rel=1e-6)
 
 
-def _train_result(batch_per_rank: int, iteration_ms: float, ranks: int = 1) -> dict:
-    """A trainer result as `firescale train` writes it (the fields results.TrainResult defines)."""
-    third = iteration_ms / 3e3
-    return TrainResult(
-        net="lenet_same", dataset="/nonexistent/digits", dataset_manifest_sha256="", ranks=ranks,
-        solver={"type": "SGD"},
-        batch={"ranks": ranks, "batch_per_rank": batch_per_rank, "total_batch": batch_per_rank * ranks,
-               "iter_size": 1, "effective_batch": batch_per_rank * ranks},
-        seed=1, data_seed=1, target_top1=None, target_source="none", reached_target=False, time_to_accuracy_s=None,
-        train_time_s=1.0, iterations=300, epochs=10.0, images_per_s=1000.0,
-        per_iteration=IterationSplit(third, third, third, 300), allreduce={}, hostnames=["vm"], versions={},
-        evals=[EvalPoint(300, 10.0, 1.0, 0.9, 1.0, 0.3)], segments=[Segment(0, 300, 1.0, 1.0, 0.0, 1, "finished")],
-        status="finished", command=["firescale", "train", "--dataset", "/nonexistent/digits", "--net", "lenet_same",
-                                    "--solver", "s.yaml", "--out", "/x", "--total-batch", "64", "--resume"],
-    ).to_dict()
-
-
-def _run_record(train: dict | None, outcome: str = "succeeded") -> dict:
-    return {"format": "firescale.sweep.run/1", "site": "local", "experiment": "digits-lenet", "point": "baseline",
-            "gpus": 1, "nodes": 1, "batch": 64, "lr": 0.05, "repeat": 0, "baseline": True, "outcome": outcome,
-            "reason": "", "log_tail": "", "queue_s": 0.0, "submissions": [], "train": train, "status": None}
-
-
 def test_calibrate_command_reads_run_records_and_fits_the_overhead(repo, tmp_path):
     base = tmp_path / "baseline.json"
-    base.write_text(json.dumps(_run_record(_train_result(64, 11.7))))
+    base.write_text(json.dumps(run_record(train_result(64, 11.7))))
     short = tmp_path / "short.json"
-    short.write_text(json.dumps(_train_result(32, 7.5)))        # a bare trainer result.json works too
+    short.write_text(json.dumps(train_result(32, 7.5)))        # a bare trainer result.json works too
     measured = read_measured_iteration(base)
     assert measured.iteration_s == pytest.approx(0.0117) and measured.batch_per_rank == 64
     out = tmp_path / "calibration.json"
@@ -131,7 +108,7 @@ def test_calibrate_command_reads_run_records_and_fits_the_overhead(repo, tmp_pat
 
 def test_unusable_records_are_named(tmp_path):
     failed = tmp_path / "failed.json"
-    failed.write_text(json.dumps(_run_record(None, outcome="failed")))
+    failed.write_text(json.dumps(run_record(None, outcome="failed")))
     with pytest.raises(FirescaleError, match="succeeded run"):
         read_measured_iteration(failed)
     other = tmp_path / "other.json"
@@ -157,7 +134,7 @@ def test_time_limits_of_none_are_refused_by_name_before_anything_runs(tmp_path, 
 
 
 def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
-    command = _train_result(64, 10.0)["command"]
+    command = train_result(64, 10.0)["command"]
     argv = short_run_command(command, 16, 200, tmp_path / "s")
     assert argv[1:4] == ["-m", "firescale", "train"]
     assert "--resume" not in argv and "/x" not in argv and "--total-batch" not in argv
@@ -298,9 +275,9 @@ def test_a_short_run_past_its_time_limit_is_stopped_with_its_processes_and_said(
 
 def test_comm_record_fits_communication_from_the_trainers_allreduce(repo, tmp_path):
     base = tmp_path / "baseline.json"
-    base.write_text(json.dumps(_run_record(_train_result(64, 11.7))))
+    base.write_text(json.dumps(run_record(train_result(64, 11.7))))
     two = tmp_path / "two.json"
-    two.write_text(json.dumps(_train_result(32, 10.5, ranks=2)))   # allreduce: a third of 10.5 ms
+    two.write_text(json.dumps(train_result(32, 10.5, ranks=2)))   # allreduce: a third of 10.5 ms
     out = tmp_path / "calibration.json"
     args = [sys.executable, "-m", "firescale", "predict", "calibrate", "--record", str(base), "--input", "8,8,1",
             "--classes", "10", "--peak-tflops", "0.0768", "--memory-gbs", "10", "--bandwidth-gbits", "40",

@@ -1,0 +1,176 @@
+"""`predict calibrate` without its command line (predict/calibration_run.py): a request's options refused by name
+before anything runs or is written, the net and its shape taken from the records, the fit stored and said."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+from run_records import run_record, train_result
+
+from firescale.cluster.site import load_site
+from firescale.errors import FirescaleError
+from firescale.model.comm import Link
+from firescale.model.paleo import Device, Platform
+from firescale.predict.calibrate import load_calibration
+from firescale.predict.calibration_run import (
+    CalibrationRequest,
+    command_option,
+    in_rounds,
+    measuring_site,
+    net_shape,
+    run_calibration,
+)
+from firescale.predict.measurements import MeasuredIteration
+
+# test_overhead_calibration's machine: 76.8 GFLOP/s and 10 GB/s, slow enough for LeNet's runs below
+PLATFORM = Platform("local", Device("cpu", 7.68e10, 1e10), Link(5e9, 5e-7), "tree")
+NUMBERS = CalibrationRequest(batch=64, iteration_s=0.03, net="lenet_same", input_shape=(8, 8, 1), classes=10)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"probe_rounds": 0}, "--probe-rounds must be 1 or more, not 0"),
+    ({"contention_rounds": 0}, "--contention-rounds must be 1 or more, not 0"),
+    ({"short_runs": -1}, "--short-runs must be 1 or more, not -1"),
+    ({"run_timeout": 0.0}, "--run-timeout must be more than 0 seconds, not 0"),
+    ({"probe_timeout": float("nan")}, "--probe-timeout must be more than 0 seconds, not nan"),
+    ({"io_format": "lmdb"}, "--io-format picks a format of --io-record: give --io-record too"),
+    ({"io_format": "lmdb", "probe_rounds": 0}, "--io-format picks a format of --io-record"),   # the record first
+    ({"iteration_s": None}, "--batch and --iteration-s go together"),
+    ({"batch": None, "iteration_s": None},
+     "give a single-rank run: --record RESULT.json, or --batch with --iteration-s"),
+    ({"net": None}, "give --net (no run record names the network)"),
+    ({"probe_overlap": True}, "--probe-overlap times the allreduce probe beside its step: give --allreduce-probe too"),
+    ({"allreduce_json": "a.json", "comm_record": "b.json"},
+     "give one of --allreduce-json, --comm-record and --allreduce-probe"),
+    ({"allreduce_probe": 2}, "--allreduce-probe starts ranks as a site does: give --site"),
+    ({"short_run": 50}, "--short-run repeats a recorded run: give its --record"),
+    ({"out": None}, "give --out, or --site so that the calibration goes to the site's results"),
+])
+def test_a_bad_request_is_refused_by_its_options_name_and_nothing_is_written(tmp_path, changes, message):
+    out = tmp_path / "calibration.json"
+    said: list[str] = []
+    with pytest.raises(FirescaleError, match=re.escape(message)):
+        run_calibration(replace(NUMBERS, **{"out": str(out), **changes}), PLATFORM, None, say=said.append)
+    assert not out.exists() and said == []
+
+
+def test_numbers_alone_are_fitted_stored_and_summed_up(tmp_path):
+    out = tmp_path / "calibration.json"
+    said: list[str] = []
+    done = run_calibration(replace(NUMBERS, out=str(out)), PLATFORM, None, say=said.append)
+    assert done.out == out and load_calibration(out).to_dict() == done.calibration.to_dict()
+    assert done.spec.name == "lenet_same" and done.spec.input_shape == (8, 8, 1) and done.spec.num_classes == 10
+    assert said == []      # nothing was measured: no record, no short run, no probe
+    assert 0 < done.calibration.ppp_compute < 1 and done.calibration.overhead_s == 0.0   # one batch: Paleo's
+    assert done.summary().startswith("lenet_same (8, 8, 1): compute percent of peak ")
+    assert done.summary().endswith(f"-> {out}")
+
+
+def _digits(tmp_path):
+    """A dataset folder whose manifest says 8x8 grey images of 10 classes (all the calibration reads of it)."""
+    folder = tmp_path / "digits"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"format": "firescale-dataset", "version": 1,
+                                                      "shape": [8, 8, 1], "num_classes": 10}))
+    return folder
+
+
+def test_records_give_the_net_its_shape_from_their_dataset_and_their_evaluations(tmp_path):
+    """The first record names the net; its dataset's manifest gives the classes, and the input cropped as its
+    command crops it; the evaluation time is the records' seconds evaluating over their evaluations."""
+    from firescale.results import EvalPoint, Segment
+
+    digits = _digits(tmp_path)
+    command = ["firescale", "train", "--dataset", str(digits), "--net", "lenet_same", "--crop", "6"]
+    base, short = tmp_path / "base.json", tmp_path / "short.json"
+    evals = [EvalPoint(100 * k, 1.0, 1.0, 0.9, 1.0, 0.3) for k in (1, 2, 3)]
+    base.write_text(json.dumps(run_record(train_result(
+        64, 11.7, dataset=str(digits), command=command, evals=evals,
+        segments=[Segment(0, 300, 1.0, 4.0, 0.6, 19200, "finished")]))))
+    short.write_text(json.dumps(train_result(32, 7.5, dataset=str(digits), command=command, evals=[])))
+    out = tmp_path / "calibration.json"
+    said: list[str] = []
+    done = run_calibration(CalibrationRequest(records=(str(base), str(short)), out=str(out)), PLATFORM, None,
+                           say=said.append)
+    assert (done.spec.name, done.spec.input_shape, done.spec.num_classes) == ("lenet_same", (6, 6, 1), 10)
+    assert done.calibration.eval_s == pytest.approx(0.6 / 3)
+    assert [r["batch_per_rank"] for r in done.calibration.compute_source["records"]] == [64, 32]
+    assert done.calibration.compute_source["overhead_fitted"] is True      # two batches: the overhead too
+    assert said == [f"measured: {base}: batch 64 per rank, 11.700 ms per iteration (data 3.900, compute 3.900, "
+                    "allreduce 3.900) over 300 iterations",
+                    f"measured: {short}: batch 32 per rank, 7.500 ms per iteration (data 2.500, compute 2.500, "
+                    "allreduce 2.500) over 300 iterations"]
+    # the options given win over the record's dataset
+    given = run_calibration(CalibrationRequest(records=(str(base),), input_shape=(8, 8, 1), classes=10,
+                                               out=str(out)), PLATFORM, None, say=said.append)
+    assert given.spec.input_shape == (8, 8, 1)
+
+
+def test_records_that_cannot_calibrate_are_named(tmp_path):
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(train_result(32, 10.5, ranks=2)))
+    out = tmp_path / "calibration.json"
+    with pytest.raises(FirescaleError, match=re.escape(f"{two}: calibration fits the compute factor from single-rank "
+                                                       "runs; this one has 2 ranks")):
+        run_calibration(CalibrationRequest(records=(str(two),), out=str(out)), PLATFORM, None)
+    other = tmp_path / "other.json"     # a run of another net cannot fit this net's communication
+    other.write_text(json.dumps(train_result(32, 10.5, ranks=2, net="lenet")))
+    with pytest.raises(FirescaleError, match=re.escape(f"{other}: net 'lenet' is not the calibrated 'lenet_same'")):
+        run_calibration(replace(NUMBERS, comm_record=str(other), out=str(out)), PLATFORM, None)
+    assert not out.exists()
+
+
+def test_the_shape_comes_from_the_options_else_the_manifest_and_the_recorded_crop(tmp_path):
+    digits = _digits(tmp_path)
+
+    def first(*command: str) -> MeasuredIteration:
+        return MeasuredIteration("r.json", "lenet_same", str(digits), 1, 64, 0.01, 0.0, 0.01, 0.0, 100, command)
+
+    assert net_shape(None, None, first("train")) == ((8, 8, 1), 10)
+    assert net_shape(None, None, first("train", "--crop=4")) == ((4, 4, 1), 10)
+    assert net_shape((28, 28, 1), None, first("train", "--crop", "4")) == ((28, 28, 1), 10)
+    assert net_shape(None, 3, first("train")) == ((8, 8, 1), 3)
+    assert net_shape(None, None, None) == (None, None)       # no record: the net's own
+    lost = MeasuredIteration("r.json", "lenet_same", str(tmp_path / "gone"), 1, 64, 0.01, 0.0, 0.01, 0.0, 100)
+    assert net_shape(None, None, lost) == (None, None)       # a dataset not ingested here: the net's own
+    assert command_option(("train", "--crop"), "--crop") is None          # an option without its value
+    assert command_option(("train", "--cropped", "5"), "--crop") is None
+
+
+def test_a_site_with_a_scheduler_is_measured_only_from_inside_its_job(monkeypatch):
+    monkeypatch.delenv("PBS_JOBID", raising=False)
+    titan = load_site("titan")
+    with pytest.raises(FirescaleError, match=r"--allreduce-probe measures on the nodes of site titan, whose "
+                                             r"scheduler is 'torque', but this is not one of its jobs \(\$PBS_JOBID"):
+        measuring_site(titan, "--allreduce-probe")
+    with pytest.raises(FirescaleError) as short:
+        measuring_site(titan, "--short-run")
+    assert "--allreduce-json" not in str(short.value)     # only the probe has a by-hand way round
+    with pytest.raises(FirescaleError, match="--short-run starts ranks as a site does: give --site"):
+        measuring_site(None, "--short-run")
+    monkeypatch.setenv("PBS_JOBID", "123.titan")
+    assert measuring_site(titan, "--allreduce-probe") is titan
+    local = load_site("local")
+    assert measuring_site(local, "--short-run") is local
+
+
+def test_a_failing_round_is_said_and_left_out_and_all_failing_is_the_first_failure():
+    said: list[str] = []
+
+    def measure(k: int) -> int:
+        if k == 1:
+            raise FirescaleError("stopped after 5 s")
+        return 10 * k
+
+    assert in_rounds(3, "allreduce probe", measure, said.append) == [0, None, 20]
+    assert said == ["firescale: allreduce probe round 2 of 3 left out: stopped after 5 s"]
+
+    def failing(k: int) -> int:
+        raise FirescaleError(f"failure {k + 1}")
+
+    with pytest.raises(FirescaleError, match="^failure 1$"):
+        in_rounds(2, "contention", failing, said.append)
+    assert said[1:] == ["firescale: contention round 1 of 2 left out: failure 1",
+                        "firescale: contention round 2 of 2 left out: failure 2"]
