@@ -233,11 +233,9 @@ def test_torch_distributed_allreduce_is_timed_beside_mpi_and_sums_as_the_pytorch
     ("tensorflow", "ring,gloo", "--algorithms: unknown gloo"),
 ])
 def test_a_framework_times_only_its_own_allreduce(framework, algorithms, message):
-    import argparse
-
-    from firescale.commands.bench_allreduce import _algorithms
+    from firescale.bench.allreduce_vs_model import bench_algorithms
 
     with pytest.raises(FirescaleError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        _algorithms(argparse.Namespace(framework=framework, algorithms=algorithms))
-    assert _algorithms(argparse.Namespace(framework="pytorch", algorithms=None)) == ["mpi", "torch"]
-    assert _algorithms(argparse.Namespace(framework="tensorflow", algorithms=None)) == ["ps", "tree", "ring"]
+        bench_algorithms(framework, algorithms)
+    assert bench_algorithms("pytorch", None) == ["mpi", "torch"]
+    assert bench_algorithms("tensorflow", None) == ["ps", "tree", "ring"]

@@ -1,0 +1,250 @@
+"""`firescale bench allreduce` as a whole: its options checked, the sizes it times, each measured allreduce set
+beside what the cost models predict for it, the table and the JSON record."""
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from firescale.atomic import atomic_write_json
+from firescale.bench.allreduce import (
+    BENCH_ALGORITHMS,
+    FRAMEWORK_ALGORITHMS,
+    SWEEP_BYTES,
+    AllreduceMeasurement,
+    framework_last,
+    horovod_vs_mpi,
+    measure_allreduce,
+    torch_vs_mpi,
+)
+from firescale.errors import FirescaleError
+from firescale.model.comm import Link, allreduce_time
+from firescale.model.paleo import Platform
+
+# The models each measured algorithm is predicted with, the first in `predicted_s`.  The point-to-point
+# parameter server is Paleo's OneToAll as it runs; FireCaffe's Eq. 3 is shown beside it.
+BENCH_MODELS = {"ps": ("ps", "firecaffe-ps")}
+DEFAULT_SIZE_MB = 30.0     # NiN's |W|
+LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce a framework calls
+
+Predicted = dict[str, float]   # seconds by cost model; empty without a link
+Measured = list[tuple[AllreduceMeasurement, Predicted]]
+
+
+@dataclass(frozen=True)
+class AllreduceBench:
+    """What is timed, and how: whose trainer's allreduce may be, the algorithms, repetitions per size, the
+    synthetic step before each allreduce (0: none) and the images a rank it is fed, and the compute that
+    Horovod's overlapped requests start beside (0: not timed)."""
+
+    framework: str
+    algorithms: tuple[str, ...]
+    reps: int = 5
+    compute_ms: float = 0.0
+    batch_per_rank: int = 1
+    overlap_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class BenchSizes:
+    """The bytes each algorithm reduces; with a net's gradients, their tensors (element counts) and the net;
+    the input shape of the images fed to Horovod's iteration (the net's, else one pixel)."""
+
+    sizes: tuple[int, ...]
+    tensors: tuple[int, ...] = ()
+    input_shape: tuple[int, ...] = (1, 1, 1)
+    gradients_of: str | None = None
+
+
+def allreduce_bench(framework: str, algorithms: str | None, *, reps: int = 5, compute_ms: float = 0.0,
+                    batch_per_rank: int = 1, overlap_ms: float = 0.0) -> AllreduceBench:
+    """The bench's options, checked: a framework firescale trains with, known algorithms (`bench_algorithms`),
+    at least one repetition and one image a rank, no step or overlap below 0, a synthetic step only for
+    TensorFlow, and an overlap only beside Horovod's allreduce after a step."""
+    from firescale.train.backend import check_framework
+
+    check_framework(framework)
+    chosen = bench_algorithms(framework, algorithms)
+    if reps < 1:
+        raise FirescaleError("--reps must be at least 1")
+    if not compute_ms >= 0:
+        raise FirescaleError(f"--compute-ms must be 0 or more, not {compute_ms}")
+    if batch_per_rank < 1:
+        raise FirescaleError(f"--batch-per-rank must be at least 1, not {batch_per_rank}")
+    if not overlap_ms >= 0:
+        raise FirescaleError(f"--overlap-ms must be 0 or more, not {overlap_ms}")
+    if compute_ms and framework == "pytorch":
+        raise FirescaleError("--compute-ms runs a synthetic TensorFlow step; with --framework pytorch the allreduces "
+                             "are timed on their own (leave --compute-ms out)")
+    if overlap_ms and not (compute_ms > 0 and "horovod" in chosen):
+        raise FirescaleError("--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod "
+                             "and --compute-ms")
+    return AllreduceBench(framework, tuple(chosen), reps, compute_ms, batch_per_rank, overlap_ms)
+
+
+def bench_algorithms(framework: str, given: str | None) -> list[str]:
+    """--algorithms (comma-separated; None: the framework's default), checked: known names, and of the
+    frameworks' own allreduces only `framework`'s."""
+    given = given or ("mpi,torch" if framework == "pytorch" else "ps,tree,ring")
+    algorithms = [a.strip() for a in given.split(",") if a.strip()]
+    unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]
+    if unknown:
+        raise FirescaleError(f"--algorithms: unknown {', '.join(unknown)}; known: {', '.join(BENCH_ALGORITHMS)}")
+    ours = FRAMEWORK_ALGORITHMS[framework]
+    other = [a for a in algorithms if a in FRAMEWORK_ALGORITHMS.values() and a != ours]
+    if other:
+        raise FirescaleError(f"--algorithms {other[0]} is another framework's allreduce than --framework "
+                             f"{framework}'s ({ours}); give --framework "
+                             f"{next(f for f, a in FRAMEWORK_ALGORITHMS.items() if a == other[0])} to time it")
+    return algorithms
+
+
+def bench_sizes(*, sweep: bool = False, sizes_mb: Sequence[float] | None = None, gradients_of: str | None = None,
+                input_shape: tuple[int, int, int] | None = None, classes: int | None = None) -> BenchSizes:
+    """What to reduce: one of the sweep (64 KiB to 64 MiB), sizes in MB (default 30) and a net's gradients
+    (in the net's input shape and classes, which only it takes)."""
+    given = [name for name, value in (("--sweep", sweep), ("--sizes-mb", sizes_mb),
+                                      ("--gradients-of", gradients_of)) if value]
+    if len(given) > 1:
+        raise FirescaleError(f"give one of --sweep, --sizes-mb and --gradients-of, not {' and '.join(given)}")
+    if (input_shape or classes is not None) and not gradients_of:
+        raise FirescaleError("--input and --classes describe the net of --gradients-of; give it too")
+    if gradients_of:
+        from firescale.model.layers import net_cost
+        from firescale.nets.zoo import get_net
+
+        spec = get_net(gradients_of, num_classes=classes, input_shape=input_shape)
+        cost = net_cost(spec, 1)
+        return BenchSizes((cost.weight_bytes,), tuple(cost.gradient_tensors), tuple(spec.input_shape), gradients_of)
+    if sweep:
+        return BenchSizes(SWEEP_BYTES)
+    return BenchSizes(tuple(int(mb * 1e6) for mb in (sizes_mb or [DEFAULT_SIZE_MB])))
+
+
+def bench_link(platform: Platform | None, *, reduce_gbs: float | None = None,
+               from_site: bool = False) -> tuple[Link | None, str]:
+    """The link the measurements are predicted on, and the site's allreduce model: none without a platform
+    (and 'tree'); a rank sums received gradients at `reduce_gbs`, else on a site's platform at its device's
+    memory bandwidth / 3, else at no cost."""
+    if platform is None:
+        return None, "tree"
+    link = platform.link
+    if reduce_gbs:
+        link = replace(link, reduce_rate=reduce_gbs * 1e9)
+    elif from_site:
+        link = replace(link, reduce_rate=platform.device.memory_bandwidth / 3)
+    return link, platform.algorithm
+
+
+def models_for(algorithm: str, site_algorithm: str) -> tuple[str, ...]:
+    """The cost models a measured algorithm is set beside: its own (the site's for mpi and the frameworks')."""
+    if algorithm in ("mpi", *FRAMEWORK_ALGORITHMS.values()):
+        return (site_algorithm,)
+    return BENCH_MODELS.get(algorithm, (algorithm,))
+
+
+def time_allreduces(comm: Any, bench: AllreduceBench, sizes: BenchSizes, link: Link | None, site_algorithm: str,
+                    measure: Callable[..., AllreduceMeasurement] = measure_allreduce) -> Measured:
+    """Each algorithm (a framework's own last) at each size, on every rank of `comm`, each beside its models'
+    predictions on `link` (none without one)."""
+    results: Measured = []
+    for algo in framework_last(list(bench.algorithms)):
+        for nbytes in sizes.sizes:
+            m = measure(comm, algo, nbytes, bench.reps, compute_s=bench.compute_ms / 1e3, tensors=sizes.tensors,
+                        batch=bench.batch_per_rank, input_shape=sizes.input_shape,
+                        overlap_s=bench.overlap_ms / 1e3 if algo == "horovod" else 0.0)
+            predicted = {model: allreduce_time(model, m.bytes, m.ranks, link)
+                         for model in models_for(algo, site_algorithm)} if link else {}
+            results.append((m, predicted))
+    return results
+
+
+def run_allreduce_bench(comm: Any, bench: AllreduceBench, sizes: BenchSizes, link: Link | None, site_algorithm: str,
+                        *, json_path: str | None = None, say: Callable[[str], None] = print,
+                        measure: Callable[..., AllreduceMeasurement] = measure_allreduce) -> Measured:
+    """Time the allreduces (`time_allreduces`); rank 0 says the table and writes the JSON record to
+    `json_path`, with the load average before and after and the Horovod knobs of the environment."""
+    from firescale.cluster.horovod import recorded_knobs
+
+    load_before = os.getloadavg()[0]
+    results = time_allreduces(comm, bench, sizes, link, site_algorithm, measure)
+    if comm.Get_rank() != 0:
+        return results
+    load = (load_before, os.getloadavg()[0])
+    knobs = recorded_knobs(os.environ)
+    for line in table_lines(comm.Get_size(), bench, sizes, results, knobs, load):
+        say(line)
+    if json_path:
+        atomic_write_json(json_path, bench_record(comm.Get_size(), bench, sizes, link, results, knobs, load))
+    return results
+
+
+def table_lines(ranks: int, bench: AllreduceBench, sizes: BenchSizes, results: Measured, knobs: dict[str, str],
+                load: tuple[float, float]) -> list[str]:
+    """The bench's report: what was timed, each measurement beside each model's prediction, the share of an
+    overlapped allreduce hidden, and each framework's allreduce against MPI_Allreduce of the same bytes."""
+    grouped = next((m.tensors for m, _ in results if m.tensors), 0)
+    lines = [f"{ranks} ranks, {bench.reps} repetitions; times are the slowest rank's"
+             + (f"; {LIBRARIES[bench.framework]} sums {sizes.gradients_of}'s {grouped} gradients and the loss as "
+                "one group" if grouped else "")
+             + (f", after a {bench.compute_ms:g} ms step (the ranks' mean step subtracted)" if bench.compute_ms
+                else ""),
+             f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; "
+             + (f"framework {bench.framework}" if bench.framework != "tensorflow" else "Horovod knobs: "
+                + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults")),
+             f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'model':>15} "
+             f"{'predicted ms':>13} {'meas/pred':>10}"]
+    for m, predicted in results:
+        rows: list[tuple[str, float | None]] = list(predicted.items()) or [("-", None)]
+        for model, pred in rows:
+            ratio = f"{m.median_s / pred:.2f}" if pred else "-"
+            lines.append(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} "
+                         f"{m.min_s * 1e3:>9.3f} {model:>15} "
+                         f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
+    for m, _ in results:
+        if m.hidden_share is not None:
+            lines.append(f"overlapped: Horovod's allreduce of {m.bytes / 1e6:.3f} MB started beside "
+                         f"{m.window_s * 1e3:.3f} ms of compute added "
+                         f"{statistics.fmean(m.overlapped_seconds) * 1e3:.3f} ms (mean), against "
+                         f"{m.mean_s * 1e3:.3f} ms after the step: {m.hidden_share:.0%} of it ran beside the compute")
+    return lines + _against_mpi([m for m, _ in results])
+
+
+def _against_mpi(measured: list[AllreduceMeasurement]) -> list[str]:
+    """Horovod's and torch.distributed's allreduce, each against MPI_Allreduce of the same bytes (when timed)."""
+    lines = []
+    pairs = horovod_vs_mpi(measured)
+    if pairs:
+        lines.append(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} "
+                     f"{'(fastest reps)':>15} {'graph call ms':>14} {'% without it':>13}")
+        lines += [f"{p.bytes / 1024:>8.0f} {p.mpi_s * 1e3:>9.3f} {p.horovod_s * 1e3:>11.3f} "
+                  f"{p.percent_of_mpi:>21.1f}% {p.best_percent_of_mpi:>14.1f}% {p.graph_call_s * 1e3:>14.3f} "
+                  f"{p.in_graph_percent_of_mpi:>12.1f}%" for p in pairs]
+        lines.append("graph call: the same TensorFlow call and wait with tf.identity in place of Horovod's op, which "
+                     "a training step pays once whatever its graph holds")
+    torch_pairs = torch_vs_mpi(measured)
+    if torch_pairs:
+        group = next(m.process_group for m in measured if m.process_group)
+        lines.append(f"{'KiB':>8} {'MPI ms':>9} {'torch ms':>9} {'torch % of MPI rate':>20} {'(fastest reps)':>15}   "
+                     f"(torch.distributed over {group})")
+        lines += [f"{t.bytes / 1024:>8.0f} {t.mpi_s * 1e3:>9.3f} {t.torch_s * 1e3:>9.3f} {t.percent_of_mpi:>19.1f}% "
+                  f"{t.best_percent_of_mpi:>14.1f}%" for t in torch_pairs]
+    return lines
+
+
+def bench_record(ranks: int, bench: AllreduceBench, sizes: BenchSizes, link: Link | None, results: Measured,
+                 knobs: dict[str, str], load: tuple[float, float]) -> dict[str, Any]:
+    """The JSON record of a bench (`--json`): what was timed, on what, each measurement with its predictions."""
+    measured = [m for m, _ in results]
+    return {
+        "ranks": ranks, "framework": bench.framework, "reps": bench.reps, "compute_ms": bench.compute_ms,
+        "gradients_of": sizes.gradients_of,
+        "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
+        "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
+                                           "ppp": link.ppp, "reduce_rate": link.reduce_rate},
+        "measurements": [{**m.to_dict(), "predicted_s": next(iter(pred.values()), None),
+                          "predicted_by_model": pred} for m, pred in results],
+        "horovod_vs_mpi": [p.to_dict() for p in horovod_vs_mpi(measured)],
+        "torch_vs_mpi": [t.to_dict() for t in torch_vs_mpi(measured)]}
