@@ -91,6 +91,7 @@ LAUNCHERS = {
 }
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("variant", list(LAUNCHERS))
 def test_ranks_on_both_nodes_get_everything_the_job_body_set(tmp_path, vcluster, monkeypatch, variant):
     launcher = LAUNCHERS[variant].get("launcher", variant)

@@ -21,7 +21,7 @@ from firescale.sweep.run import PointRun, Polling, collect
 from firescale.testing.namespaces import processes_in
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.vcluster
+pytestmark = [pytest.mark.vcluster, pytest.mark.tensorflow]   # the ranks allreduce with Horovod
 
 # Two ranks that allreduce for up to two minutes; each says when it is under way.
 RANK_CODE = """\
