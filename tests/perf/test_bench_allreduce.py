@@ -107,6 +107,7 @@ def test_the_hidden_share_is_the_share_of_the_allreduce_that_ran_beside_the_comp
                                 ).to_dict()["hidden_share"] == pytest.approx(0.6)
 
 
+@pytest.mark.tensorflow
 def test_a_nets_gradient_tensors_are_the_trainers_parameters():
     """The element counts the probe groups are those of the parameters the trainer sums, blob for blob."""
     import numpy as np

@@ -20,6 +20,7 @@ def lenet_measured():
     return _measure(get_net("lenet_same"), 64, momentum=0.9, weight_decay=0.0005)
 
 
+@pytest.mark.tensorflow
 def test_lenet_matches_tensorflows_allocations_layer_by_layer(lenet_measured):
     model = net_memory(get_net("lenet_same"), 64, "SGD", device_kind="cpu")
     rows = compare(model, lenet_measured)
@@ -42,6 +43,7 @@ def test_lenet_matches_tensorflows_allocations_layer_by_layer(lenet_measured):
     assert measured_from_dict(lenet_measured.to_dict(), "x").peak == lenet_measured.peak
 
 
+@pytest.mark.tensorflow
 def test_grouped_convolution_lrn_and_dropout_match_and_the_peak_is_an_upper_bound():
     spec = get_net("alexnet", num_classes=10, input_shape=(67, 67, 3))
     measured = _measure(spec, 4, type="Adam", momentum=0.9, weight_decay=0.0005)
@@ -66,6 +68,7 @@ def test_history_and_update_buffers_follow_the_solver_type():
     assert set(HISTORY_BLOBS) == set(SOLVER_TYPES) == set(UPDATE_BUFFERS)
 
 
+@pytest.mark.tensorflow
 def test_the_solvers_history_blobs_are_what_the_model_counts():
     import tensorflow as tf
 

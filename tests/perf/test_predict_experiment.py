@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from functools import cache
 
+import numpy as np
 import pytest
 import yaml
 
@@ -12,6 +14,18 @@ from cli import run_firescale
 from firescale.errors import FirescaleError
 from firescale.predict.calibrate import Calibration, save_calibration
 from firescale.predict.experiment import ILSVRC12_TRAIN_IMAGES
+
+
+@cache
+def digits_split() -> tuple[int, int]:
+    """The training and test records of `data ingest --source digits`, counted from scikit-learn's digits
+    (1,797 images of 10 classes) by the ingest's rule: the default test fraction 0.2 of each class, rounded
+    (data/sources.py, stratified_split); 1,438 and 359."""
+    from sklearn.datasets import load_digits
+
+    per_class = [int(n) for n in np.bincount(load_digits().target)]
+    test = sum(round(0.2 * n) for n in per_class)
+    return sum(per_class) - test, test
 
 
 @pytest.fixture(scope="module")
@@ -66,19 +80,20 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     assert base["speedup"] == 1.0 and 1.0 < two["speedup"] < 2.0
     # No `epochs` key: the baseline's max_iter (1500) at batch 64 over the 1,438 training records.
     model = data["model"]
-    assert model["dataset_size"] == 1438 and model["input_shape"] == [8, 8, 1]
-    assert model["epochs"] == pytest.approx(1500 * 64 / 1438)
+    train, test = digits_split()
+    assert model["dataset_size"] == train and model["input_shape"] == [8, 8, 1]
+    assert model["epochs"] == pytest.approx(1500 * 64 / train)
     assert base["training_s"] == pytest.approx(1500 * base["iteration_s"])
     # An evaluation before the first iteration (Caffe's default test_initialization) and every 50
     # iterations (the solver's test_interval): 31 of the calibrated 50 ms on one device, sharded in two
     # at 2 ranks; time to accuracy is training plus evaluating.
-    assert model["test_interval"] == 50 and model["test_size"] == 359 and model["test_initialization"] is True
+    assert model["test_interval"] == 50 and model["test_size"] == test and model["test_initialization"] is True
     assert base["evaluation_s"] == pytest.approx(31 * 0.05) and two["evaluation_s"] == pytest.approx(31 * 0.05 / 2)
     for p in (base, two):
         assert p["time_to_accuracy_s"] == pytest.approx(p["training_s"] + p["evaluation_s"])
     assert two["speedup"] == pytest.approx(base["time_to_accuracy_s"] / two["time_to_accuracy_s"])
     assert base["iteration_s"] > 0.002                        # the overhead is in every iteration
-    assert "| g2-b64-r0 | 2 | 64 | 0.05 | 66.76 |" in md.read_text()
+    assert f"| g2-b64-r0 | 2 | 64 | 0.05 | {1500 * 64 / train:.4g} |" in md.read_text()       # 66.76 epochs
 
 
 def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site, digits_config):
@@ -105,7 +120,8 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["calibration"] is None
-    assert data["model"]["dataset_size"] == ILSVRC12_TRAIN_IMAGES and data["model"]["epochs"] == 47
+    # the experiment's own `epochs: 47` (workflow/config.yaml), over ILSVRC-2012's 1,281,167 training images
+    assert data["model"]["dataset_size"] == ILSVRC12_TRAIN_IMAGES == 1_281_167 and data["model"]["epochs"] == 47
     points = data["points"]
     names = ["baseline", "g32-b256-r0", "g32-b1024-r0", "g128-b1024-r0"]
     assert sorted(points) == sorted(names)                  # keys are written sorted
@@ -158,13 +174,14 @@ def test_without_a_measured_evaluation_the_forward_pass_over_the_test_set_is_mod
     from firescale.predict.experiment import ExperimentModel, evaluation_s
 
     platform = platform_from_site(load_site(local_site))
-    model = ExperimentModel(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1438, "test", 4.0, "test",
-                            test_interval=50, test_size=359)
-    forward = compute_times(net_cost(model.net, 180), platform.device).forward     # ceil(359 / 2) per device
+    train, test = digits_split()
+    model = ExperimentModel(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), train, "test", 4.0, "test",
+                            test_interval=50, test_size=test)
+    forward = compute_times(net_cost(model.net, -(-test // 2)), platform.device).forward    # 180 per device
     assert evaluation_s(model, platform, 2, 101) == pytest.approx(3 * forward)       # at 50, 100 and the end
     cal = Calibration("local", 0.5, 0.5, {}, {}, eval_s=0.04)
     assert evaluation_s(model, platform, 2, 100, cal) == pytest.approx(2 * 0.02)
-    no_test = ExperimentModel(model.net, 1438, "test", 4.0, "test", test_interval=50, test_size=0)
+    no_test = ExperimentModel(model.net, train, "test", 4.0, "test", test_interval=50, test_size=0)
     assert evaluation_s(no_test, platform, 1, 100, cal) == 0.0
     # Ranks that share a node evaluate their shards at once, as they train: the node's contention slows both.
     shared = replace(platform, contention=2.1)

@@ -12,6 +12,8 @@ from firescale.train.tensorflow.nets import build_net
 from firescale.train.tensorflow.profile import profile_net
 from firescale.train.timing import median_seconds
 
+pytestmark = pytest.mark.tensorflow
+
 
 def test_profile_a_small_lenet(tmp_path):
     spec = get_net("lenet_same", input_shape=(8, 8, 1))

@@ -1,6 +1,8 @@
-"""How `bench predict` and the probes start ranks as a site does: what a failed run reports."""
+"""How `bench predict` and the probes start ranks as a site does: what a failed run reports, and the virtual
+cluster reached through its client shims."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -138,3 +140,84 @@ def test_copies_share_a_node_as_a_job_step_only_where_the_site_starts_steps_thro
     assert copies_step(load_site("titan")) is None          # aprun: the job's first node
     slurm_mpirun = load_site(site_copy(tmp_path, "vcluster-2x2", lambda d: d.update(launcher="mpirun")))
     assert slurm_mpirun.scheduler == "slurm" and copies_step(slurm_mpirun) is None
+
+
+# The virtual cluster's srun reaches its controller only through the client shims in its folder (`vcluster:`);
+# srun from outside it, as `bench knobs --site vcluster` ran it, failed with "DNS SRV lookup failed".
+OUTSIDE_SRUN = "#!/bin/sh\necho 'srun: error: fetch_config: DNS SRV lookup failed' >&2\nexit 1\n"
+# A shim that leaves the launcher's options and runs the command here, saying it was the shim.
+SHIM_SRUN = '#!/bin/sh\necho "through the shims"\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n'
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _up_cluster(root: Path, cpus_per_node: int = 1) -> None:
+    """A virtual cluster's folder as `vcluster up` leaves it, but for its shims (a stand-in srun) and a live
+    controller (this process's pid)."""
+    from firescale.testing.host_files import vcluster_slurm_conf
+    from firescale.testing.layout import ClusterLayout
+    layout = ClusterLayout(root=root, cpus_per_node=cpus_per_node)
+    _executable(layout.bin / "srun", SHIM_SRUN)
+    layout.conf.write_text(vcluster_slurm_conf(layout))
+    layout.pidfile("slurmctld", "ctl").write_text(f"{os.getpid()}\n")
+
+
+def _outside_the_cluster(tmp_path: Path, monkeypatch) -> None:
+    _executable(tmp_path / "outside" / "srun", OUTSIDE_SRUN)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'outside'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+
+
+@pytest.mark.parametrize("site", ["vcluster", "vcluster-2x2"])
+def test_ranks_on_the_virtual_cluster_start_through_its_client_shims(site, tmp_path, monkeypatch):
+    from firescale.cluster.ranks import site_ranks
+    root = tmp_path / "vc"
+    _up_cluster(root, cpus_per_node=2 if site == "vcluster-2x2" else 1)
+    _outside_the_cluster(tmp_path, monkeypatch)
+    ranks = site_ranks(load_site(site_copy(tmp_path, site, lambda d: d.update(vcluster=str(root)))))
+    out = ranks.run(2, [sys.executable, "-c", "print('rank ran')"], "the check")
+    assert out.splitlines() == ["through the shims", "rank ran"]
+    assert ranks.environment()["PATH"] == f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    # inside one of its jobs srun reaches the controller itself: PATH as it is, the cluster not asked
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert ranks.environment()["PATH"] == os.environ["PATH"]
+
+
+def test_ranks_on_a_virtual_cluster_that_is_not_up_say_to_bring_it_up(tmp_path, monkeypatch):
+    from firescale.cluster.ranks import site_ranks
+    ranks = site_ranks(load_site("vcluster"))
+    _outside_the_cluster(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)        # no .firescale-work/vcluster here
+    with pytest.raises(FirescaleError) as caught:
+        ranks.run(2, [sys.executable, "-c", "print('rank ran')"], "the check")
+    assert str(caught.value) == ("site vcluster runs on the virtual cluster in .firescale-work/vcluster, which is "
+                                 "not up; start it with `firescale vcluster up` (as root)")
+    # its files left by a cluster since brought down: no live controller
+    _up_cluster(tmp_path / ".firescale-work" / "vcluster")
+    (tmp_path / ".firescale-work" / "vcluster" / "slurmctld.pid").unlink()
+    with pytest.raises(FirescaleError, match=r"which is not up; start it with `firescale vcluster up` \(as root\)$"):
+        ranks.environment()
+
+
+def test_two_ranks_a_node_on_a_virtual_cluster_of_one_cpu_a_node_say_how_to_restart_it(tmp_path, monkeypatch):
+    from firescale.cluster.ranks import site_ranks
+    root = tmp_path / "vc"
+    _up_cluster(root, cpus_per_node=1)
+    _outside_the_cluster(tmp_path, monkeypatch)
+    ranks = site_ranks(load_site(site_copy(tmp_path, "vcluster-2x2", lambda d: d.update(vcluster=str(root)))))
+    with pytest.raises(FirescaleError) as caught:
+        ranks.environment()
+    assert str(caught.value) == (f"site vcluster-2x2 runs 2 ranks a node on the virtual cluster in {root}, whose node "
+                                 f"n1 has 1 CPU(s); restart it with `firescale vcluster up --dir {root} "
+                                 "--cpus-per-node 2` (as root)")
+
+
+def test_only_a_slurm_site_names_a_virtual_cluster(tmp_path):
+    from firescale.cluster.site import check_site
+    _, _, errors = check_site(site_copy(tmp_path, "local", lambda d: d.update(vcluster="./vc")))
+    assert errors == [f"{tmp_path / 'local' / 'site.yaml'}: key 'vcluster': the virtual cluster runs Slurm, "
+                      "this site uses 'local'"]

@@ -1,6 +1,7 @@
 """Directives per scheduler: Slurm never requeues by itself, PBS Pro and Torque/Moab each get their own words."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -58,22 +59,28 @@ def test_the_pbs_pro_timer_signals_the_job_within_its_lead_time(tmp_path):
     """A real run of the job body: a 12 s walltime with a 10 s lead; the ranks get SIGUSR1 about 2 s in.  The
     site's device is this machine's CPU core: a GPU site's job would first refuse this machine's Horovod,
     built without NCCL (tests/site/test_horovod_check.py)."""
+    walltime_s, lead_s = 12, 10
     site = pbs_site(tmp_path, "pbs", launcher_options=["--oversubscribe"], environment={"variables": {}},
                     node={"gpus": 1, "cores": 1, "memory_gb": 4},
                     device=load_site("local").config["device"],
                     interconnect=load_site("local").config["interconnect"],
-                    walltime_signal={"signal": "USR1", "seconds_before": 10})
+                    walltime_signal={"signal": "USR1", "seconds_before": lead_s})
     run = tmp_path / "run"
     code = ("import signal, sys, time, pathlib\n"
             "signal.signal(signal.SIGUSR1,\n"
             "              lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
             "time.sleep(60)\n")
     script = tmp_path / "job.sh"
-    script.write_text(render_job_script(site, job(1, 12, [sys.executable, "-c", code], run)))
+    script.write_text(render_job_script(site, job(1, walltime_s, [sys.executable, "-c", code], run)))
     started = time.time()
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90)
     took = time.time() - started
     status = json.loads((run / "status.json").read_text())
     assert (run / "snapshot.txt").read_text() == "saved", proc.stderr
     assert status["signal"] == "USR1" and status["signal_time"] and status["exit_code"] == 3
-    assert 1.5 < took < 30
+    # the signal came when due, the lead time before the walltime (2 s in; the stamps are whole seconds), and the
+    # job ended on it: a timer that waited out the walltime, or fired at once, fails here
+    stamp = lambda key: dt.datetime.strptime(status[key], "%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    due = walltime_s - lead_s
+    assert due - 1 <= (stamp("signal_time") - stamp("start")).total_seconds() <= due + 2, status
+    assert due - 0.5 < took < walltime_s

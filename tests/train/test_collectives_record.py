@@ -25,6 +25,7 @@ def test_horovod_s_order_picks_the_library():
     assert collective_library(device="CPU:0", mpi_enabled=False, gloo_enabled=False, nccl_built=False) == "none"
 
 
+@pytest.mark.tensorflow
 def test_two_ranks_on_gloo_record_gloo(run_ranks, tmp_path):
     """MPI starts the ranks and Gloo sums (the MPI case is the trainer's record, tests/train/test_trainer_mpi.py).
     Each rank writes its own file: the two ranks' lines on one standard output can interleave."""

@@ -44,6 +44,7 @@ def _nchw(y) -> np.ndarray:
     return np.asarray(y, np.float64).transpose(0, 3, 1, 2)
 
 
+@pytest.mark.tensorflow
 def test_rectangular_dilated_convolution_without_bias_is_caffes():
     from firescale.train.caffe_weights import caffe_layouts, to_caffe
     from firescale.train.tensorflow.nets import CaffeNet
@@ -64,6 +65,7 @@ def test_rectangular_dilated_convolution_without_bias_is_caffes():
     np.testing.assert_allclose(got, want.reshape(2, -1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.tensorflow
 def test_batch_norm_and_scale_are_caffes_in_train_and_test():
     from firescale.train.tensorflow.nets import CaffeNet
 
@@ -102,6 +104,7 @@ def test_batch_norm_and_scale_are_caffes_in_train_and_test():
     assert fixed.param("bn/factor").numpy()[0] == 0.0
 
 
+@pytest.mark.tensorflow
 def test_lrn_within_channel_is_caffes_and_cifar10_full_builds():
     from firescale.nets.spec import LRN
     from firescale.train.tensorflow.nets import CaffeNet
@@ -118,6 +121,7 @@ def test_lrn_within_channel_is_caffes_and_cifar10_full_builds():
     assert tuple(full(np.ones((2, 8, 8, 1), np.float32), training=True).shape) == (2, 10)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("merge, combine", [("sum", np.add), ("prod", np.multiply), ("max", np.maximum)])
 def test_eltwise_merges_with_an_identity_shortcut(merge, combine):
     from firescale.train.tensorflow.nets import CaffeNet
@@ -130,6 +134,7 @@ def test_eltwise_merges_with_an_identity_shortcut(merge, combine):
     np.testing.assert_allclose(net(x).numpy(), want.transpose(0, 3, 1, 2).reshape(2, -1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tensorflow
 def test_a_residual_net_file_trains_and_its_blobs_round_trip_in_caffes_shapes(tmp_path):
     import tensorflow as tf
 
@@ -165,6 +170,7 @@ def test_a_residual_net_file_trains_and_its_blobs_round_trip_in_caffes_shapes(tm
     assert np.any(by_name["res/scale_a/bias"]) and net.param("res/bn_a/factor").numpy()[0] == 1.0
 
 
+@pytest.mark.tensorflow
 def test_lr_and_decay_mults_come_from_the_net_file_and_the_solver_tables_win():
     from firescale.caffe.solver import SolverConfig
     from firescale.train.net_file import blob_multipliers, net_file_settings
@@ -190,6 +196,7 @@ def test_lr_and_decay_mults_come_from_the_net_file_and_the_solver_tables_win():
     assert blob_multipliers(lenet, built_in.infos, None, SolverConfig(), Path("s")) == ([1.0] * 8, [1.0] * 8)
 
 
+@pytest.mark.tensorflow
 def test_one_sgd_step_applies_lr_mult_2_to_the_biases_of_cifar10_quick():
     import tensorflow as tf
 
@@ -217,6 +224,7 @@ def test_one_sgd_step_applies_lr_mult_2_to_the_biases_of_cifar10_quick():
     assert np.any(grads[1].numpy())      # conv1's bias moved, at twice the rate
 
 
+@pytest.mark.tensorflow
 def test_what_the_trainer_cannot_build_or_take_is_refused_naming_it(tmp_path):
     from firescale.caffe.solver import SolverConfig
     from firescale.train.net_file import blob_multipliers, check_classes, net_file_settings
@@ -268,6 +276,7 @@ def test_the_net_comes_from_net_or_the_solvers_net_line(tmp_path):
         choose_net(None, load_solver(solver), solver)
 
 
+@pytest.mark.tensorflow
 def test_a_caffe_file_of_known_kinds_builds_as_the_python_net():
     from firescale.train.tensorflow.nets import CaffeNet
 

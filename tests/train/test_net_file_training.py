@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from train_helpers import ingest_digits, weights
 
-pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.tensorflow]
 
 TINY = Path(__file__).parents[1] / "caffe" / "net_files" / "tiny_resnet.prototxt"
 SOLVER = """\

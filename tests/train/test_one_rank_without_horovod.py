@@ -2,6 +2,10 @@
 import json
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.tensorflow
+
 SCRIPT = """
 import json, sys, types
 import horovod.tensorflow as hvd

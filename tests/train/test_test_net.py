@@ -64,6 +64,7 @@ def test_a_test_net_whose_learnable_layers_differ_is_refused_naming_both_files(t
     assert solver.is_file()
 
 
+@pytest.mark.tensorflow
 def test_the_evaluation_stops_at_this_ranks_share_of_the_images():
     import tensorflow as tf
 

@@ -1,6 +1,7 @@
 """Every launcher a cluster uses, on two real (virtual) nodes: ranks on both hosts, Horovod's allreduce
 crossing between them, and everything the job body set reaching the rank on the second node; the
-submitting shell's relative PATH reaching them too, and a node that lacks the ranks' program named."""
+submitting shell's relative PATH reaching them too, and a node that lacks the ranks' program named; ranks a
+command starts from outside the cluster, through its client shims."""
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from firescale.cluster.ranks import site_ranks
 from firescale.cluster.site import load_site
 from firescale.jobs.render import render_job_script
 from firescale.jobs.schedulers import get_scheduler, prefixed
@@ -49,7 +51,7 @@ def _site(tmp_path: Path, cluster, launcher: str, **edits):
     module = tmp_path / "module.sh"
     module.write_text(MODULE)
     data.update(name=f"vc-{launcher}", launcher=launcher, client_prefix=[str(cluster.enter), "ctl"],
-                limits={**data["limits"], "max_nodes": cluster.nodes})
+                vcluster=str(cluster.root), limits={**data["limits"], "max_nodes": cluster.nodes})
     data["environment"] = {"variables": {**data["environment"]["variables"], "FS_PROFILE_VAR": "from the profile"},
                            "source": [str(module)], "venv": str(VENV)}
     data.update(edits)
@@ -89,6 +91,7 @@ LAUNCHERS = {
 }
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("variant", list(LAUNCHERS))
 def test_ranks_on_both_nodes_get_everything_the_job_body_set(tmp_path, vcluster, monkeypatch, variant):
     launcher = LAUNCHERS[variant].get("launcher", variant)
@@ -185,3 +188,15 @@ def test_a_node_without_the_ranks_program_is_named_with_its_path(tmp_path, vclus
     assert status["reason"].startswith(f"firescale is not found on node n2, whose PATH is {path}; "), log
     assert verdict.reason.startswith("exit code 127 (status.json)"), verdict.reason
     assert verdict.reason.endswith(f": {status['reason']}"), verdict.reason  # not "the launcher lost rank 1"
+
+
+def test_a_command_outside_the_cluster_starts_its_ranks_through_the_client_shims(tmp_path, vcluster, monkeypatch):
+    """`bench knobs --site vcluster` and the other commands that start ranks here run the site's srun from a
+    shell where Slurm's own srun finds no controller ("DNS SRV lookup failed"): the site's `vcluster:` folder
+    puts the cluster's shims first on srun's PATH, and the ranks land on both nodes."""
+    site = _site(tmp_path, vcluster, "srun")
+    monkeypatch.setenv("PATH", f"{VENV / 'bin'}:{SYSTEM_PATH}")      # no shims: the shell as a user has it
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    out = site_ranks(site).run(2, [sys.executable, "-c", "import socket; print(socket.gethostname())"],
+                               "the hostname check", timeout=120)
+    assert sorted(out.split()) == ["n1", "n2"]

@@ -14,7 +14,7 @@ from firescale.cluster.ranks import site_ranks
 from firescale.cluster.site import load_site
 from firescale.testing.vcluster import VirtualCluster
 
-pytestmark = pytest.mark.vcluster
+pytestmark = [pytest.mark.vcluster, pytest.mark.tensorflow]   # each copy starts Horovod
 
 # Each copy reports where it ran and the Horovod world it found, into the path it was given last.
 COPY = """\

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from firescale.cluster.collectives import site_allreduce
 from firescale.cluster.horovod import site_horovod_environment
@@ -20,6 +21,7 @@ from firescale.cluster.launchers import Placement, wrap
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
+from firescale.testing.vcluster import VirtualCluster
 
 # One task of a step: its own --out (positional, never spliced into the script) and its own log beside it,
 # Slurm's step id cleared, and a session folder of its own for Open MPI: two singletons starting at once on a
@@ -32,13 +34,25 @@ _OWN_COPY = ('out="$0-$SLURM_PROCID"; unset SLURM_STEP_ID SLURM_STEPID; '
 @dataclass(frozen=True)
 class SiteRanks:
     """A launcher for n ranks of a site, with the environment its job scripts export: as many ranks per node
-    as a node has devices (`per_node`; 0: all on one node), one core each."""
+    as a node has devices (`per_node`; 0: all on one node), one core each; on the virtual cluster, the cluster
+    (`vcluster`), whose client shims the launcher goes through from outside it."""
 
     site: str
     launcher: str
     options: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     per_node: int = 0
+    vcluster: VirtualCluster | None = None
+
+    def environment(self) -> dict[str, str]:
+        """The environment the launcher starts in: this process's, with the site's variables.  On the virtual
+        cluster, outside its jobs, its client shims come first on PATH, since its srun reaches the controller
+        only through them (inside a job, on one of its nodes, it reaches it directly); an error saying what to
+        run when the cluster is not up."""
+        env = {**os.environ, **self.env}
+        if self.vcluster is not None and "SLURM_JOB_ID" not in os.environ:
+            env["PATH"] = self.vcluster.clients_first(env.get("PATH", ""), f"site {self.site}")
+        return env
 
     def on_a_node(self, ranks: int) -> int:
         """How many of `ranks` ranks the fullest node runs, as argv places them."""
@@ -73,7 +87,7 @@ class SiteRanks:
         argv = self.argv(ranks, command)
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env={**os.environ, **self.env}, start_new_session=True)
+                                    env=self.environment(), start_new_session=True)
         except FileNotFoundError:
             raise FirescaleError(f"{what}: {argv[0]}, the launcher of site {self.site}'s ranks, is not on the PATH "
                                  "here") from None
@@ -142,7 +156,17 @@ def site_ranks(site: SiteProfile) -> SiteRanks:
     env = {**{k: str(v) for k, v in variables.items()},
            **site_allreduce(site).environment(), **site_horovod_environment(site)}
     return SiteRanks(site.name, site.config["launcher"], tuple(options), env,
-                     site.gpus_per_node if site.max_nodes > 1 else 0)
+                     site.gpus_per_node if site.max_nodes > 1 else 0, _virtual_cluster(site))
+
+
+def _virtual_cluster(site: SiteProfile) -> VirtualCluster | None:
+    """The virtual cluster `site` runs on (its `vcluster:` folder), as large as the site's nodes; None on a
+    real cluster."""
+    folder = site.config.get("vcluster")
+    if folder is None:
+        return None
+    return VirtualCluster(root=Path(os.path.expandvars(os.path.expanduser(folder))), nodes=site.max_nodes,
+                          cpus_per_node=int(site.config["node"]["cores"]))
 
 
 def node_probe_ranks(site: SiteProfile, ranks: int) -> int:

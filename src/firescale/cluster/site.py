@@ -224,6 +224,8 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
         yield "key 'partition'/'qos': PBS/Torque sites name a 'queue', not a Slurm partition or qos"
     if scheduler == "local" and config["limits"]["max_nodes"] != 1:
         yield "key 'limits.max_nodes': a site without a scheduler runs on one node; set it to 1"
+    if config.get("vcluster") is not None and scheduler != "slurm":
+        yield f"key 'vcluster': the virtual cluster runs Slurm, this site uses {scheduler!r}"
     if config["launcher"] == "srun" and scheduler != "slurm":
         yield f"key 'launcher': srun needs the slurm scheduler, this site uses {scheduler!r}"
     exports = [o for o in config["launcher_options"] if o in ("-x", "--x") or o.startswith("-x=")]

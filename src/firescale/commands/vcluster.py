@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-DEFAULT_DIR = Path(".firescale-work") / "vcluster"
+from firescale.testing.layout import DEFAULT_ROOT as DEFAULT_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -219,7 +219,7 @@ def contention(alone: MeasuredIteration, baseline: MeasuredIteration, copies: in
     argv = _short_run_argv(baseline, alone.batch_per_rank, iterations, root)[:-1]   # each copy adds its --out
     outs = [root.with_name(f"{root.name}-{i}") for i in range(copies * nodes)]
     if node is not None:
-        step = _start(node.copies_argv(copies, argv, root, nodes=nodes), node.env)
+        step = _start(node.copies_argv(copies, argv, root, nodes=nodes), node.environment())
         output = _wait(argv, step, timeout)
         if step.returncode != 0:     # quote the first copy that left no result, from its own log
             failed = next((o for o in outs if not (o / "result.json").is_file()), outs[0])

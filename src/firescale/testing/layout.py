@@ -18,6 +18,7 @@ from firescale.testing.cpusets import CPUSET_ROOT
 
 SUBNET = "10.77.0"
 CONTROLLER_HOST = "ctl"
+DEFAULT_ROOT = Path(".firescale-work") / "vcluster"   # `firescale vcluster --dir`'s default, as site/vcluster expects
 
 
 class VClusterError(FirescaleError):

@@ -22,7 +22,7 @@ from pathlib import Path
 from firescale.testing import daemons
 from firescale.testing.cpusets import make_cpusets, remove_cpusets
 from firescale.testing.host_files import vcluster_slurm_conf, write_host_files
-from firescale.testing.layout import ClusterLayout, VClusterError, bridge_first
+from firescale.testing.layout import CONTROLLER_HOST, DEFAULT_ROOT, ClusterLayout, VClusterError, bridge_first
 from firescale.testing.namespaces import (
     check_link_rate,
     delete_namespace,
@@ -33,7 +33,7 @@ from firescale.testing.namespaces import (
     processes_in,
     shape_link,
 )
-from firescale.testing.processes import alive, send_signal
+from firescale.testing.processes import alive, read_pid, send_signal
 
 _DAEMONS = ("slurmctld", "slurmd")
 _SYSTEM_TOOLS = ("ip", "tc", "nsenter", "unshare", "taskset")
@@ -87,6 +87,30 @@ class VirtualCluster(ClusterLayout):
         if any(pid is None for pid in self.daemon_pids().values()):
             return False
         return daemons.all_usable(self, self.node_states())
+
+    # --- its clients, from outside it
+    def clients_first(self, path: str, user: str) -> str:
+        """`path` (a PATH) with the cluster's Slurm client shims first: how a process outside the cluster (a
+        command that starts ranks with srun) reaches its controller.  One sentence saying what to run when the
+        cluster is not up, or when its nodes have fewer CPUs than `cpus_per_node`; `user` (a site) needs it."""
+        if not (self.bin / "srun").is_file() or read_pid(self.pidfile("slurmctld", CONTROLLER_HOST)) is None:
+            raise VClusterError(f"{user} runs on the virtual cluster in {self.root}, which is not up; start it with "
+                                f"`{self.up_command()}` (as root)")
+        short = sorted(n for n, cpus in self.node_cpus().items() if cpus < self.cpus_per_node)
+        if short:
+            raise VClusterError(f"{user} runs {self.cpus_per_node} ranks a node on the virtual cluster in {self.root}, "
+                                f"whose node {short[0]} has {self.node_cpus()[short[0]]} CPU(s); restart it with "
+                                f"`{self.up_command()}` (as root)")
+        return os.pathsep.join([str(self.bin), *([path] if path else [])])
+
+    def up_command(self) -> str:
+        """The command that brings this cluster up, with the options where it differs from their defaults."""
+        default = ClusterLayout(root=DEFAULT_ROOT)
+        options = [f"--dir {self.root}" if self.root != default.root else "",
+                   f"--nodes {self.nodes}" if self.nodes != default.nodes else "",
+                   f"--cpus-per-node {self.cpus_per_node}" if self.cpus_per_node != default.cpus_per_node else "",
+                   f"--name {self.name}" if self.name != default.name else ""]
+        return " ".join(["firescale vcluster up", *filter(None, options)])
 
     # --- bring-up
     def up(self, timeout: float = 60) -> None:
