@@ -40,3 +40,11 @@ def test_mpirun_names_rank_node_and_signal():
 
 def test_a_log_without_a_lost_rank_says_nothing():
     assert first_lost_rank("firescale: job x ended with exit code 1\nTraceback (most recent call last):\n") == ""
+
+
+def test_ranks_srun_terminated_after_a_node_failure_are_not_named_as_lost():
+    # A node lost whole: srun stops the ranks left on the other nodes with TERM and says which node failed
+    log = ("srun: error: Node failure on n2\nsrun: error: n1: task 0: Terminated\n"
+           "srun: Force Terminated StepId=3.0\n")
+    assert first_lost_rank(log) == "node n2 (node failure)"
+    assert first_lost_rank("srun: error: n1: task 0: Terminated\nsrun: Force Terminated StepId=3.0\n") == ""

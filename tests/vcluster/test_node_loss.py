@@ -113,6 +113,8 @@ def test_a_whole_node_lost_fails_the_point_with_the_reason(tmp_path, vcluster):
     # how to have such points resubmitted (jobs.outcome.decide)
     assert verdict.reason.startswith("a node of the job failed (scheduler state NODE_FAIL); set the site's "
                                      "limits.resubmit_on_node_fail to resubmit such points"), log
+    # n1's rank was stopped by srun after the loss (TERM), not lost: the reason must not blame it
+    assert "on n1" not in verdict.reason, verdict.reason
     record = _record(tmp_path, verdict, subs, run)
     assert record["outcome"] == "failed" and record["train"] is None and record["reason"] == verdict.reason
     assert vcluster.node_states() == {"n1": "idle", "n2": "idle"}

@@ -135,15 +135,20 @@ def decide(status: dict[str, Any] | None, state: JobState, finished: bool, rules
 # mpirun, also under horovodrun ("mpirun noticed that process rank 1 with PID 0 on node n2 exited on
 # signal 9 (Killed).").  The first such line names the culprit; the others follow from it.
 _SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^:\s]+): tasks? (?P<task>[0-9,\-\[\]]+): (?P<what>.+)$")
+_SRUN_NODE_FAIL = re.compile(r"^srun: error: Node failure on (?P<host>[^\s,]+)")
 _MPIRUN_RANK = re.compile(r"mpirun noticed that process rank (?P<task>\d+) with PID \d+ on node (?P<host>\S+) "
                           r"(?P<what>exited on signal \d+ \([^)]*\)|exited with status \d+)")
 
 
 def first_lost_rank(log_text: str) -> str:
-    """'rank 1 on n2: Killed' for the first rank the launcher reports dead in a job log, else ''."""
+    """'rank 1 on n2: Killed' for the first rank the launcher reports dead in a job log, 'node n2 (node
+    failure)' for a node srun lost, else ''.  srun ends the ranks that survive a loss with TERM: a rank
+    `Terminated` is one the launcher stopped, never the one lost first, so it is not named."""
     for line in log_text.splitlines():
+        if node := _SRUN_NODE_FAIL.match(line.strip()):
+            return f"node {node['host']} (node failure)"
         match = _SRUN_TASK.match(line.strip()) or _MPIRUN_RANK.search(line)
-        if match:
+        if match and not match["what"].startswith("Terminated"):
             return f"rank {match['task']} on {match['host']}: {match['what'].rstrip('.')}"
     return ""
 
