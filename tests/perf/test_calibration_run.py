@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from run_records import run_record, train_result
 
+from firescale.cluster import ranks
 from firescale.cluster.site import load_site
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link
 from firescale.model.paleo import Device, Platform
+from firescale.predict import calibration_run
 from firescale.predict.calibrate import load_calibration
 from firescale.predict.calibration_run import (
     CalibrationRequest,
@@ -54,6 +57,73 @@ def test_a_bad_request_is_refused_by_its_options_name_and_nothing_is_written(tmp
     with pytest.raises(FirescaleError, match=re.escape(message)):
         run_calibration(replace(NUMBERS, **{"out": str(out), **changes}), PLATFORM, None, say=said.append)
     assert not out.exists() and said == []
+
+
+# Files the requests below name: records as `sweep run` and `firescale train` write them, and a bad bench file.
+NAMED = {"base.json": run_record(train_result(64, 11.7)),
+         "nameless.json": run_record(train_result(64, 11.7, net="")),            # a record naming no net
+         "uncommanded.json": run_record(train_result(64, 11.7, command=[])),     # nothing to repeat
+         "lenet-2.json": train_result(32, 10.5, ranks=2, net="lenet"),          # a run of another net
+         "bench.json": {"measurements": "none"}}                                 # no bench allreduce record
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"batch": 64}, "--batch and --iteration-s go together"),
+    ({"iteration_s": 0.03}, "--batch and --iteration-s go together"),
+    ({"allreduce_probe": None, "probe_overlap": True},
+     "--probe-overlap times the allreduce probe beside its step: give --allreduce-probe too"),
+    ({"allreduce_json": "bench.json"}, "give one of --allreduce-json, --comm-record and --allreduce-probe"),
+    ({"comm_record": "lenet-2.json"}, "give one of --allreduce-json, --comm-record and --allreduce-probe"),
+    ({"records": ("nameless.json",)}, "give --net (no run record names the network)"),
+    ({"out": None, "allreduce_probe": None, "site": None},
+     "give --out, or --site so that the calibration goes to the site's results"),
+    # the files named are read before anything runs too
+    ({"allreduce_probe": None, "comm_record": "lenet-2.json"}, "net 'lenet' is not the calibrated 'lenet_same'"),
+    ({"allreduce_probe": None, "allreduce_json": "bench.json"},
+     "bench.json: not a `firescale bench allreduce --json` record"),
+    ({"records": ("uncommanded.json",)}, "the run record has no `firescale train` command line to repeat"),
+])
+def test_a_bad_request_is_refused_before_any_short_run_round_or_probe_starts(tmp_path, monkeypatch, changes,
+                                                                               message):
+    """A request that would run the record's trainer again, its copies for the contention and the allreduce
+    probe on this machine is refused by its options, and by the files it names, before any of them starts."""
+    for name, content in NAMED.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    named = {key: str(tmp_path / value) for key, value in changes.items() if key in ("allreduce_json", "comm_record")}
+    records = tuple(str(tmp_path / name) for name in changes.get("records", ("base.json",)))
+    request = CalibrationRequest(records=records, short_run=50, allreduce_probe=2,
+                                 out=str(tmp_path / "calibration.json"))
+    request = replace(request, **{**{key: value for key, value in changes.items() if key not in ("records", "site")},
+                                  **named})
+    _refused_before_measuring(monkeypatch, request, changes.get("site", load_site("local")), message)
+
+
+def test_copies_of_the_short_run_without_a_core_each_are_refused_before_it_starts(tmp_path, monkeypatch):
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(NAMED["base.json"]))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    request = CalibrationRequest(records=(str(base),), short_run=50, allreduce_probe=2,
+                                 out=str(tmp_path / "calibration.json"))
+    _refused_before_measuring(monkeypatch, request, load_site("local"),
+                              "a contention run here needs a core for each copy: 2 copies, 1 cores")
+
+
+def _refused_before_measuring(monkeypatch, request: CalibrationRequest, site, message: str) -> None:
+    """run_calibration refuses `request` with `message`, says nothing and writes nothing: the short runs, the
+    contention rounds and the allreduce probe fail the test if any of them starts."""
+    def started(what: str):
+        def fail(*args, **kwargs):
+            pytest.fail(f"{what} started before the request was refused")    # not a FirescaleError: not a round
+        return fail
+
+    monkeypatch.setattr(calibration_run, "short_run", started("a short run"))
+    monkeypatch.setattr(calibration_run, "node_contentions", started("a contention round"))
+    monkeypatch.setattr(ranks, "probe_allreduce", started("an allreduce probe"))
+    said: list[str] = []
+    with pytest.raises(FirescaleError, match=re.escape(message)):
+        run_calibration(request, PLATFORM, site, say=said.append)
+    assert said == [] and not (request.out and Path(request.out).exists())
 
 
 def test_numbers_alone_are_fitted_stored_and_summed_up(tmp_path):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from firescale.cluster.ranks import CONTENTION_ROUNDS, PROBE_ROUNDS, PROBE_TIMEOUT_S, RUN_TIMEOUT_S
+from firescale.cluster.ranks import CONTENTION_ROUNDS, PROBE_ROUNDS, PROBE_TIMEOUT_S, RUN_TIMEOUT_S, SiteRanks
 from firescale.cluster.site import SiteProfile
 from firescale.data.manifest import manifest_if_ingested
 from firescale.errors import FirescaleError
@@ -27,10 +27,12 @@ from firescale.predict.calibrate import (
 from firescale.predict.measurements import (
     MeasuredIteration,
     contention_medians,
+    cores_for_copies,
     mean_iteration,
     node_contentions,
     read_measured_iteration,
     short_run,
+    short_run_command,
 )
 from firescale.sweep.paths import CALIBRATION_FILE
 
@@ -65,6 +67,23 @@ class CalibrationRequest:
     io_format: str | None = None
     out: str | None = None                  # None: the site's results folder
 
+    def check(self) -> None:
+        """The options alone, each refused by its name: the limits, the options that go together, a run to fit
+        from, one communication source.  What needs the site or the files named is checked after it, and all of
+        it before anything is measured (run_calibration)."""
+        self.check_limits()
+        if (self.batch is None) != (self.iteration_s is None):
+            raise FirescaleError("--batch and --iteration-s go together")
+        if self.short_run and not self.records:
+            raise FirescaleError("--short-run repeats a recorded run: give its --record")
+        if not self.records and self.batch is None:     # a short run repeats a record: no record, no run
+            raise FirescaleError("give a single-rank run: --record RESULT.json, or --batch with --iteration-s")
+        if self.probe_overlap and not self.allreduce_probe:
+            raise FirescaleError("--probe-overlap times the allreduce probe beside its step: give --allreduce-probe "
+                                 "too")
+        if sum(bool(x) for x in (self.allreduce_json, self.comm_record, self.allreduce_probe)) > 1:
+            raise FirescaleError("give one of --allreduce-json, --comm-record and --allreduce-probe")
+
     def check_limits(self) -> None:
         """Rounds of 1 or more and time limits above 0, each refused by its option's name."""
         for option, rounds in (("--probe-rounds", self.probe_rounds), ("--contention-rounds", self.contention_rounds),
@@ -95,18 +114,20 @@ class Calibrated:
 def run_calibration(request: CalibrationRequest, platform: Platform, site: SiteProfile | None,
                     say: Say = print) -> Calibrated:
     """Measure what `request` asks for on `site` (or here), fit `platform`'s factors to it and store them; each
-    measurement, and each round left out, is said as it comes.  The --io-record, the rounds and time limits and
-    the site are checked before anything runs; nothing is written unless all of it succeeded."""
+    measurement, and each round left out, is said as it comes.  The options, the site, where it goes and the
+    files named (--io-record, the records, the net and its shape, --allreduce-json, --comm-record) are checked
+    before anything runs; nothing is written unless all of it succeeded."""
     io = read_bandwidth(request.io_record, request.io_format)   # before anything runs: a bad record stops here
-    request.check_limits()
-    if request.allreduce_probe:     # ranks start here as the site's jobs start them: refused outside its job
-        measuring_site(site, "--allreduce-probe")
-    if request.short_run and site is not None:   # the trainer runs here: on a site, only on its node
-        measuring_site(site, "--short-run")
-    records, measured, contended = _single_rank_runs(request, site, say)
+    request.check()
+    out = calibration_path(request.out, site)
+    _check_measuring_site(request, site)
+    records = _single_rank_records(request)
+    spec = _calibrated_net(request, records)     # the first record's: a short run repeats it, the same net
+    given = _given_allreduce(request, spec, platform)
+    # From here on things run: what fails now (a short run, a round, the probe, the fit) needs what they measured.
+    measured, contended = _short_runs(request, site, records, say)
     runs = _batches_and_times(request, measured)
-    spec = _calibrated_net(request, measured)
-    allreduce = _allreduce(request, spec, platform, site, measured, say)
+    allreduce = _probed_allreduce(request, spec, platform, site, measured, say) if request.allreduce_probe else given
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
     if contended:
@@ -116,7 +137,6 @@ def run_calibration(request: CalibrationRequest, platform: Platform, site: SiteP
     evaluated = [m for m in records if m.evaluations]   # the records' own, not the short run's
     if evaluated:
         cal = replace(cal, eval_s=sum(m.eval_s for m in evaluated) / sum(m.evaluations for m in evaluated))
-    out = calibration_path(request.out, site)
     save_calibration(out, cal)
     for m in measured:
         say(f"measured: {m.source}: batch {m.batch_per_rank} per rank, {m.iteration_s * 1e3:.3f} ms per iteration "
@@ -156,50 +176,56 @@ def describe_read(io: tuple[float, dict], site_read: float, *, inline: bool) -> 
     return text
 
 
-def _single_rank_runs(request: CalibrationRequest, site: SiteProfile | None,
-                      say: Say) -> tuple[list[MeasuredIteration], list[MeasuredIteration], list[dict]]:
-    """The records, checked to be of one rank; the records and the short runs after them; with the allreduce
-    probe and a short run, the node's contention."""
+def _single_rank_records(request: CalibrationRequest) -> list[MeasuredIteration]:
+    """The records, checked to be of one rank; with --short-run, the first checked to have a command to repeat."""
     records = [read_measured_iteration(p) for p in request.records]
-    measured = list(records)     # and the short run after them
-    for m in measured:
+    for m in records:
         if m.ranks != 1:
             raise FirescaleError(f"{m.source}: calibration fits the compute factor from single-rank runs; "
                                  f"this one has {m.ranks} ranks")
+    if request.short_run:    # its command built only to be refused here, not once in each round of it
+        first = records[0]
+        short_run_command(first.command, _short_batch(request, first), request.short_run, Path("calibrate"),
+                          first.batch_per_rank)
+    return records
+
+
+def _short_batch(request: CalibrationRequest, first: MeasuredIteration) -> int:
+    return request.short_batch or max(1, first.batch_per_rank // 2)
+
+
+def _short_runs(request: CalibrationRequest, site: SiteProfile | None, records: list[MeasuredIteration],
+                say: Say) -> tuple[list[MeasuredIteration], list[dict]]:
+    """The records and the short runs after them; with the allreduce probe and a short run, the node's
+    contention."""
     if not request.short_run:
-        return records, measured, []
-    if not measured:
-        raise FirescaleError("--short-run repeats a recorded run: give its --record")
-    iterations, batch = request.short_run, request.short_batch or max(1, measured[0].batch_per_rank // 2)
+        return list(records), []
+    iterations, batch = request.short_run, _short_batch(request, records[0])
     contended: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="firescale-calibrate-") as tmp:
         workdir = request.workdir or tmp
         shorts = [m for m in in_rounds(request.short_runs, "short run", lambda k: short_run(
-            measured[0], batch, iterations, workdir, timeout=request.run_timeout, repeat=k), say) if m is not None]
-        measured += shorts
+            records[0], batch, iterations, workdir, timeout=request.run_timeout, repeat=k), say) if m is not None]
         if request.allreduce_probe:
-            contended = _contention(request, site, measured[0], mean_iteration(shorts), workdir, say)
-    return records, measured, contended
+            contended = _contention(request, site, records[0], mean_iteration(shorts), workdir, say)
+    return records + shorts, contended
 
 
 def _batches_and_times(request: CalibrationRequest, measured: list[MeasuredIteration]) -> list[tuple[int, float]]:
-    """(batch, seconds per iteration) of each single-device run: the measured ones, then --batch's."""
+    """(batch, seconds per iteration) of each single-device run: the measured ones, then --batch's (the request
+    checked that there is one)."""
     runs = [(m.batch_per_rank, m.iteration_s) for m in measured]
-    if (request.batch is None) != (request.iteration_s is None):
-        raise FirescaleError("--batch and --iteration-s go together")
     if request.batch is not None and request.iteration_s is not None:
         runs.append((request.batch, request.iteration_s))
-    if not runs:
-        raise FirescaleError("give a single-rank run: --record RESULT.json, or --batch with --iteration-s")
     return runs
 
 
-def _calibrated_net(request: CalibrationRequest, measured: list[MeasuredIteration]) -> NetSpec:
+def _calibrated_net(request: CalibrationRequest, records: list[MeasuredIteration]) -> NetSpec:
     """The net: the request's, else the first record's, in the shape `net_shape` gives it."""
-    net = request.net or (measured[0].net if measured else None)
+    net = request.net or (records[0].net if records else None)
     if not net:
         raise FirescaleError("give --net (no run record names the network)")
-    shape, classes = net_shape(request.input_shape, request.classes, measured[0] if measured else None)
+    shape, classes = net_shape(request.input_shape, request.classes, records[0] if records else None)
     return get_net(net, num_classes=classes, input_shape=shape)
 
 
@@ -226,32 +252,42 @@ def command_option(command: tuple[str, ...], name: str) -> str | None:
     return None
 
 
-def _allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform, site: SiteProfile | None,
-               measured: list[MeasuredIteration], say: Say) -> dict[str, Any] | None:
-    """The allreduce measurement the communication factor is fitted from: --allreduce-json's, the probe's or
-    --comm-record's (None without one of them)."""
-    if request.probe_overlap and not request.allreduce_probe:
-        raise FirescaleError("--probe-overlap times the allreduce probe beside its step: give --allreduce-probe too")
-    if sum(bool(x) for x in (request.allreduce_json, request.comm_record, request.allreduce_probe)) > 1:
-        raise FirescaleError("give one of --allreduce-json, --comm-record and --allreduce-probe")
-    gradient_bytes = net_cost(spec, 1).weight_bytes
-    allreduce = (allreduce_measurement(request.allreduce_json, platform.algorithm, gradient_bytes)
-                 if request.allreduce_json else None)
-    if request.allreduce_probe:
-        # The step before each allreduce: the smallest per-rank batch measured (the mean of its runs), as the
-        # most ranks run it.
-        least = min((m.batch_per_rank for m in measured), default=None)
-        smallest = mean_iteration([m for m in measured if m.batch_per_rank == least]) if measured else None
-        step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
-        allreduce = _probe(request, site, spec, platform, step_s, smallest.batch_per_rank if smallest else 1, say)
-    if request.comm_record:
-        comm_run = read_measured_iteration(request.comm_record)
-        if comm_run.net != spec.name:
-            raise FirescaleError(f"{request.comm_record}: net {comm_run.net!r} is not the calibrated {spec.name!r}")
-        allreduce = {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm,
-                                          after_step_s=comm_run.iteration_s - comm_run.allreduce_s),
-                     "source": request.comm_record}
-    return allreduce
+def _given_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform) -> dict[str, Any] | None:
+    """The allreduce measurement read from --allreduce-json or --comm-record (None without them): read, and
+    refused, before anything runs."""
+    if request.allreduce_json:
+        return allreduce_measurement(request.allreduce_json, platform.algorithm, net_cost(spec, 1).weight_bytes)
+    if not request.comm_record:
+        return None
+    comm_run = read_measured_iteration(request.comm_record)
+    if comm_run.net != spec.name:
+        raise FirescaleError(f"{request.comm_record}: net {comm_run.net!r} is not the calibrated {spec.name!r}")
+    return {**allreduce_from_run(comm_run.ranks, comm_run.allreduce_s, spec, platform.algorithm,
+                                 after_step_s=comm_run.iteration_s - comm_run.allreduce_s),
+            "source": request.comm_record}
+
+
+def _probed_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform, site: SiteProfile | None,
+                      measured: list[MeasuredIteration], say: Say) -> dict[str, Any]:
+    """The allreduce probe's measurement, after the step before each allreduce: the smallest per-rank batch
+    measured (the mean of its runs), as the most ranks run it."""
+    least = min((m.batch_per_rank for m in measured), default=None)
+    smallest = mean_iteration([m for m in measured if m.batch_per_rank == least]) if measured else None
+    step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
+    return _probe(request, site, spec, platform, step_s, smallest.batch_per_rank if smallest else 1, say)
+
+
+def _check_measuring_site(request: CalibrationRequest, site: SiteProfile | None) -> None:
+    """What the request measures checked against the site, before anything runs: ranks start only where the
+    site's jobs start them, and the contention's copies, when they run here, get a core each."""
+    if request.allreduce_probe:     # ranks start here as the site's jobs start them: refused outside its job
+        measuring_site(site, "--allreduce-probe")
+    if request.short_run and site is not None:   # the trainer runs here: on a site, only on its node
+        measuring_site(site, "--short-run")
+    if request.short_run and request.allreduce_probe:
+        copies, node, nodes = _node_copies(request, measuring_site(site, "--allreduce-probe"))
+        if nodes and node is None:
+            cores_for_copies(copies)
 
 
 def measuring_site(site: SiteProfile | None, what: str) -> SiteProfile:
@@ -299,14 +335,10 @@ def _contention(request: CalibrationRequest, site: SiteProfile | None, baseline:
     a job, here is the job's first node).  --contention-rounds rounds, each in a folder of its own; a round
     that fails or runs out of --run-timeout is said and left out (all failing, the first failure is the
     error); the median factor of each node count."""
-    from firescale.cluster.ranks import contention_nodes, copies_step, site_ranks
-
-    site = measuring_site(site, "--allreduce-probe")
-    probe, iterations = request.allreduce_probe or 0, request.short_run or 0
-    nodes = contention_nodes(site, probe)
+    copies, node, nodes = _node_copies(request, measuring_site(site, "--allreduce-probe"))
     if not nodes:
         return []
-    copies, node = site_ranks(site).on_a_node(probe), copies_step(site)
+    iterations = request.short_run or 0
 
     def one(k: int) -> list[dict]:
         folder = Path(workdir) / f"contention-round-{k}"
@@ -327,6 +359,15 @@ def _contention(request: CalibrationRequest, site: SiteProfile | None, baseline:
         say(f"measured: contention {c['factor']:.3f} on {c['nodes']} node(s), the median of "
             f"{len(c['rounds'])} round(s)")
     return medians
+
+
+def _node_copies(request: CalibrationRequest, site: SiteProfile) -> tuple[int, SiteRanks | None, list[int]]:
+    """The contention's copies of the short run on a node, beside the probe's ranks: how many, the job step they
+    run as (None: here, each on a core of its own) and the node counts of each round (none: a node holds one)."""
+    from firescale.cluster.ranks import contention_nodes, copies_step, site_ranks
+
+    probe = request.allreduce_probe or 0
+    return site_ranks(site).on_a_node(probe), copies_step(site), contention_nodes(site, probe)
 
 
 def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec, platform: Platform, step_s: float,

@@ -257,14 +257,22 @@ def contention_medians(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for n in sorted(by_nodes)]
 
 
+def cores_for_copies(copies: int) -> list[int]:
+    """The cores here that `copies` copies of a run are pinned to, one each: this process's, else (kept to fewer,
+    as a test worker is) the machine's, as mpirun does; too few is an error (`predict calibrate` asks before
+    its short runs start)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < copies:
+        cores = list(range(os.cpu_count() or 1))
+    if copies > len(cores):
+        raise FirescaleError(f"a contention run here needs a core for each copy: {copies} copies, "
+                             f"{len(cores)} cores")
+    return cores
+
+
 def _copies_on_cores(argv: list[str], outs: list[Path], timeout: float) -> None:
     """argv + [out] for each of `outs` at once, each pinned to a core of its own here."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < len(outs):    # this process kept to fewer cores (a test worker): the node's, as mpirun does
-        cores = list(range(os.cpu_count() or 1))
-    if len(outs) > len(cores):
-        raise FirescaleError(f"a contention run here needs a core for each copy: {len(outs)} copies, "
-                             f"{len(cores)} cores")
+    cores = cores_for_copies(len(outs))
     # Each its own session folder for Open MPI: singletons starting at once race to create the shared one.
     with contextlib.ExitStack() as stack:
         sessions = [stack.enter_context(tempfile.TemporaryDirectory(prefix="firescale-copy-")) for _ in outs]
