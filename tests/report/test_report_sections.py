@@ -5,7 +5,7 @@ import copy
 
 from report_records import raw_record
 
-from firescale.report.sections import chosen_rate, hyperparameter_section, lr_search_sections
+from firescale.report.sections import beyond_ideal_section, chosen_rate, hyperparameter_section, lr_search_sections
 from firescale.report.summary import summarize
 from firescale.report.tables import to_json, to_latex, to_markdown
 from firescale.sweep.records import run_record_from_dict
@@ -75,6 +75,43 @@ def test_the_sections_appear_in_markdown_latex_and_json(ctx):
     assert "## Learning-rate search: 32 GPUs, batch 1024" in md and "| 0.16 | 68.0% |" in md and "◀ chosen" in md
     assert "## Hyperparameters" in md and "| g128-b1024-lr0.08 | 8 | 75 |" in md
     tex = to_latex(summary, ctx, [])
-    assert tex.count(r"\begin{table}") == 3 and r"\caption{Learning-rate search: 32 GPUs, batch 1024}" in tex
+    assert tex.count(r"\begin{table}") == 4 and r"\caption{Learning-rate search: 32 GPUs, batch 1024}" in tex
     data = to_json(summary, ctx)
-    assert [s["title"] for s in data["sections"]] == ["Learning-rate search: 32 GPUs, batch 1024", "Hyperparameters"]
+    assert [s["title"] for s in data["sections"]] == ["Time beyond the ideal",
+                                                     "Learning-rate search: 32 GPUs, batch 1024", "Hyperparameters"]
+
+
+def _timed(point: str, gpus: int, batch: int, iterations: int, split_ms: tuple[float, float, float], eval_s: float,
+           rest_s: float):
+    """A run whose train time is its iterations (data wait, compute, allreduce in ms), evaluation and the rest."""
+    wait, compute, allreduce = (ms / 1e3 for ms in split_ms)
+    data = copy.deepcopy(raw_record("g2-b64-r0" if point != "baseline" else "baseline"))
+    train_s = iterations * (wait + compute + allreduce) + eval_s + rest_s
+    data.update(point=point, gpus=gpus, nodes=1, batch=batch, repeat=0)
+    data["train"].update(iterations=iterations, train_time_s=train_s, epochs=1.0,
+                         per_iteration={"data_wait_s": wait, "compute_s": compute, "allreduce_s": allreduce,
+                                        "iterations": iterations},
+                         segments=[{**data["train"]["segments"][0], "train_s": train_s, "eval_s": eval_s}])
+    data["train"]["evals"][-1]["wall_s"] = train_s
+    return run_record_from_dict(data, point)
+
+
+def test_the_time_beyond_the_ideal_is_split_into_parts_that_add_up():
+    # The baseline: 400 iterations of 0.1 + 80 + 0.4 ms, 6 s evaluating, 0.2 s else: 38.4 s.  The 2-GPU point
+    # trains the same epoch in 200 iterations of 0.2 + 100 + 15 ms, 4 s evaluating, 0.1 s else: 27.14 s.
+    # Ideal 38.4 / 2 = 19.2 s; beyond it 7.94 s = compute 200 x 100 ms - 400 x 80 ms / 2 = 4.0 s, allreduce
+    # 3.0 - 0.08 = 2.92 s, data wait 0.04 - 0.02 = 0.02 s, evaluation 4 - 3 = 1.0 s and the rest 0.1 - 0.1 = 0.
+    summary = summarize([_timed("baseline", 1, 64, 400, (0.1, 80.0, 0.4), 6.0, 0.2),
+                         _timed("g2-b128-r0", 2, 128, 200, (0.2, 100.0, 15.0), 4.0, 0.1)], 0.01)
+    section = beyond_ideal_section(summary)
+    assert section.heads == ["Point", "Ideal", "Train time", "Beyond ideal", "Compute", "Allreduce", "Data wait",
+                             "Evaluation", "The rest"]
+    assert section.rows == [["g2-b128", "19.2 s", "27.1 s", "+7.9 s (100%)", "+4.0 s (50%)", "+2.9 s (37%)",
+                             "+20 ms (0%)", "+1.0 s (13%)", "+0 ms (0%)"]]
+
+
+def test_no_time_beyond_the_ideal_without_a_baseline_or_a_point_on_several_gpus():
+    baseline = _timed("baseline", 1, 64, 400, (0.1, 80.0, 0.4), 6.0, 0.2)
+    assert beyond_ideal_section(summarize([baseline], 0.01)) is None
+    assert beyond_ideal_section(summarize([_timed("g2-b128-r0", 2, 128, 200, (0.2, 100.0, 15.0), 4.0, 0.1)],
+                                          0.01)) is None

@@ -75,6 +75,14 @@ def duration_value(seconds: float) -> str:
     return duration(Stat(seconds, None, 1))
 
 
+def signed_seconds(seconds: float) -> str:
+    """A difference of times, signed, in a readable unit: '+4.2 s', '−350 ms'."""
+    if abs(seconds) < 1.0:
+        return f"{_signed(seconds * 1e3, 0)} ms"
+    div, unit = _unit(abs(seconds))
+    return f"{_signed(seconds / div, 1)} {unit}"
+
+
 def percent(stat: Stat) -> str:
     """An accuracy (a fraction) in percent with one decimal: '95.3 ± 0.4%'."""
     return _pm(stat, 100.0, 1, "%")

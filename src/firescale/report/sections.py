@@ -1,10 +1,12 @@
-"""The report's sections beside the main table: every hyperparameter (FireCaffe 7.1) and the LR search."""
+"""The report's sections beside the main table: time beyond the ideal, the LR search and every hyperparameter
+(FireCaffe 7.1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from firescale.report import formatting as cells
+from firescale.report.beyond_ideal import PARTS, beyond_ideal
 from firescale.report.summary import Row, Summary
 
 DASH = cells.DASH
@@ -75,7 +77,35 @@ def lr_search_sections(summary: Summary) -> list[Section]:
     return out
 
 
+def _cell(seconds: float, whole: float) -> str:
+    share = f" ({seconds / whole * 100:.0f}%)" if whole > 0 else ""
+    return f"{cells.signed_seconds(seconds)}{share}"
+
+
+def beyond_ideal_section(summary: Summary) -> Section | None:
+    """One line per point on more than one GPU: ideal, measured, beyond, and the parts of the difference."""
+    base = summary.baseline
+    rows = [r for r in summary.rows if not r.baseline and r.gpus > 1]
+    if base is None or not rows or any(run.iterations <= 0 for r in [base, *rows] for run in r.runs):
+        return None
+    body = []
+    for row in rows:
+        ideal, parts = beyond_ideal(row, base)
+        beyond = row.time_s.mean - ideal
+        body.append([row.group, cells.duration_value(ideal), cells.duration_value(row.time_s.mean),
+                     _cell(beyond, beyond), *(_cell(parts[name], beyond) for name in PARTS)])
+    return Section("Time beyond the ideal", ["Point", "Ideal", "Train time", "Beyond ideal",
+                                             *(p[0].upper() + p[1:] for p in PARTS)], body,
+                   ["Ideal: the baseline's train time over the point's GPUs (for the point's epochs). Each part is "
+                    "the point's seconds in it minus the baseline's seconds in it shared the same way (means of the "
+                    "repeats), in percent of the time beyond the ideal; the parts add up to it.",
+                    "Compute beyond the ideal is the ranks slowing each other on shared cores, memory or links, and a "
+                    "batch per rank other than the baseline's; the allreduce's includes each rank's wait for the "
+                    "slowest; the rest is the loop's own work and the spread of iterations about their mean. "
+                    "Start-up is outside every train time."])
+
+
 def sections(summary: Summary) -> list[Section]:
     """Every section after the main table, in the order the report shows them."""
-    hyper = hyperparameter_section(summary)
-    return [*lr_search_sections(summary), *([hyper] if hyper else [])]
+    hyper, beyond = hyperparameter_section(summary), beyond_ideal_section(summary)
+    return [*([beyond] if beyond else []), *lr_search_sections(summary), *([hyper] if hyper else [])]

@@ -53,6 +53,8 @@ class RunMetrics:
     allreduce_s: float
     evals: list[EvalPoint]
     epochs_to_target: float | None = None
+    iterations: int = 0    # iterations trained (all segments)
+    eval_s: float = 0.0    # of time_s, evaluating (all segments)
 
     @property
     def iteration_s(self) -> float:
@@ -87,7 +89,8 @@ def run_metrics(record: RunRecord, target: float | None = None) -> RunMetrics:
     split = train.per_iteration
     return RunMetrics(record.point, has_target, reached, float(train.train_time_s), tta, float(train.epochs),
                       float(final.top1), float(final.top5), float(split.data_wait_s), float(split.compute_s),
-                      float(split.allreduce_s), list(train.evals), float(hit.epoch) if hit is not None else None)
+                      float(split.allreduce_s), list(train.evals), float(hit.epoch) if hit is not None else None,
+                      int(train.iterations), float(sum(s.eval_s for s in train.segments)))
 
 
 @dataclass(frozen=True)
