@@ -113,7 +113,7 @@ BACKENDS = {"firescale.train.tensorflow": ("tensorflow", "horovod"), "firescale.
 # the trainer's steps) and the Horovod build check.  The list may shrink, never grow but for a yardstick.
 FRAMEWORK_OUTSIDE_BACKENDS = {"firescale.bench.allreduce", "firescale.bench.allreduce_torch",
                               "firescale.bench.bare_loop", "firescale.bench.bare_loop_torch", "firescale.bench.io",
-                              "firescale.bench.memory_probe", "firescale.bench.gpu_steps",
+                              "firescale.bench.memory_probe", "firescale.bench.gpu_steps", "firescale.bench.layers",
                               "firescale.cluster.horovod_build"}
 
 

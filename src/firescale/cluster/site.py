@@ -119,6 +119,18 @@ class SiteProfile:
     def device_peak_flops(self) -> float:
         return float(self.config["device"]["peak_tflops"]) * 1e12
 
+    def peak_flops_in(self, precision: str) -> float:
+        """The device's peak FLOP/s in `precision`: its `device.precisions` entry's, else (fp32, or a precision
+        the site gives no peak for) `device.peak_tflops`."""
+        given = ((self.config["device"].get("precisions") or {}).get(precision) or {}).get("peak_tflops")
+        return float(given) * 1e12 if given is not None else self.device_peak_flops
+
+    def layer_profile_path(self, precision: str) -> Path | None:
+        """The layer profile the site keeps for `precision` (`device.precisions.P.profile`, relative to the
+        site's folder), or None."""
+        given = ((self.config["device"].get("precisions") or {}).get(precision) or {}).get("profile")
+        return None if given is None else self.source.parent / os.path.expanduser(str(given))
+
     @property
     def device_memory_bandwidth(self) -> float:
         return float(self.config["device"]["memory_bandwidth_gbs"]) * 1e9

@@ -6,7 +6,7 @@ import argparse
 from firescale.atomic import atomic_write_json
 from firescale.commands.args import add_net_argument, chosen_net, input_shape
 from firescale.model.firecaffe_table1 import compare_table1
-from firescale.model.layers import branch_bounds, net_cost
+from firescale.model.layers import NetCost, branch_bounds, net_cost
 from firescale.nets.zoo import get_net
 
 
@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
     parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
     parser.add_argument("--json", help="also write the table and totals to this JSON file")
+    parser.add_argument("--site", help="also each layer's predicted time on this site's device, and where each "
+                                       "figure came from (its layer profile, a fit from it, or the peak)")
+    parser.add_argument("--precision", default="fp32", help="with --site: the precision trained in (default fp32)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"with each block's branches at once (Paleo's lower bound), the longest path: forward "
               f"{forward[0] / 1e12:.3f} TFLOP, forward+backward {training[0] / 1e12:.3f} TFLOP; the totals are "
               f"the upper bound, branches in series")
+    if args.site:
+        _print_times(cost, args.site, args.precision)
     comparison = compare_table1(spec.name, cost) if args.input is None and args.classes is None else None
     if comparison:
         print(f"FireCaffe Table 1 (batch 1024, scaled to {args.batch}): " + "; ".join(
@@ -62,3 +67,29 @@ def run(args: argparse.Namespace) -> int:
                        "training_flops_branches_concurrent": training[0]},
             "firecaffe_table1": [c.__dict__ for c in comparison or []]})
     return 0
+
+
+def _print_times(cost: NetCost, site_name: str, precision: str) -> None:
+    """Paleo's Table 1 per layer: predicted forward and backward ms, the source, and the profile's measurement."""
+    from firescale.cluster.site import load_site
+    from firescale.model.paleo import compute_times, platform_from_site
+    from firescale.train.backend import check_precision
+
+    check_precision(precision)
+    platform = platform_from_site(load_site(site_name), precision=precision)
+    times = compute_times(cost, platform.device, elementwise=platform.elementwise, profile=platform.profile)
+    measured = {lay.signature: lay for lay in platform.profile.layers} if platform.profile else {}
+    sources = times.layer_sources or ("peak",) * len(cost.layers)
+    profile = platform.profile
+    print(f"on {platform.name} in {precision}: " + (f"layer profile {profile.source} ({profile.device})" if profile
+                                                     else "no layer profile, every layer at the device's peak "
+                                                     f"({platform.device.peak_flops / 1e12:g} TFLOP/s)"))
+    head = f"{'layer':<34} {'fwd ms':>9} {'bwd ms':>9} {'source':<22} {'measured fwd':>12} {'bwd':>9}"
+    print(head)
+    print("-" * len(head))
+    for layer, fwd, bwd, source in zip(cost.layers, times.layer_forward, times.layer_backward, sources):
+        hit = measured.get(layer.signature)
+        seen = f"{1e3 * hit.forward_s:>12.3f} {1e3 * hit.backward_s:>9.3f}" if hit else ""
+        print(f"{layer.name:<34} {1e3 * fwd:>9.3f} {1e3 * bwd:>9.3f} {source:<22} {seen}".rstrip())
+    print(f"total: forward {1e3 * times.forward:.2f} ms, backward {1e3 * times.backward:.2f} ms, update "
+          f"{1e3 * times.update:.2f} ms ({times.update_source})")

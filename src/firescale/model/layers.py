@@ -51,6 +51,14 @@ class LayerCost:
     bias_flops: float = 0.0      # included in forward_flops and in backward_weight_flops
     blobs: tuple[int, ...] = ()  # element counts of its learnable blobs (weights, then bias), `params` in all
     state: int = 0               # stored values it does not learn (BatchNorm's mean, variance and factor)
+    # The layers whose speed a device shares (a profile's efficiency fits, model/profile.py): the kind, and for a
+    # convolution its kernel and stride ('conv3x3s1', 'conv1x1s1', 'conv11x11s4'), 'g' after a grouped one
+    family: str = ""
+
+    @property
+    def signature(self) -> tuple[object, ...]:
+        """What fixes this layer's time on a device: its family, batch, input and output shapes and parameters."""
+        return (self.family or self.kind, self.batch, self.input_shape, self.output_shape, self.params)
 
     @property
     def elementwise(self) -> bool:
@@ -216,7 +224,14 @@ def _cost(rec: LayerShape, batch: int, first_trainable: bool) -> LayerCost:
     params = sum(blobs)
     bias = float(n * y) if len(blobs) == 2 else 0.0
     return LayerCost(rec.name, kind, rec.input_shape, rec.output_shape, n, params, fwd,
-                     bwd_data, bwd_weight, fwd_mem, bwd_mem, bias, blobs, state)
+                     bwd_data, bwd_weight, fwd_mem, bwd_mem, bias, blobs, state, _family(layer, kind))
+
+
+def _family(layer: Layer, kind: str) -> str:
+    if not isinstance(layer, Conv):
+        return kind
+    (kh, kw), stride = layer.kernel_hw, layer.stride
+    return f"conv{kh}x{kw}s{stride}" + ("g" if layer.groups > 1 else "")
 
 
 def net_cost(spec: NetSpec, batch: int) -> NetCost:

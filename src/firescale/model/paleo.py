@@ -15,6 +15,7 @@ from firescale.model.hierarchy import NodeLinks, algorithm_label, hierarchical_c
 from firescale.model.io_time import DataPath, fetch_then_compute, h2d_time, io_time
 from firescale.model.layers import NetCost, branch_bounds, net_cost
 from firescale.model.paleo_flops import paleo_net_cost
+from firescale.model.profile import LayerProfile, layer_times, read_profile, update_time
 from firescale.nets.spec import Conv, Dropout, NetSpec, Pool, ReLU, Softmax
 from firescale.nets.zoo import get_net
 
@@ -68,6 +69,9 @@ class Platform:
     # can hide behind backward: 1 on a GPU; 0 where a rank's one core runs both its allreduce and its backward
     # pass; between where a probe measured it (bench/allreduce.py AllreduceMeasurement.hidden_share)
     comm_hidden_share: float = 1.0
+    # Paleo's profiled layers: measured layer times of this device in the precision predicted (model/profile.py);
+    # None: every layer from its FLOPs and bytes at the device's peak and percent of peak
+    profile: LayerProfile | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.accounting not in ACCOUNTINGS:
@@ -107,15 +111,34 @@ TITAN_GEMINI = Link(70e9 / 8)
 
 
 def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, ppp_comm: float | None = None,
-                       algorithm: str | None = None) -> Platform:
-    """A Platform from a SiteProfile's SI-unit properties."""
-    device = Device(str(site.config.get("device", {}).get("name", site.name)), site.device_peak_flops,
+                       algorithm: str | None = None, precision: str = "fp32") -> Platform:
+    """A Platform from a SiteProfile's SI-unit properties, for training in `precision`: the device's peak in it,
+    and the site's layer profile measured in it, if it keeps one."""
+    device = Device(str(site.config.get("device", {}).get("name", site.name)), site.peak_flops_in(precision),
                     site.device_memory_bandwidth,
                     1.0 if ppp_compute is None else ppp_compute)
+    profile_path = site.layer_profile_path(precision)
+    profile = None
+    if profile_path is not None:
+        profile = read_profile(profile_path)
+        if profile.precision != precision:
+            raise FirescaleError(f"{site.source}: device.precisions.{precision}.profile names {profile_path}, a "
+                                 f"profile measured in {profile.precision}, not {precision}")
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
     return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model),
                     cycle_s=site_cycle_time_s(site), links=site_links(site), data=site_data_path(site),
-                    comm_hidden_share=1.0 if site.device_kind == "gpu" else 0.0)   # a CPU rank: one core
+                    comm_hidden_share=1.0 if site.device_kind == "gpu" else 0.0,   # a CPU rank: one core
+                    profile=profile)
+
+
+def with_precision(platform: Platform, site: SiteProfile, precision: str) -> Platform:
+    """`platform` (the site's, calibrated or not) for training in `precision`: the device's peak in it and the
+    site's layer profile measured in it; its percents of peak and everything else kept."""
+    if precision == "fp32":
+        return platform
+    theirs = platform_from_site(site, precision=precision)
+    return replace(platform, device=replace(platform.device, peak_flops=theirs.device.peak_flops),
+                   profile=theirs.profile)
 
 
 def site_links(site: SiteProfile) -> NodeLinks:
@@ -145,6 +168,9 @@ class PassTimes:
     update: float
     layer_forward: tuple[float, ...] = field(default=(), repr=False)
     layer_backward: tuple[float, ...] = field(default=(), repr=False)
+    # where each layer's figures came from (model/profile.py: measured, fitted FAMILY, peak); empty: all peak
+    layer_sources: tuple[str, ...] = field(default=(), repr=False)
+    update_source: str = "peak"
 
     @property
     def compute(self) -> float:
@@ -153,7 +179,8 @@ class PassTimes:
     def scaled(self, factor: float) -> PassTimes:
         """Every pass and layer `factor` times as long (a node's ranks contending, Platform.contention)."""
         return PassTimes(self.forward * factor, self.backward * factor, self.update * factor,
-                         tuple(t * factor for t in self.layer_forward), tuple(t * factor for t in self.layer_backward))
+                         tuple(t * factor for t in self.layer_forward), tuple(t * factor for t in self.layer_backward),
+                         self.layer_sources, self.update_source)
 
 
 def _op_time(flops: float, memory_bytes: float, device: Device) -> float:
@@ -161,14 +188,21 @@ def _op_time(flops: float, memory_bytes: float, device: Device) -> float:
     return (flops / device.peak_flops + memory_bytes / device.memory_bandwidth) / device.ppp
 
 
-def compute_times(cost: NetCost, device: Device, *, elementwise: bool = True) -> PassTimes:
+def compute_times(cost: NetCost, device: Device, *, elementwise: bool = True,
+                  profile: LayerProfile | None = None) -> PassTimes:
     """Forward, backward and update times of one batch on `device`, layer by layer.
+
+    With a `profile` (Paleo's profiled layers, model/profile.py) each layer's time is measured or fitted from it
+    where it can be, and `elementwise` is moot: measured layers take the time they took.
 
     With `elementwise=False` bias additions and activation layers cost nothing, as in Paleo
     ("they are by no means the bottleneck"); their entries in the per-layer tuples are 0.  A cost in
     Paleo's accounting (`cost.accounting == "paleo"`) has its update at the device's peak, as Paleo's
     simulation gives its update profiler no percent of peak.
     """
+    if profile is not None:
+        return _profiled_times(cost, device, profile)
+
     def keep(l: Any) -> bool:
         return elementwise or not l.elementwise
 
@@ -183,6 +217,14 @@ def compute_times(cost: NetCost, device: Device, *, elementwise: bool = True) ->
     update_device = replace(device, ppp=1.0) if cost.accounting == "paleo" else device
     update = _op_time(2.0 * cost.params, 3.0 * cost.weight_bytes, update_device)
     return PassTimes(sum(fwd), sum(bwd), update, fwd, bwd)
+
+
+def _profiled_times(cost: NetCost, device: Device, profile: LayerProfile) -> PassTimes:
+    times = layer_times(cost, profile, device.peak_flops, device.memory_bandwidth, device.ppp)
+    update, update_source = update_time(cost.params, cost.weight_bytes, profile, device.peak_flops,
+                                        device.memory_bandwidth, device.ppp)
+    fwd, bwd = tuple(t.forward_s for t in times), tuple(t.backward_s for t in times)
+    return PassTimes(sum(fwd), sum(bwd), update, fwd, bwd, tuple(t.source for t in times), update_source)
 
 
 @dataclass(frozen=True)
@@ -232,7 +274,8 @@ class Prediction:
 def backward_share(platform: Platform, spec: NetSpec, batch: int) -> float:
     """The backward pass's share of one device's compute for `batch` images: the window an overlapped
     allreduce can hide behind, as a share of a measured step."""
-    times = compute_times(platform_cost(platform, spec, batch), platform.device, elementwise=platform.elementwise)
+    times = compute_times(platform_cost(platform, spec, batch), platform.device, elementwise=platform.elementwise,
+                          profile=platform.profile)
     return times.backward / times.compute if times.compute > 0 else 0.0
 
 
@@ -259,7 +302,7 @@ def _point(spec: NetSpec, platform: Platform, gpus: int, batch: int, scaling: st
            ) -> tuple[int, int, PassTimes, float, float, float, int, float, float, Any, tuple[float, float]]:
     local = per_gpu_batch(batch, gpus, scaling)
     cost = platform_cost(platform, spec, local)
-    times = compute_times(cost, platform.device, elementwise=platform.elementwise)
+    times = compute_times(cost, platform.device, elementwise=platform.elementwise, profile=platform.profile)
     contention = platform.contention_at(gpus)
     if contention != 1.0:
         times = times.scaled(contention)

@@ -195,7 +195,7 @@ def split_iteration_time(platform: Platform, spec: NetSpec, batch: int, top_devi
     from firescale.model.paleo import compute_times
 
     cost = net_cost(spec, batch)
-    times = compute_times(cost, platform.device, elementwise=platform.elementwise)
+    times = compute_times(cost, platform.device, elementwise=platform.elementwise, profile=platform.profile)
     devices = record_devices(spec, top_devices)
     compute = [0.0] * (max(top_devices) + 1)
     for layer, d, fwd, bwd in zip(cost.layers, devices, times.layer_forward, times.layer_backward):

@@ -9,7 +9,7 @@ from typing import Any
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
-from firescale.model.paleo import Platform, compute_times, platform_from_site
+from firescale.model.paleo import Platform, compute_times, platform_from_site, with_precision
 from firescale.nets.spec import NetSpec
 from firescale.predict.calibrate import Calibration
 from firescale.predict.memory_fit import experiment_fits
@@ -105,7 +105,7 @@ def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iteratio
         return evaluations * calibration.eval_s / gpus * shared
     per_device = math.ceil(model.test_size / gpus)
     return evaluations * shared * compute_times(net_cost(model.net, per_device), platform.device,
-                                                elementwise=platform.elementwise).forward
+                                                elementwise=platform.elementwise, profile=platform.profile).forward
 
 
 def experiment_platform(site: SiteProfile, calibration: Calibration | None = None) -> Platform:
@@ -134,6 +134,7 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
                              f"its experiments: {', '.join(sorted(plan.points)) or 'none'}")
     model = experiment_model(plan, experiment, dataset_size, epochs)
     platform = platform or experiment_platform(plan.site, calibration)
+    platform = with_precision(platform, plan.site, plan.experiment(experiment).get("precision", "fp32"))
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
