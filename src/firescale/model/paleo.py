@@ -125,10 +125,15 @@ def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, p
             raise FirescaleError(f"{site.source}: device.precisions.{precision}.profile names {profile_path}, a "
                                  f"profile measured in {profile.precision}, not {precision}")
     link = Link(site.link_bandwidth, site.link_latency, 1.0 if ppp_comm is None else ppp_comm)
-    return Platform(site.name, device, link, canonical_algorithm(algorithm or site_allreduce(site).model),
+    return Platform(site.name, device, link, canonical_algorithm(algorithm) if algorithm else site_algorithm(site),
                     cycle_s=site_cycle_time_s(site), links=site_links(site), data=site_data_path(site),
                     comm_hidden_share=1.0 if site.device_kind == "gpu" else 0.0,   # a CPU rank: one core
                     profile=profile)
+
+
+def site_algorithm(site: SiteProfile) -> str:
+    """The model of the allreduce the site's library runs (cluster/collectives.py), in the model's words."""
+    return canonical_algorithm(site_allreduce(site).model)
 
 
 def with_precision(platform: Platform, site: SiteProfile, precision: str) -> Platform:

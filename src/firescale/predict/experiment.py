@@ -9,7 +9,7 @@ from typing import Any
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
-from firescale.model.paleo import Platform, compute_times, platform_from_site, with_precision
+from firescale.model.paleo import Platform, compute_times, platform_from_site, site_algorithm, with_precision
 from firescale.nets.spec import NetSpec
 from firescale.predict.calibrate import Calibration
 from firescale.predict.memory_fit import experiment_fits
@@ -136,7 +136,7 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     platform = platform or experiment_platform(plan.site, calibration)
     platform = with_precision(platform, plan.site, plan.experiment(experiment).get("precision", "fp32"))
     algorithm = plan.site.allreduce
-    platform = replace(platform, algorithm=platform_from_site(plan.site).algorithm)
+    platform = replace(platform, algorithm=site_algorithm(plan.site))
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
         platform = replace(platform, data=replace(platform.data, rank_read_bandwidth=limit * 1e6))
 
