@@ -207,7 +207,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(step: Callable[..., torch.Tensor], batches: list[Any], first: int, count: int,
+def timed_iterations(step: Callable[..., torch.Tensor], batches: list[Any], first: int, count: int,
            device: torch.device) -> tuple[float, torch.Tensor]:
     """Seconds of `count` iterations from iteration `first` (CUDA events on a GPU), and the last loss."""
     _sync(device)
@@ -249,14 +249,14 @@ def time_side(model: Model, side: str, precision: str, batches: list[Any], itera
             step(*batches[i % 2], i)
         _sync(device)
         row.warm_up_s = time.perf_counter() - t0
-        one, _ = _timed(step, batches, warm_up, 1, device)
+        one, _ = timed_iterations(step, batches, warm_up, 1, device)
         fit = int((seconds_left - row.warm_up_s) / max(one, 1e-9))
         if fit < 3:
             row.status = (f"skipped: one iteration took {one:.3f} s, and {max(seconds_left, 0):.1f} s were this "
                           "side's share of the deadline")
             return row
         row.iterations = min(iterations, fit)
-        row.seconds, loss = _timed(step, batches, warm_up + 1, row.iterations, device)
+        row.seconds, loss = timed_iterations(step, batches, warm_up + 1, row.iterations, device)
         row.images_per_s = row.iterations * batch / row.seconds
         row.loss = float(loss[0]) / batch if side == "trainer" else float(loss)
     except torch.cuda.OutOfMemoryError:

@@ -76,7 +76,7 @@ def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -
             steps, step = gpu_steps.trainer_side(model, request.precision)
             for i in range(request.warm_up):
                 step(*batches[i % 2], i)
-            seconds, _ = gpu_steps._timed(step, batches, request.warm_up, request.iterations, device)
+            seconds, _ = gpu_steps.timed_iterations(step, batches, request.warm_up, request.iterations, device)
             peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
             del steps
             model.reset()
