@@ -52,12 +52,17 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     assert allreduce_measurement(out, "tree")["bytes"] == 2_000_000   # no size asked: the largest
     # After a synthetic step, as an iteration pays it: the step's time alone is recorded and subtracted.
     stepped = tmp_path / "stepped.json"
-    run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
-                  "--compute-ms", "3", "--overlap-ms", "1", "--json", str(stepped)], timeout=240, cwd=repo)
+    for attempt in range(3):   # on cores busy with the other worker the difference can come out below zero: the
+        run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
+                      "--compute-ms", "3", "--overlap-ms", "1", "--json", str(stepped)], timeout=240, cwd=repo)
+        try:                   # calibration refuses it and says to measure again, which is what a user does
+            picked = allreduce_measurement(stepped, "tree", 524_320)
+            break
+        except FirescaleError as exc:
+            assert "below zero" in str(exc) and "measure again" in str(exc) and attempt < 2, exc
     data = json.loads(stepped.read_text())
     (m,) = data["measurements"]
     assert data["compute_ms"] == 3 and 0.0015 < m["compute_s"] < 0.03   # sized to ~3 ms on this core
-    picked = allreduce_measurement(stepped, "tree", 524_320)
     assert picked["after_step_s"] == m["compute_s"]
     # --overlap-ms: the same allreduce timed beside 1 ms of compute too (its sums checked as the others'), and
     # the share of it that compute hid, which the calibration takes
