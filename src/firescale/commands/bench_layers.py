@@ -26,7 +26,6 @@ def run(args: argparse.Namespace) -> int:
 
     request = LayersRequest(tuple(n.strip() for n in args.nets.split(",") if n.strip()), tuple(args.batches),
                             args.precision, args.warm_up, args.iterations)
-    request.check()
     profile = profile_layers(request, say=lambda s: print(s, flush=True))
     write_profile(args.out, profile)
     print(f"wrote {args.out}: {len(profile.layers)} layers of {', '.join(profile.nets())} on {profile.device} "
