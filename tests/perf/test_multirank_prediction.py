@@ -148,15 +148,19 @@ def test_contention_measured_across_nodes_slows_the_points_that_span_them(tmp_pa
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(repo, tmp_path):
-    """Real ranks and real Horovod: with a 50 ms negotiation cycle, LeNet's 2-rank iteration on digits
+    """Real ranks and real Horovod: with a 100 ms negotiation cycle, LeNet's 2-rank iteration on digits
     (a few ms of compute and allreduce) is one cycle, since Horovod's thread sleeps until the cycle ends
     before it takes the next request: no iteration beats the cycle, however fast the machine.  The model
     predicts the cycle.  Before the cycle was modelled, the probe's time after its short step (the cycle
     less the step) was added to the point's longer compute: 20-30% over.  On a loaded machine some
-    iterations slip into a second cycle (below)."""
+    iterations slip into a second cycle (below).
+
+    The cycle must be well above one rank's iteration for the point to be paced by it: alone that iteration
+    is 3-5 ms, but inside a whole `make test` on CI, beside the other worker, it was once 28.5 ms, over half
+    of the 50 ms cycle this test used then."""
     import os
 
-    cycle = 0.050
+    cycle = 0.100
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The model gives each rank a core of its own, as a site's job does. A test worker is pinned to one core
     # (tests/conftest.py); the ranks of this test get the machine's cores (the worker's own pinning comes back
@@ -181,7 +185,7 @@ def _paced_by_the_cycle(repo, tmp_path, cycle: float, env: dict) -> None:
     site = load_site(site_copy(tmp_path / "slow", "local",
                                lambda d: d.update(horovod={"cycle_time_ms": cycle * 1e3})))
     ranks = site_ranks(site)
-    assert ranks.env["HOROVOD_CYCLE_TIME"] == "50"
+    assert ranks.env["HOROVOD_CYCLE_TIME"] == "100"
     runs = TrainRuns(tmp_path / "digits", "lenet_same", repo / "workflow" / "solvers" / "lenet-digits.yaml", 100,
                      tmp_path / "runs", ranks, timeout=300, reference_batch=128)
     alone = runs.run(1, 64, "r1-b64")
@@ -197,11 +201,14 @@ def _paced_by_the_cycle(repo, tmp_path, cycle: float, env: dict) -> None:
     print(f"1 rank at 64: {alone.iteration_s * 1e3:.3f} ms; probe: {cal.comm_source['seconds'] * 1e3:.3f} ms after "
           f"{cal.comm_source['after_step_s'] * 1e3:.3f} ms; 2 x 64 predicted {predicted.iteration_s * 1e3:.3f} ms, "
           f"measured {two.iteration_s * 1e3:.3f} ms")
-    assert alone.iteration_s < cycle / 2 and two.ranks == 2
+    assert alone.iteration_s < cycle / 2, f"one rank's iteration ({alone.iteration_s * 1e3:.1f} ms) is too close " \
+        f"to the {cycle * 1e3:.0f} ms cycle for the point to be paced by it: the machine is too loaded for this test"
+    assert two.ranks == 2
     assert two.iteration_s >= cycle * 0.95     # the loop cannot beat the cycle (iteration_s leaves some host work out)
     assert predicted.iteration_s == pytest.approx(cycle)       # one iteration per cycle
-    # No upper bound is asserted: alone, or beside one other test, the 2-rank run took 49.7-54.9 ms, but inside
-    # a whole `make test` 82-83 ms (twice), some iterations slipping into a second cycle, for a cause not found.
+    # No upper bound is asserted: with a 50 ms cycle, alone or beside one other test, the 2-rank run took
+    # 49.7-54.9 ms, but inside a whole `make test` 82-83 ms (twice), some iterations slipping into a second
+    # cycle, for a cause not found.
 
 
 def test_a_measured_hidden_share_hides_that_share_of_each_allreduce_behind_backward(plan):
