@@ -107,6 +107,7 @@ def build_parser(group: str) -> argparse.ArgumentParser:
         return parser
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     for name, (module, help_text) in table.items():
+        assert name is not None, f"group {group}: a group with subcommands names each of them"
         sp = sub.add_parser(name, help=help_text, description=help_text)
         sp.set_defaults(_module=module)
     return parser

@@ -146,11 +146,11 @@ def read_result(path: str | Path) -> TrainResult:
 def baseline_top1(paths: str | Path | list[str] | list[Path]) -> float:
     """The top-1 accuracy a baseline ended with (its last evaluation), the target for scaled runs; for
     several repeats of the baseline, the mean of theirs."""
-    paths = list(paths) if isinstance(paths, (list, tuple)) else [paths]
-    if not paths:
+    given: list[str | Path] = list(paths) if isinstance(paths, (list, tuple)) else [paths]
+    if not given:
         raise FirescaleError("no baseline result to take the target accuracy from")
     finals = []
-    for path in paths:
+    for path in given:
         result = read_result(path)
         if result.final_top1 is None:
             raise FirescaleError(f"baseline result {path} has no evaluation points, so it gives no target accuracy")

@@ -249,7 +249,7 @@ class HorovodIteration:
         self._with, self._without = self._trace(self.matmuls)
         # the compute an overlapped allreduce can hide behind (backward), sized as the step is
         self._window = self._trace(max(0, round((window_s - base) / per)))[1] if window_s > 0 else None
-        self._requests = self._trace_requests() if window_s > 0 else None
+        self._requests: Any = self._trace_requests() if window_s > 0 else None
 
     def _sizing(self, alone: Any, loaded: Any, matmuls: int, comm: Any) -> tuple[float, float]:
         """This rank's iteration without matmuls and what one matmul adds to it, the fastest of 15 calls of

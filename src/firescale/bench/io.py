@@ -21,6 +21,7 @@ import itertools
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,7 +108,8 @@ def calibrate_compute(target_s: float):
 
 def _timed_steps(it, step, seconds: float, min_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Run steps pulling from `it`: per step, the seconds blocked in next() and the whole step's seconds."""
-    waits, totals = [], []
+    waits: list[float] = []
+    totals: list[float] = []
     start = time.perf_counter()
     while time.perf_counter() - start < seconds or len(waits) < min_steps:
         t0 = time.perf_counter()
@@ -183,8 +185,8 @@ def bench_io(dataset: str | Path, *, batch: int = 256, seconds: float = 3.0, spl
             per_record = file.stat().st_size / ds.num_records
             raw = raw_read(file, seconds)
             raw_rates = _rates(raw["bytes"] / per_record, raw["seconds"], per_record)
-            entry = {"file": str(file), "file_bytes": file.stat().st_size, "records": ds.num_records,
-                     "raw_sequential": raw_rates}
+            entry: dict[str, Any] = {"file": str(file), "file_bytes": file.stat().st_size,
+                                     "records": ds.num_records, "raw_sequential": raw_rates}
             for name, shuffled in (("shuffled", True), ("sequential", False)):
                 r = reader_rate(ds, batch, seconds, shuffled)
                 rates = _rates(r["records"], r["seconds"], per_record)

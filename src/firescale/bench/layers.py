@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
@@ -34,6 +35,13 @@ class LayersRequest:
         if self.iterations < 1 or self.warm_up < 0:
             raise FirescaleError(f"--iterations must be at least 1 and --warm-up at least 0, not {self.iterations} "
                                  f"and {self.warm_up}")
+
+
+def _applied_by(solver: Any, base_lr: float) -> Callable[[list[Any], int], None]:
+    """The update of a marked iteration: `solver` applies the gradients at iteration i, as in training."""
+    def update(grads: list[Any], i: int) -> None:
+        solver.apply(grads, base_lr, i)
+    return update
 
 
 def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -> LayerProfile:
@@ -63,7 +71,7 @@ def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -
             timed, update_s = profile_iterations(
                 model.net, batches, autocast=backend.autocast, warm_up=request.warm_up,
                 iterations=request.iterations,
-                update=lambda grads, i, solver=model.solver: solver.apply(grads, gpu_steps.BASE_LR, i))
+                update=_applied_by(model.solver, gpu_steps.BASE_LR))
             by_name = {t.name: t for t in timed}
             cost = net_cost(model.spec, batch)
             for record in cost.layers:
@@ -76,12 +84,12 @@ def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -
             steps, step = gpu_steps.trainer_side(model, request.precision)
             for i in range(request.warm_up):
                 step(*batches[i % 2], i)
-            seconds, _ = gpu_steps.timed_iterations(step, batches, request.warm_up, request.iterations, device)
+            timed_s, _ = gpu_steps.timed_iterations(step, batches, request.warm_up, request.iterations, device)
             peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
             del steps
             model.reset()
             layers_s = sum(t.forward_s + t.backward_s for t in timed)
-            iterations.append(ProfiledIteration(model.spec.name, batch, seconds / request.iterations, layers_s,
+            iterations.append(ProfiledIteration(model.spec.name, batch, timed_s / request.iterations, layers_s,
                                                 update_s, cost.params, peak))
             say(f"{model.spec.name} batch {batch}: iteration {1e3 * iterations[-1].iteration_s:.2f} ms, its layers "
                 f"{1e3 * layers_s:.2f} ms, update {1e3 * update_s:.2f} ms")

@@ -128,8 +128,8 @@ def comparison_markdown(model: NetMemory, measured: MeasuredMemory) -> str:
         cells = [f"{_mb(row.model[k])} / {_mb(row.measured[k])}" for k in (*PASSES, "resident")]
         lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
     totals = {k: (sum(r.model[k] for r in rows), sum(r.measured[k] for r in rows)) for k in (*PASSES, "resident")}
-    cells = " | ".join(f"{_mb(a)} / {_mb(b)} ({_ratio(a, b)})" for a, b in totals.values())
-    lines.append(f"| **total** | {cells} |")
+    total_cells = " | ".join(f"{_mb(a)} / {_mb(b)} ({_ratio(a, b)})" for a, b in totals.values())
+    lines.append(f"| **total** | {total_cells} |")
     other = sum(measured.other.values())
     training = device_peaks(model, [0] * len(model.layers))[0].training_bytes
     lines += ["", f"Peak in use during forward and backward: model {_mb(training)} MB, measured "

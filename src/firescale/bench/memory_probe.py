@@ -123,6 +123,6 @@ def measure_training_memory(spec: NetSpec, batch: int, solver: SolverConfig, *, 
     for var, info in zip(caffe.history + caffe.update_history, net.infos + net.infos):
         layers[info.layer].history += int(np.prod(var.shape)) * 4
     session.close()
-    inputs = sum(v.nbytes for v in (feed[images], feed[labels]))
+    inputs = sum(np.asarray(feed[key]).nbytes for key in (images, labels))
     return MeasuredMemory(spec.name, batch, solver.type, [layers[n] for n in names], other, grad_peak, update_peak,
                           inputs)

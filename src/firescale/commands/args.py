@@ -23,12 +23,12 @@ def int_list(text: str) -> list[int]:
 def input_shape(text: str) -> tuple[int, int, int]:
     """A net's input as H,W,C (the argparse type of every --input)."""
     try:
-        shape = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
+        height, width, channels = (int(x) for x in text.split(","))
+    except ValueError:      # not integers, or not three of them
+        height = width = channels = 0
+    if min(height, width, channels) < 1:
         raise argparse.ArgumentTypeError(f"expected the net's input as H,W,C (three positive integers), not {text!r}")
-    return shape  # type: ignore[return-value]
+    return height, width, channels
 
 
 def net_name(text: str) -> str:

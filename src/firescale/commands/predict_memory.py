@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     peaks = plan_peaks(memory, spec, top)
     for p in peaks:
         over = f", {(p.bytes - limit) / 1e9:.2f} GB over the {limit / 1e9:g} GB of {site.name}'s device" \
-            if limit and p.bytes > limit else ""
+            if site and limit and p.bytes > limit else ""
         print(f"device {p.device}: peak {p.bytes / 1e9:.3f} GB at {p.at} (weights and history "
               f"{p.resident / 1e9:.3f} GB){over}")
     if args.measure:

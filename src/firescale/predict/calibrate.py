@@ -261,7 +261,8 @@ def calibrate(platform: Platform, net: NetSpec | str, batch: int, measured_itera
             compute_source["runs"] = [{"batch": b, "measured_iteration_s": s,
                                        "ideal_compute_s": _ideal_compute_s(spec, b, device, elementwise)}
                                       for b, s in runs]
-    ppp_comm, ppp_intra, comm_source = platform.link.ppp, None, {"fitted": False}
+    ppp_comm, ppp_intra = platform.link.ppp, None
+    comm_source: dict[str, Any] = {"fitted": False}
     if allreduce is not None:
         comm_source, own = _measured_allreduce(allreduce, platform)
         algo, nbytes, ranks = comm_source["algorithm"], comm_source["bytes"], comm_source["ranks"]
@@ -292,7 +293,7 @@ def _measured_allreduce(allreduce: dict[str, Any], platform: Platform) -> tuple[
                                         int(allreduce["ranks"]), float(allreduce["seconds"]))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
-    source = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
+    source: dict[str, Any] = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
               **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s")
                  if k in allreduce}}
     if allreduce.get("measured") != "horovod":

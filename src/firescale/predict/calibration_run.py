@@ -230,12 +230,13 @@ def _calibrated_net(request: CalibrationRequest, records: list[MeasuredIteration
 
 
 def net_shape(shape: tuple[int, int, int] | None, classes: int | None,
-              first: MeasuredIteration | None) -> tuple[tuple[int, ...] | None, int | None]:
+              first: MeasuredIteration | None) -> tuple[tuple[int, int, int] | None, int | None]:
     """Input shape and classes: those given, else the first record's dataset manifest and crop."""
     if first is not None and (shape is None or classes is None):
         data = manifest_if_ingested(first.dataset)
         if data is not None:
-            stored = tuple(int(v) for v in data["shape"])
+            height, width, channels = (int(v) for v in data["shape"])   # a manifest's records are HWC
+            stored = (height, width, channels)
             crop = command_option(first.command, "--crop")
             shape = shape or ((int(crop), int(crop), stored[2]) if crop else stored)
             classes = classes or int(data["num_classes"])
