@@ -75,6 +75,7 @@ def test_bench_io_records_the_pixel_kernel_it_ran(digits, tmp_path, capsys):
     assert "pixel interleave by the " + ("compiled kernel (c)" if PIXELS_KERNEL == "c" else "numpy") in captured.err
 
 
+@pytest.mark.tensorflow
 def test_bench_io_data_wait_is_taken_on_the_trainers_feed(digits, tmp_path):
     out = tmp_path / "bench.json"
     assert main(["bench", "io", "--dataset", str(digits), "--batch", "16", "--seconds", "0.3", "--formats", "lmdb",

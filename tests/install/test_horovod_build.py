@@ -96,6 +96,7 @@ def test_the_gpu_build_without_nvcc_or_nccl_says_what_to_load(tmp_path):
         check_plan(plan)
 
 
+@pytest.mark.tensorflow
 def test_the_installed_cpu_build_does_not_satisfy_gpu_1():
     cpu = HorovodBuilt("0.28.1", mpi=True, gloo=True, nccl=False)
     gpu = HorovodBuilt("0.28.1", mpi=True, gloo=True, nccl=True)
@@ -107,6 +108,7 @@ def test_the_installed_cpu_build_does_not_satisfy_gpu_1():
     assert build_satisfied(here, here.version, gpu=False) and not build_satisfied(here, here.version, gpu=True)
 
 
+@pytest.mark.tensorflow
 def test_a_gpu_site_refuses_a_build_without_nccl_in_one_sentence():
     cpu = HorovodBuilt("0.28.1", mpi=True, gloo=True, nccl=False, where="/venv/horovod")
     with pytest.raises(FirescaleError) as err:
@@ -128,12 +130,14 @@ def _firescale(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
                           env={**os.environ, **(env or {})})
 
 
+@pytest.mark.tensorflow
 def test_check_horovod_names_the_site():
     proc = _firescale("-m", "firescale", "site", "check-horovod", "ib-cluster")
     assert proc.returncode == 1
     assert "firescale: error: Horovod " in proc.stderr and "site ib-cluster has GPUs" in proc.stderr
 
 
+@pytest.mark.tensorflow
 def test_make_setup_gpu_1_plans_the_nccl_build_and_notices_the_cpu_build(tmp_path):
     """The module the Makefile runs: `plan --gpu` points into this venv's site-packages; `install --gpu`
     sees this machine's CPU build and, without a CUDA toolkit here, stops before building."""
@@ -160,6 +164,7 @@ def _make_n(tmp_path: Path, *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.tensorflow
 def test_make_n_setup_shows_each_variant_s_steps(tmp_path):
     cpu, gpu = _make_n(tmp_path), _make_n(tmp_path, "GPU=1")
     assert "pip install -q -e '.[test,tensorflow]'" in cpu and '"tensorflow-cpu==2.15.1"' in cpu

@@ -33,6 +33,7 @@ def test_bench_allreduce_checks_every_algorithm_and_predicts_the_parameter_serve
     assert predicted[4]["tree"] < predicted[4]["ps"]
 
 
+@pytest.mark.tensorflow
 def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_path, repo):
     """`horovod` is the trainer's own allreduce: its sum is checked like the others', and a calibration
     prefers it over the MPI algorithms when fitting the communication factor."""
@@ -77,6 +78,7 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
         allreduce_measurement(only_mpi, "ring")
 
 
+@pytest.mark.tensorflow
 def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_buffer(run_ranks, tmp_path, repo):
     """--gradients-of reduces the net's |W| as the trainer does: Horovod's grouped allreduce of one tensor per
     weight and bias blob (and the loss pair), every sum checked; MPI the same bytes as one buffer."""

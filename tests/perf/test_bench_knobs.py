@@ -75,6 +75,7 @@ def test_a_setting_is_clearly_faster_only_when_every_run_beats_every_run_of_the_
     assert overlapping.change_percent(site) == pytest.approx((1.6 - 2.2) / 2.2 * 100)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_each_setting_reaches_the_ranks_and_a_long_cycle_paces_the_iteration(tmp_path, repo, digits_dataset):
     out, runs = tmp_path / "knobs.json", tmp_path / "runs"

@@ -23,6 +23,7 @@ def test_the_ratio_is_the_trainers_images_per_s_over_the_bare_loops():
     assert row.to_dict()["percent"] == row.percent
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_bench_trainer_runs_both_sides_on_two_ranks_with_the_same_arithmetic(tmp_path, repo, digits_dataset):
     out = tmp_path / "bt.json"

@@ -254,6 +254,7 @@ def test_the_probe_counts_the_ranks_mean_iteration_not_each_repetitions_slowest_
     assert statistics.fmean(seconds) == pytest.approx(with_t.sum(axis=1).mean() / reps - 1.2e-3)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_bench_predict_on_local_measures_the_contention_and_predicts_with_it(tmp_path, repo, digits_dataset):
     # The command end to end on real ranks: the round's contention run (one copy on each core at once) is

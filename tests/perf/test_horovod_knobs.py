@@ -65,6 +65,7 @@ def test_the_job_script_and_the_ranks_here_export_the_sites_knobs(tmp_path):
     assert site_ranks(site).env["HOROVOD_CYCLE_TIME"] == "0.25"
 
 
+@pytest.mark.tensorflow
 def test_bench_allreduce_sweeps_sizes_compares_horovod_with_mpi_and_records_the_knobs(run_ranks, tmp_path, repo):
     out = tmp_path / "ar.json"
     proc = run_ranks(2, ["bench", "allreduce", "--sweep", "--reps", "1", "--algorithms", "mpi,horovod",

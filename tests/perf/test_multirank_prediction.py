@@ -145,6 +145,7 @@ def test_contention_measured_across_nodes_slows_the_points_that_span_them(tmp_pa
         load_calibration(path)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(repo, tmp_path):

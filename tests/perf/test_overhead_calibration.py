@@ -144,6 +144,7 @@ def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
         short_run_command([], 16, 200, tmp_path)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     """The workflow's path: a 1-rank `firescale train` result, then `--short-run` repeats it at batch 8,
@@ -184,6 +185,7 @@ def test_calibrate_from_a_real_baseline_plus_a_short_run(repo, tmp_path):
     assert f"{probed.comm_hidden_share:.0%} of it ran beside the compute" in proc.stdout
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_contention_round_whose_copies_fail_is_left_out_and_all_failing_is_the_error(repo, tmp_path):
     """A round of the short run's copies that fails (here a copy's --out is taken by a file, so its trainer
@@ -236,6 +238,7 @@ def test_repeats_of_a_run_are_taken_as_their_mean_and_other_runs_are_refused():
         mean_iteration([])
 
 
+@pytest.mark.tensorflow
 def test_copies_faster_than_the_run_alone_leave_the_factor_at_1_and_keep_the_ratio(repo, tmp_path):
     """Ranks sharing a node do not compute faster than one alone: when the lone short run was disturbed (here
     it says 1 s an iteration, which no copy takes), the two real copies' median over it is kept as the ratio

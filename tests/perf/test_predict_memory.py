@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from vgg19_hand_count import peak_at_backward
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +47,7 @@ def test_a_plan_over_a_device_is_refused_and_unequal_devices_are_planned(tmp_pat
     assert proc.returncode == 0 and proc.stdout.count("device ") >= 3 and "split that fits" in proc.stdout
 
 
+@pytest.mark.tensorflow
 def test_measure_prints_the_model_beside_tensorflow():
     proc = _memory("lenet_same", "--batch", "16", "--device-kind", "cpu", "--measure", "--solver-type", "Adam")
     assert proc.returncode == 0, proc.stderr

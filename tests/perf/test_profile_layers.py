@@ -3,19 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from firescale.model.traces import read_trace, replay_trace, write_trace
 from firescale.nets.zoo import get_net
-from firescale.train.tensorflow.distributed import Rank
-from firescale.train.tensorflow.nets import build_net
-from firescale.train.tensorflow.profile import profile_net
 from firescale.train.timing import median_seconds
 
-pytestmark = pytest.mark.tensorflow
 
-
+@pytest.mark.tensorflow
 def test_profile_a_small_lenet(tmp_path):
+    import tensorflow as tf
+
+    from firescale.train.tensorflow.distributed import Rank
+    from firescale.train.tensorflow.nets import build_net
+    from firescale.train.tensorflow.profile import profile_net
+
     spec = get_net("lenet_same", input_shape=(8, 8, 1))
     net = build_net(spec, seed=1)
     images = tf.constant(np.random.default_rng(0).random((16, 8, 8, 1), dtype=np.float32))

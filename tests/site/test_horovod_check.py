@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from site_helpers import site_copy
 
 from firescale.cluster.site import load_site
@@ -39,6 +40,7 @@ def test_only_gpu_sites_check_the_build(tmp_path):
     assert f"apptainer exec --nv /img/fs.sif {CHECK}" in render_job_script(container, _job(run))
 
 
+@pytest.mark.tensorflow
 def test_a_gpu_site_s_job_fails_before_training_when_horovod_lacks_nccl(tmp_path):
     """This machine's Horovod has MPI and Gloo, no NCCL: the real job body on a GPU site stops at the check."""
     run = tmp_path / "run"

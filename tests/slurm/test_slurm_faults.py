@@ -182,6 +182,7 @@ READ_LIMIT_MBS = MAX_ITER * RANK_BATCH_BYTES / READ_SECONDS / 1e6
 CYCLE_TIME_MS = 10
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_real_walltime_snapshots_resubmits_resumes_and_matches_an_uninterrupted_run(tmp_path, monkeypatch, slurm,
                                                                                      request):

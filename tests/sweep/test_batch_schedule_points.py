@@ -145,6 +145,7 @@ def test_an_explicit_scheduled_point_in_per_gpu_batches_and_its_prediction_by_ph
     assert out[point.name]["memory"]["batch_per_gpu"] == 8      # the larger phase's batch per GPU
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_scheduled_point_trains_through_the_sweeps_command_and_reports_its_phases(tmp_path, run_ranks):
     from firescale.report.formatting import ReportContext

@@ -106,6 +106,7 @@ def test_a_limit_that_is_not_a_positive_number_is_one_sentence(value):
     assert "read_limit_mbs" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_limited_runs_data_wait_is_the_models_t_io(tmp_path, digits_dataset):
     # The model's t_io under a limit is what the trainer waits: 16 digits (64 stored bytes each) a step at

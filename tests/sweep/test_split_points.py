@@ -105,6 +105,7 @@ def test_a_replica_wider_than_a_node_is_over_the_sites_limits():
         plan(wide)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_split_point_trains_on_two_logical_devices_through_the_sweeps_command(tmp_path, run_ranks):
     site, solver = scratch_local_site(tmp_path, run_ranks, max_iter=20)

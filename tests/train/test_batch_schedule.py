@@ -55,6 +55,7 @@ def _args(work: Path, out: str, *extra: str) -> list[str]:
                       "linear", *extra)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_a_schedule_switches_batch_and_rate_and_resumes_exactly(work, run_ranks):

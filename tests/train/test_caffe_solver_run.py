@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.mpi]
+pytestmark = [pytest.mark.mpi, pytest.mark.tensorflow]
 CAFFE_LENET = Path(__file__).parent / "data" / "caffe" / "examples" / "mnist" / "lenet_solver.prototxt"
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.tensorflow
+pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
 
 SCRIPT = """
 import json, sys, types

@@ -47,6 +47,7 @@ def _requests(timeline: Path) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.tensorflow
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_overlapped_allreduce_gives_the_grouped_weights_and_accuracy_on_two_ranks(work, run_ranks):

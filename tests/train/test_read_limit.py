@@ -28,6 +28,7 @@ def _train(work: Path, out: str, *extra: str) -> subprocess.CompletedProcess[str
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.tensorflow
 def test_a_limited_run_waits_its_bytes_over_the_limit_and_trains_the_same_weights(tmp_path):
     work = ingest_digits(tmp_path)
     runs = {}

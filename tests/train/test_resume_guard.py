@@ -54,6 +54,7 @@ def test_a_snapshot_without_settings_is_refused():
         check_same_trajectory({"net": "lenet_same"}, settings(), "old.npz")
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_train_refuses_to_continue_a_snapshot_with_another_learning_rate(tmp_path):
     def train(*extra):

@@ -14,6 +14,8 @@ from train_helpers import ingest_digits, train_args, weights
 
 from firescale.cluster.site import load_site
 
+pytestmark = pytest.mark.tensorflow
+
 SOLVER = """\
 type: SGD
 base_lr: 0.05

@@ -82,6 +82,7 @@ def test_the_evaluation_stops_at_this_ranks_share_of_the_images():
     assert (sums.count, sums.top1_correct) == (10.0, 9.0)
 
 
+@pytest.mark.tensorflow
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_two_ranks_take_the_batch_and_test_batch_from_the_files_and_record_the_net_file(tmp_path, run_ranks):

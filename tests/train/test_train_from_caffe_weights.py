@@ -19,6 +19,8 @@ from train_helpers import ingest_digits
 from firescale.caffe.caffemodel import read_caffemodel, write_caffemodel
 from firescale.data.readers import Transform, iter_test_arrays, open_dataset
 
+pytestmark = pytest.mark.tensorflow
+
 CAFFE_LENET = Path(__file__).parents[1] / "caffe" / "data" / "lenet_iter_10000.caffemodel"
 SOLVER = "type: SGD\nbase_lr: 0.01\nmomentum: 0.9\nmax_iter: 2\ntest_interval: 2\nrandom_seed: 5\n"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}

@@ -55,6 +55,7 @@ def two_rank_run(work) -> Path:
     return work / "a"
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank_run):
     run_ranks(1, train_args(work, "one", "short.yaml", "--batch-per-rank", "32", "--set", "max_iter=10"),
@@ -91,6 +92,7 @@ def test_two_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank
     assert result["per_iteration"]["allreduce_s"] > 0 and result["per_iteration"]["compute_s"] > 0
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_same_seed_and_ranks_reproduce_bit_for_bit_whole_or_in_parts(work, run_ranks, two_rank_run):
     # every iteration in parts (gradients, allreduce, update as three calls) against mostly one graph each
@@ -112,6 +114,7 @@ def _rank_pids(mpirun_pid: int) -> list[int]:
     return [p.pid for p in kids if "firescale" in " ".join(p.cmdline())]
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, two_rank_run):
     from mpitools import mpirun_argv
@@ -152,6 +155,7 @@ def test_sigterm_then_resume_gives_the_uninterrupted_weights(work, run_ranks, tw
     assert log.count('"key": "run_start"') == 2 and '"key": "eval_accuracy"' in log
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_chosen_caffe_snapshot_resumes_bit_for_bit_and_writes_hdf5(work, run_ranks, two_rank_run):
     """--snapshot names one of the uninterrupted run's Caffe snapshots (iteration 90, .caffemodel +
@@ -174,6 +178,7 @@ def test_a_chosen_caffe_snapshot_resumes_bit_for_bit_and_writes_hdf5(work, run_r
     assert [s["start_iter"] for s in resumed["segments"]] == [0, 90] and resumed["iterations"] == 100
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 def test_a_run_stopped_by_the_update_that_made_an_evaluation_due_takes_it_when_resumed(work, run_ranks,
                                                                                         two_rank_run):
@@ -190,6 +195,7 @@ def test_a_run_stopped_by_the_update_that_made_an_evaluation_due_takes_it_when_r
         assert (ours["top1"], ours["top5"], ours["loss"]) == (theirs["top1"], theirs["top5"], theirs["loss"])
 
 
+@pytest.mark.tensorflow
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_digits_reaches_95_percent(work, run_ranks, ranks):

@@ -14,7 +14,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-pytestmark = [pytest.mark.vcluster, pytest.mark.slow, pytest.mark.pytorch]
+# The points train with PyTorch; the calibration job's allreduce probe is Horovod's (cluster/ranks.probe_allreduce)
+pytestmark = [pytest.mark.vcluster, pytest.mark.slow, pytest.mark.pytorch, pytest.mark.tensorflow]
 
 EXPERIMENT = "fashion-lenet"  # the default experiment of workflow/config.yaml, its own solver unchanged
 

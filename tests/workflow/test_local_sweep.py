@@ -13,7 +13,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]   # the experiment trains with TensorFlow
 
 SHORT_SOLVER = """\
 type: SGD
