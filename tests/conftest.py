@@ -76,6 +76,39 @@ def pytest_configure(config):
 BACKEND_MODULES = {"tensorflow": ("tensorflow", "horovod"), "pytorch": ("torch",)}
 
 
+def pytest_ignore_collect(collection_path, config):
+    """A test module whose `pytestmark` names a backend this Python lacks, in a run that leaves that backend's
+    tier out on purpose (-m 'not pytorch'), is not imported: its imports need the framework, and each of its
+    tests would be deselected anyway.  Any other module is imported, and one that needs a missing framework
+    fails there, loudly (so does a file named on the command line, which pytest collects without asking)."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    left_out = _backends_left_out(config.option.markexpr or "")
+    return True if left_out & _module_marks(collection_path) else None
+
+
+def _backends_left_out(markexpr: str) -> set[str]:
+    """The backends that `-m` deselects by name ("not pytorch") and whose framework this Python lacks."""
+    import importlib.util
+    import re
+
+    return {marker for marker, modules in BACKEND_MODULES.items()
+            if re.search(rf"\bnot\s+{marker}\b", markexpr)
+            and any(importlib.util.find_spec(m) is None for m in modules)}
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The names of the marks a test file's module-level `pytestmark` gives all its tests (pytest.mark.NAME)."""
+    import ast
+
+    marks: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            marks |= {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"}
+    return marks
+
+
 def pytest_runtest_setup(item):
     import importlib.util
 
