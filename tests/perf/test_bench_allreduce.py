@@ -74,7 +74,7 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     only_mpi = tmp_path / "mpi.json"
     only_mpi.write_text(json.dumps({"measurements": [m for m in runs if m["algorithm"] == "tree"]}))
     assert allreduce_measurement(only_mpi, "tree", 524_320)["measured"] == "tree"
-    with pytest.raises(FirescaleError, match="no 'horovod' or 'ring' measurement"):
+    with pytest.raises(FirescaleError, match="no 'horovod', 'torch' or 'ring' measurement"):
         allreduce_measurement(only_mpi, "ring")
 
 
@@ -139,8 +139,24 @@ def test_a_librarys_own_choice_is_fitted_from_mpi_allreduce_itself(tmp_path):
     picked = allreduce_measurement(path, "openmpi-default", 524_320)
     assert picked["measured"] == "mpi" and picked["seconds"] == 0.001 and picked["algorithm"] == "openmpi-default"
     path.write_text(json.dumps({"measurements": runs[:1]}))
-    with pytest.raises(FirescaleError, match="no 'horovod' or 'mpi' measurement"):
+    with pytest.raises(FirescaleError, match="no 'horovod', 'torch' or 'mpi' measurement"):
         allreduce_measurement(path, "nccl-default")
+
+
+def test_the_pytorch_trainers_allreduce_is_fitted_before_mpis_and_horovods_before_it(tmp_path):
+    """`bench allreduce --framework pytorch` times MPI_Allreduce beside torch.distributed's all_reduce: the fit
+    takes the trainer's (torch), what a PyTorch run pays; a file with Horovod's too takes Horovod's."""
+    from firescale.predict.calibrate import allreduce_measurement
+
+    path = tmp_path / "ar.json"
+    runs = [{"algorithm": a, "ranks": 2, "bytes": 524_320, "median_s": s}
+            for a, s in (("mpi", 0.001), ("torch", 0.003), ("horovod", 0.005))]
+    path.write_text(json.dumps({"measurements": runs[:2]}))
+    picked = allreduce_measurement(path, "ring", 524_320)
+    assert picked["measured"] == "torch" and picked["seconds"] == 0.003 and picked["algorithm"] == "ring"
+    assert picked["after_step_s"] == 0.0
+    path.write_text(json.dumps({"measurements": runs}))
+    assert allreduce_measurement(path, "ring", 524_320)["measured"] == "horovod"
 
 
 def test_an_allreduce_record_that_cannot_be_fitted_is_refused_naming_the_file(tmp_path):

@@ -59,11 +59,13 @@ def test_a_bad_request_is_refused_by_its_options_name_and_nothing_is_written(tmp
     assert not out.exists() and said == []
 
 
+TRAIN_COMMAND = train_result(64, 11.7)["command"]
 # Files the requests below name: records as `sweep run` and `firescale train` write them, and a bad bench file.
 NAMED = {"base.json": run_record(train_result(64, 11.7)),
          "nameless.json": run_record(train_result(64, 11.7, net="")),            # a record naming no net
          "uncommanded.json": run_record(train_result(64, 11.7, command=[])),     # nothing to repeat
          "lenet-2.json": train_result(32, 10.5, ranks=2, net="lenet"),          # a run of another net
+         "torch.json": run_record(train_result(64, 11.7, command=[*TRAIN_COMMAND, "--framework", "pytorch"])),
          "bench.json": {"measurements": "none"}}                                 # no bench allreduce record
 
 
@@ -82,6 +84,12 @@ NAMED = {"base.json": run_record(train_result(64, 11.7)),
     ({"allreduce_probe": None, "allreduce_json": "bench.json"},
      "bench.json: not a `firescale bench allreduce --json` record"),
     ({"records": ("uncommanded.json",)}, "the run record has no `firescale train` command line to repeat"),
+    # the probe's backend: --framework, else the record's
+    ({"framework": "caffe2"}, "--framework 'caffe2' is not a framework firescale trains with"),
+    ({"records": ("torch.json",), "probe_overlap": True},
+     "--probe-overlap times Horovod's allreduce beside the step's backward pass; the pytorch trainer's "
+     "(torch.distributed's) is probed on its own"),
+    ({"framework": "pytorch", "probe_overlap": True}, "the pytorch trainer's (torch.distributed's) is probed"),
 ])
 def test_a_bad_request_is_refused_before_any_short_run_round_or_probe_starts(tmp_path, monkeypatch, changes,
                                                                                message):
@@ -96,6 +104,55 @@ def test_a_bad_request_is_refused_before_any_short_run_round_or_probe_starts(tmp
     request = replace(request, **{**{key: value for key, value in changes.items() if key not in ("records", "site")},
                                   **named})
     _refused_before_measuring(monkeypatch, request, changes.get("site", load_site("local")), message)
+
+
+def test_the_probe_times_the_allreduce_of_the_records_backend_unless_framework_says_otherwise(tmp_path):
+    from firescale.predict.calibration_run import probe_framework
+    from firescale.predict.measurements import read_measured_iteration
+
+    for name in ("base.json", "torch.json"):
+        (tmp_path / name).write_text(json.dumps(NAMED[name]))
+    tf, torch = (read_measured_iteration(str(tmp_path / n)) for n in ("base.json", "torch.json"))
+    assert probe_framework(CalibrationRequest(), [tf]) == "tensorflow"           # the trainer's default
+    assert probe_framework(CalibrationRequest(), [torch, tf]) == "pytorch"       # the first record's
+    assert probe_framework(CalibrationRequest(framework="tensorflow"), [torch]) == "tensorflow"
+    assert probe_framework(CalibrationRequest(framework="pytorch"), []) == "pytorch"
+    assert probe_framework(NUMBERS, []) == "tensorflow"                          # numbers alone: the default
+    # a record's own bad --framework is named as the record's
+    bad = MeasuredIteration("odd.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
+                            ("firescale", "train", "--framework", "jax"))
+    with pytest.raises(FirescaleError, match=r"odd\.json: --framework 'jax' is not a framework"):
+        probe_framework(CalibrationRequest(), [bad])
+
+
+def test_the_probe_starts_the_backends_own_bench(monkeypatch, tmp_path):
+    """What each backend's probe starts as the site's ranks: Horovod's after a step shaped as the trainer's,
+    torch.distributed's on its own (the real ranks of both: test_overhead_calibration, test_calibrate_torch)."""
+    from firescale.cluster.ranks import probe_allreduce, site_ranks
+    from firescale.nets.zoo import get_net
+
+    started: list[tuple[int, list[str], str]] = []
+    here = site_ranks(load_site("local"))
+    monkeypatch.setattr(type(here), "run", lambda self, n, command, what, timeout: started.append((n, command, what)))
+    spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
+    probe_allreduce(here, 2, spec, tmp_path / "tf.json", step_s=0.004, batch_per_rank=32)
+    probe_allreduce(here, 2, spec, tmp_path / "torch.json", step_s=0.004, batch_per_rank=32, framework="pytorch")
+    (n_tf, tf, what_tf), (n_torch, torch, what_torch) = started
+    assert n_tf == n_torch == 2
+    assert what_tf == "the Horovod allreduce probe" and what_torch == "the torch.distributed allreduce probe"
+    assert tf[tf.index("--algorithms") + 1] == "horovod" and tf[tf.index("--compute-ms") + 1] == "4.0000"
+    assert "--framework" not in tf and tf[tf.index("--batch-per-rank") + 1] == "32"
+    assert torch[torch.index("--framework") + 1] == "pytorch" and torch[torch.index("--algorithms") + 1] == "torch"
+    assert "--compute-ms" not in torch and "--batch-per-rank" not in torch
+    for command, out in ((tf, "tf.json"), (torch, "torch.json")):
+        assert command[command.index("--gradients-of") + 1] == "lenet_same"
+        assert command[command.index("--input") + 1] == "8,8,1" and command[command.index("--classes") + 1] == "10"
+        assert command[command.index("--json") + 1] == str(tmp_path / out)
+    with pytest.raises(FirescaleError, match="how much of it hides behind backward is measured only for Horovod's"):
+        probe_allreduce(here, 2, spec, tmp_path / "x.json", overlap_s=0.002, framework="pytorch")
+    with pytest.raises(FirescaleError, match="the tensorflow or the pytorch trainer's allreduce, not 'jax'"):
+        probe_allreduce(here, 2, spec, tmp_path / "x.json", framework="jax")
+    assert len(started) == 2
 
 
 def test_copies_of_the_short_run_without_a_core_each_are_refused_before_it_starts(tmp_path, monkeypatch):

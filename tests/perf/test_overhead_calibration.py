@@ -14,12 +14,14 @@ from run_records import run_record, train_result
 from cli import run_firescale
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link
+from firescale.model.layers import net_cost
 from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_point
 from firescale.nets.zoo import get_net
 from firescale.predict.calibrate import calibrate, fit_compute_and_overhead, load_calibration
 from firescale.predict.measurements import read_measured_iteration, short_run_command
 
 DIGITS_LENET = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
+DIGITS_LENET_BYTES = 4 * sum(net_cost(DIGITS_LENET, 1).gradient_tensors)    # float32 gradients
 TRUTH = Platform("local", Device("cpu", 7.68e10, 1e10, ppp=0.35), Link(5e9, 5e-7, ppp=0.8), "tree", overhead_s=0.0025)
 START = Platform("local", Device("cpu", 7.68e10, 1e10), Link(5e9, 5e-7), "tree")
 
@@ -362,15 +364,43 @@ def test_a_probe_round_past_its_timeout_is_stopped_and_said_and_all_failing_is_t
     assert not out.exists()
 
 
-def _digits_baseline(repo: Path, tmp_path: Path, iterations: int) -> None:
+@pytest.mark.pytorch
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_a_pytorch_baseline_is_calibrated_with_torch_distributeds_allreduce(repo, tmp_path):
+    """A PyTorch experiment's calibration, as its job runs it, needs neither TensorFlow nor Horovod: the short run
+    repeats the record's own trainer (--framework pytorch) and the probe times torch.distributed's all_reduce of
+    LeNet's gradients over 2 Gloo ranks, which the communication factor is fitted to as measured (no cycle)."""
+    _digits_baseline(repo, tmp_path, 60, "--framework", "pytorch")
+    out = tmp_path / "calibration.json"
+    proc = run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
+                         "--short-run", "30", "--short-batch", "8", "--allreduce-probe", "2", "--probe-rounds", "2",
+                         "--contention-rounds", "1", "--workdir", tmp_path / "work", "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cal = load_calibration(out)
+    short = json.loads(Path(cal.compute_source["records"][1]["source"]).read_text())   # the short run's result
+    assert short["versions"]["framework"] == "pytorch" and short["batch"]["batch_per_rank"] == 8
+    comm = cal.comm_source
+    assert comm["measured"] == "torch" and comm["fitted"] is True and comm["ranks"] == 2 and comm["seconds"] > 0
+    assert comm["after_step_s"] == 0.0 and "cycle_s" not in comm and len(comm["rounds_s"]) == 2
+    probes = sorted((tmp_path / "work").glob("allreduce-probe-*.json"))
+    (measured,) = json.loads(probes[0].read_text())["measurements"]
+    assert measured["algorithm"] == "torch" and measured["process_group"] == "gloo"
+    assert measured["bytes"] == comm["bytes"] == DIGITS_LENET_BYTES
+    assert min(comm["rounds_s"]) == comm["seconds"]
+    assert "measured: torch.distributed allreduce of lenet_same's" in proc.stdout
+    assert cal.ppp_comm > 0 and cal.contention >= 1.0
+
+
+def _digits_baseline(repo: Path, tmp_path: Path, iterations: int, *options: str) -> None:
     """Digits ingested into tmp_path/data and a 1-rank `firescale train` of LeNet on them at batch 64 for
-    `iterations`, its record in tmp_path/base/result.json, as a sweep's baseline."""
+    `iterations` (with the trainer's `options`), its record in tmp_path/base/result.json, as a sweep's baseline."""
     proc = run_firescale("data", "ingest", "--source", "digits", "--out", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
     proc = run_firescale("train", "--dataset", tmp_path / "data" / "digits", "--net", "lenet_same", "--solver",
                          repo / "workflow" / "solvers" / "lenet-digits.yaml", "--total-batch", "64",
                          "--out", tmp_path / "base", "--set", f"max_iter={iterations}", "--set", "test_interval=0",
-                         "--set", "snapshot=0")
+                         "--set", "snapshot=0", *options)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -328,3 +328,38 @@ def test_a_bad_bench_io_record_is_refused_and_nothing_is_written(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith(f"firescale: error: {bench}: ") and says in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_pytorch_experiments_points_wait_for_no_horovod_cycle(tmp_path, local_site, digits_config):
+    """A site's Horovod cycle paces a TensorFlow experiment's multi-rank points (model/cycle.py); the same
+    experiment trained by the pytorch backend sums over torch.distributed, which waits for no cycle: its
+    points are the work alone.  The 1-GPU baseline has no allreduce, and is the same either way."""
+    from firescale.cluster.site import load_site
+    from firescale.model.paleo import platform_from_site
+    from firescale.sweep.plan import load_plan
+
+    site = yaml.safe_load(local_site.read_text())
+    site["horovod"] = {"cycle_time_ms": 50}      # far above LeNet's few ms on digits
+    path = tmp_path / "local" / "site.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(site))
+    config = yaml.safe_load(digits_config.read_text())
+    predicted = {}
+    for framework in ("tensorflow", "pytorch"):
+        config["experiments"]["digits-lenet"]["framework"] = framework
+        config_path = tmp_path / f"{framework}.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        predicted[framework] = predict_experiment_points(load_plan(path, config_path))
+    tf, torch = predicted["tensorflow"], predicted["pytorch"]
+    assert platform_from_site(load_site(path)).cycle_s == 0.05
+    assert tf["baseline"]["iteration_s"] == torch["baseline"]["iteration_s"] < 0.05
+    two = next(name for name, p in tf.items() if p["gpus"] == 2)
+    assert tf[two]["iteration_s"] == pytest.approx(0.05)          # one iteration a cycle
+    assert torch[two]["iteration_s"] < 0.01                        # its work alone: compute and allreduce
+    assert torch[two]["comm_s"] == tf[two]["comm_s"] > 0
+
+
+def predict_experiment_points(plan) -> dict:
+    from firescale.predict.experiment import predict_experiment
+
+    return predict_experiment(plan, "digits-lenet")["points"]

@@ -149,6 +149,10 @@ def test_calibration_measures_the_sweeps_most_ranks_and_a_clusters_reads_when_me
     config["experiments"]["fashion-lenet"]["sweep"]["overlap_allreduce"] = True
     overlapped = SweepPlan.build({**config, "site": "local"}, base=REPO)
     assert overlapped.calibration_options("fashion-lenet") == [*short, *probe, "--probe-overlap"]
+    # a PyTorch experiment's probe is torch.distributed's, timed on its own (its records name the backend)
+    config["experiments"]["fashion-lenet"]["framework"] = "pytorch"
+    torch_plan = SweepPlan.build({**config, "site": "local"}, base=REPO)
+    assert torch_plan.calibration_options("fashion-lenet") == [*short, *probe]
 
 
 def test_the_calibration_jobs_steps_fit_in_its_walltime(tmp_path, monkeypatch):

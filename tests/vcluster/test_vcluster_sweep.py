@@ -1,7 +1,8 @@
 """End to end on the virtual cluster: `snakemake --profile vcluster speedup_sweep` submits the baseline, the
 2-GPU point and the calibration job with sbatch, watches them with squeue, and the report's 2-GPU row ran on
 two hosts.  The experiment trains with the pytorch backend here (Gloo between the nodes, the ranks meeting
-through mpi4py under srun); the local sweep (tests/workflow) keeps the TensorFlow one."""
+through mpi4py under srun), and is calibrated with torch.distributed's allreduce: the sweep needs neither
+TensorFlow nor Horovod.  The local sweep (tests/workflow) keeps the TensorFlow backend."""
 from __future__ import annotations
 
 import json
@@ -14,8 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-# The points train with PyTorch; the calibration job's allreduce probe is Horovod's (cluster/ranks.probe_allreduce)
-pytestmark = [pytest.mark.vcluster, pytest.mark.slow, pytest.mark.pytorch, pytest.mark.tensorflow]
+pytestmark = [pytest.mark.vcluster, pytest.mark.slow, pytest.mark.pytorch]   # no TensorFlow, no Horovod needed
 
 EXPERIMENT = "fashion-lenet"  # the default experiment of workflow/config.yaml, its own solver unchanged
 
@@ -71,13 +71,16 @@ def test_report_row_of_the_two_gpu_point_names_two_nodes(sweep):
 
 
 def test_the_calibration_job_measured_on_the_two_gpu_points_nodes(sweep):
-    """The calibration ran in a job of as many nodes as the 2-GPU point: its short run on the first, Horovod's
-    allreduce of LeNet's gradients over both; with one rank a node there is no contention to measure."""
+    """The calibration ran in a job of as many nodes as the 2-GPU point: its short run on the first (the
+    baseline's trainer, pytorch), and the allreduce the pytorch trainer pays, torch.distributed's over Gloo,
+    of LeNet's gradients over both; with one rank a node there is no contention to measure."""
     cal = json.loads((sweep / "results" / "vcluster" / EXPERIMENT / "calibration.json").read_text())
     job = sweep / ".firescale-work" / "results" / "vcluster" / EXPERIMENT / "calibration"
     status = json.loads((job / "status.json").read_text())
     assert status["exit_code"] == 0 and status["hosts"] == ["n1", "n2"] and status["job_id"].isdigit()
     comm = cal["comm_source"]
-    assert comm["fitted"] is True and comm["measured"] == "horovod" and comm["ranks"] == 2 and comm["seconds"] > 0
+    assert comm["fitted"] is True and comm["measured"] == "torch" and comm["ranks"] == 2 and comm["seconds"] > 0
+    probe = json.loads((job / "work" / "allreduce-probe-0.json").read_text())
+    assert [(m["algorithm"], m["ranks"], m["process_group"]) for m in probe["measurements"]] == [("torch", 2, "gloo")]
     assert [r["batch_per_rank"] for r in cal["compute_source"]["records"]] == [64, 32]   # baseline, short run
     assert "contention" not in cal["compute_source"] and cal["contention"] == 1.0

@@ -216,19 +216,35 @@ def timeout_within(walltime_s: float, steps: int, longest: float) -> float:
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
                     *, step_s: float = 0.0, batch_per_rank: int = 1, reps: int = 100, timeout: float = 600.0,
-                    overlap_s: float = 0.0) -> None:
-    """Time Horovod's allreduce of `spec`'s gradients over `ranks` ranks started as the site starts them,
-    summed as the trainer sums them (one group of tensors), each inside an iteration shaped as the
-    trainer's that takes `step_s` without it (fed `batch_per_rank` images each time), into `out`
-    (`firescale bench allreduce --json` format): the communication measurement a calibration fits.  With
-    `overlap_s` also with its requests made as `overlap_s` of compute starts (the backward pass the trainer's
-    --overlap-allreduce hides it behind): how much of it can hide."""
+                    overlap_s: float = 0.0, framework: str = "tensorflow") -> None:
+    """Time the allreduce of `spec`'s gradients that `framework`'s trainer pays, over `ranks` ranks started as
+    the site starts them, into `out` (`firescale bench allreduce --json` format): the communication
+    measurement a calibration fits.
+
+    tensorflow: Horovod's, summed as the trainer sums them (one group of tensors), each inside an iteration
+    shaped as the trainer's that takes `step_s` without it (fed `batch_per_rank` images each time), since
+    Horovod's negotiation cycle makes the allreduce's time depend on the step before it; with `overlap_s` also
+    with its requests made as `overlap_s` of compute starts (the backward pass the trainer's
+    --overlap-allreduce hides it behind): how much of it can hide.  pytorch: torch.distributed's all_reduce
+    as the trainer calls it (Gloo on CPUs, NCCL on GPUs), on its own: it has no cycle to wait for, so the
+    step is not run, and how much of it hides is not measured."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
-    command = [sys.executable, "-m", "firescale", "bench", "allreduce", "--algorithms", "horovod",
-               "--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
-               "--classes", str(spec.num_classes), "--reps", str(reps), "--compute-ms", f"{step_s * 1e3:.4f}",
-               "--batch-per-rank", str(batch_per_rank), "--json", str(out)]
+    shape = ["--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
+             "--classes", str(spec.num_classes), "--reps", str(reps), "--json", str(out)]
+    bench = [sys.executable, "-m", "firescale", "bench", "allreduce"]
+    if framework == "pytorch":
+        if overlap_s > 0:
+            raise FirescaleError("the torch.distributed allreduce probe times the allreduce on its own: how much of "
+                                 "it hides behind backward is measured only for Horovod's")
+        ranks_here.run(ranks, [*bench, "--framework", "pytorch", "--algorithms", "torch", *shape],
+                       "the torch.distributed allreduce probe", timeout=timeout)
+        return
+    if framework != "tensorflow":
+        raise FirescaleError(f"an allreduce probe times the tensorflow or the pytorch trainer's allreduce, not "
+                             f"{framework!r}'s")
+    command = [*bench, "--algorithms", "horovod", *shape, "--compute-ms", f"{step_s * 1e3:.4f}",
+               "--batch-per-rank", str(batch_per_rank)]
     if overlap_s > 0:
         command += ["--overlap-ms", f"{overlap_s * 1e3:.4f}"]
     ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)

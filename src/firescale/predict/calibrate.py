@@ -18,6 +18,9 @@ from firescale.model.paleo import Device, Platform, compute_times
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import get_net
 
+# The trainers' own allreduces, as `bench allreduce` names them (the tensorflow backend's, the pytorch one's): a
+# measurement of one is what training pays, and is fitted before the site's algorithm.
+TRAINERS_ALLREDUCE = ("horovod", "torch")
 
 @dataclass(frozen=True)
 class Calibration:
@@ -99,11 +102,12 @@ def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm:
 
 
 def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None) -> dict:
-    """The measurement to fit from: Horovod's own allreduce when the file has it (what training pays),
-    else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
-    ranks, at the size nearest `nbytes` (else the largest).  Its median, or after a step its mean: there
-    Horovod's allreduce waits a varying part of its negotiation cycle, and training pays the mean.  A
-    time below zero (a step timed longer without the allreduce than with it) is refused: no link fits it."""
+    """The measurement to fit from: a trainer's own allreduce when the file has it (what training pays:
+    Horovod's, else torch.distributed's), else the site's algorithm (MPI_Allreduce itself, `mpi`, for a
+    library's own choice); on the most ranks, at the size nearest `nbytes` (else the largest).  Its median,
+    or after a step its mean: there Horovod's allreduce waits a varying part of its negotiation cycle, and
+    training pays the mean.  A time below zero (a step timed longer without the allreduce than with it) is
+    refused: no link fits it."""
     data = load_json(path, "allreduce measurements")
     listed = data.get("measurements") if isinstance(data, dict) else None
     if not isinstance(listed, list):
@@ -117,10 +121,11 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
                                  "measurement needs algorithm, ranks, bytes and median_s")
     runs = [r for r in listed if r["ranks"] > 1]
     fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
-    measured = "horovod" if any(r.get("algorithm") == "horovod" for r in runs) else fallback
+    measured = next((own for own in TRAINERS_ALLREDUCE if any(r.get("algorithm") == own for r in runs)), fallback)
     runs = [r for r in runs if r.get("algorithm") == measured]
     if not runs:
-        raise FirescaleError(f"{path}: no 'horovod' or '{fallback}' measurement over 2 or more ranks")
+        raise FirescaleError(f"{path}: no {', '.join(repr(a) for a in TRAINERS_ALLREDUCE)} or '{fallback}' "
+                             "measurement over 2 or more ranks")
     most = max(r["ranks"] for r in runs)
     runs = [r for r in runs if r["ranks"] == most]
     best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))

@@ -35,6 +35,9 @@ from firescale.predict.measurements import (
     short_run_command,
 )
 from firescale.sweep.paths import CALIBRATION_FILE
+from firescale.train.backend import DEFAULT_FRAMEWORK, check_framework
+
+LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce each backend's trainer calls
 
 T = TypeVar("T")
 Say = Callable[[str], None]
@@ -61,6 +64,7 @@ class CalibrationRequest:
     probe_rounds: int = PROBE_ROUNDS
     probe_timeout: float = PROBE_TIMEOUT_S
     probe_overlap: bool = False
+    framework: str | None = None            # whose allreduce the probe times; None: the first record's backend
     contention_rounds: int = CONTENTION_ROUNDS
     run_timeout: float = RUN_TIMEOUT_S
     io_record: str | None = None
@@ -123,11 +127,13 @@ def run_calibration(request: CalibrationRequest, platform: Platform, site: SiteP
     _check_measuring_site(request, site)
     records = _single_rank_records(request)
     spec = _calibrated_net(request, records)     # the first record's: a short run repeats it, the same net
+    framework = probe_framework(request, records)
     given = _given_allreduce(request, spec, platform)
     # From here on things run: what fails now (a short run, a round, the probe, the fit) needs what they measured.
     measured, contended = _short_runs(request, site, records, say)
     runs = _batches_and_times(request, measured)
-    allreduce = _probed_allreduce(request, spec, platform, site, measured, say) if request.allreduce_probe else given
+    allreduce = (_probed_allreduce(request, spec, platform, site, measured, framework, say)
+                 if request.allreduce_probe else given)
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
     if contended:
@@ -253,6 +259,19 @@ def command_option(command: tuple[str, ...], name: str) -> str | None:
     return None
 
 
+def probe_framework(request: CalibrationRequest, records: list[MeasuredIteration]) -> str:
+    """The backend whose trainer's allreduce --allreduce-probe times: --framework, else the first record's
+    (its command's --framework, else the trainer's default); checked before anything runs, --probe-overlap
+    with it too."""
+    recorded = command_option(records[0].command, "--framework") if records else None
+    where = "--framework" if request.framework else (f"{records[0].source}: --framework" if recorded else "")
+    framework = check_framework(request.framework or recorded or DEFAULT_FRAMEWORK, where or "--framework")
+    if request.allreduce_probe and request.probe_overlap and framework == "pytorch":
+        raise FirescaleError("--probe-overlap times Horovod's allreduce beside the step's backward pass; the "
+                             "pytorch trainer's (torch.distributed's) is probed on its own: leave --probe-overlap out")
+    return framework
+
+
 def _given_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform) -> dict[str, Any] | None:
     """The allreduce measurement read from --allreduce-json or --comm-record (None without them): read, and
     refused, before anything runs."""
@@ -269,13 +288,13 @@ def _given_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platf
 
 
 def _probed_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform, site: SiteProfile | None,
-                      measured: list[MeasuredIteration], say: Say) -> dict[str, Any]:
+                      measured: list[MeasuredIteration], framework: str, say: Say) -> dict[str, Any]:
     """The allreduce probe's measurement, after the step before each allreduce: the smallest per-rank batch
     measured (the mean of its runs), as the most ranks run it."""
     least = min((m.batch_per_rank for m in measured), default=None)
     smallest = mean_iteration([m for m in measured if m.batch_per_rank == least]) if measured else None
     step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
-    return _probe(request, site, spec, platform, step_s, smallest.batch_per_rank if smallest else 1, say)
+    return _probe(request, site, spec, platform, step_s, smallest.batch_per_rank if smallest else 1, framework, say)
 
 
 def _check_measuring_site(request: CalibrationRequest, site: SiteProfile | None) -> None:
@@ -372,10 +391,11 @@ def _node_copies(request: CalibrationRequest, site: SiteProfile) -> tuple[int, S
 
 
 def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec, platform: Platform, step_s: float,
-           batch: int, say: Say) -> dict:
-    """Run the Horovod allreduce probe with the site's launcher: the net's gradients summed as the trainer
-    sums them, inside an iteration shaped as the trainer's that takes `step_s` without the allreduce (a
-    measured iteration's time less its allreduce) and is fed `batch` images per rank; its measurement.
+           batch: int, framework: str, say: Say) -> dict:
+    """Run the allreduce probe of `framework`'s trainer with the site's launcher (cluster/ranks.probe_allreduce):
+    the net's gradients summed as the trainer sums them; Horovod's inside an iteration shaped as the trainer's
+    that takes `step_s` without the allreduce (a measured iteration's time less its allreduce) and is fed
+    `batch` images per rank, torch.distributed's on its own; its measurement.
     With --probe-overlap, also with its requests made as the step's backward pass starts (its share of the
     step, as the model counts it).  On a site with a link inside its nodes whose probe spans nodes of
     several ranks, one node's ranks are probed as well ("intra"): each link then gets a factor of its own."""
@@ -391,11 +411,11 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
     def one(ranks: int, folder: Path, name: str) -> dict:
         out = folder / name
         probe_allreduce(site_ranks(site), ranks, spec, out, step_s=step_s, batch_per_rank=batch, overlap_s=window,
-                        timeout=request.probe_timeout)
+                        timeout=request.probe_timeout, framework=framework)
         found = allreduce_measurement(str(out), platform.algorithm, cost.weight_bytes)
         if not request.workdir:
-            found["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --algorithms "
-                               f"horovod --gradients-of {spec.name})")
+            found["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --framework "
+                               f"{framework} --gradients-of {spec.name})")
         return found
 
     def fastest(ranks: int, folder: Path, name: str) -> dict:
@@ -414,9 +434,11 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
         measurement = fastest(probe_ranks, folder, "allreduce-probe")
         if per_node:
             measurement["intra"] = fastest(per_node, folder, "allreduce-node-probe")
-    say(f"measured: Horovod allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
-        f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks after a "
-        f"{step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean step (mean; "
+    timed = (f"after a {step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean "
+             "step (mean" if framework == "tensorflow" else f"on its own: {measurement['seconds'] * 1e3:.3f} ms "
+             "(median")
+    say(f"measured: {LIBRARIES[framework]} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
+        f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks {timed}; "
         f"the fastest of {_ms(measurement['rounds_s'])})"
         + (f"; requested as backward starts, {measurement['hidden_share']:.0%} of it ran beside the compute"
            if "hidden_share" in measurement else ""))

@@ -124,7 +124,8 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
                        epochs: tuple[float, str] | None = None) -> dict[str, Any]:
     """Every sweep point of `experiment` predicted on the plan's site, keyed by point name.
 
-    Strong scaling of each point's total batch; the allreduce is the site's.  Time to accuracy is the
+    Strong scaling of each point's total batch; the allreduce is the site's, with Horovod's negotiation cycle
+    for a TensorFlow experiment and none for a PyTorch one.  Time to accuracy is the
     model's iterations for `epochs` over the training set, as Paleo assumes the same epochs at every
     point (`epochs`, with where they come from, overrides the experiment's), plus the evaluations on
     the way (`evaluation_s`); the speedup is the 1-GPU baseline's time to accuracy over the point's.
@@ -137,6 +138,8 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     platform = with_precision(platform, plan.site, plan.experiment(experiment).get("precision", "fp32"))
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=site_algorithm(plan.site))
+    if plan.experiment(experiment)["framework"] == "pytorch":
+        platform = replace(platform, cycle_s=0.0)   # torch.distributed's all_reduce waits for no negotiation cycle
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
         platform = replace(platform, data=replace(platform.data, rank_read_bandwidth=limit * 1e6))
 

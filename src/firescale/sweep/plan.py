@@ -220,7 +220,8 @@ class SweepPlan:
         (short_run_batch: every point's per-rank batch then lies between two measured ones), started as
         often as the baseline repeats, so that both batches of the fit are means of as many runs.  Where the
         sweep's most ranks are several, Horovod's allreduce of the net's gradients timed over as many fits the
-        communication factor (beside the step's backward pass too when the experiment overlaps them), and
+        communication factor (beside the step's backward pass too when a TensorFlow experiment overlaps them; a
+        PyTorch experiment's records name its backend, and torch.distributed's allreduce is probed), and
         where they share a node, the short run started once for each of a node's ranks at once measures the
         node's contention.  A cluster also takes a node's read bandwidth from results/<site>/bench-io.json
         when someone measured it in a job (on this machine the runs' own reads are in their times).  Time
@@ -237,8 +238,8 @@ class SweepPlan:
             probes = 2 if node_probe_ranks(self.site, most) else 1
             timeout = timeout_within(walltime, probes * PROBE_ROUNDS, PROBE_TIMEOUT_S)
             argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
-            if self.overlap_allreduce(experiment):
-                argv.append("--probe-overlap")
+            if self.overlap_allreduce(experiment) and self.experiment(experiment)["framework"] == "tensorflow":
+                argv.append("--probe-overlap")   # torch.distributed's probe times the allreduce on its own
         if self.site.scheduler != "local" and self.io_measurement().is_file():
             argv += ["--io-record", str(self.io_measurement().resolve())]
         return argv
