@@ -131,8 +131,8 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     container = c["environment"]["container"]
     runtime = [container["runtime"], "exec", *container["options"], container["image"]] if container else []
     command = [*runtime, *job.command]
-    # A GPU site's job first asks, as its ranks would run it, whether Horovod was built with NCCL.
-    gpu_operations = site_gpu_operations(site)
+    # A GPU site's TensorFlow job first asks, as its ranks would run it, whether Horovod was built with NCCL.
+    gpu_operations = site_gpu_operations(site) if job.framework == "tensorflow" else None
     build_check = [*runtime, *c["environment"]["firescale"].split(), "site", "check-horovod",
                    "--gpu-operations", gpu_operations] if gpu_operations else None
     srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it

@@ -29,6 +29,9 @@ class JobSpec:
     # The command runs once, on the job's first node, and starts its own steps on the allocation (a
     # calibration's measurements); otherwise once for each rank, through the site's launcher.
     one_process: bool = False
+    # The backend the job's ranks train or measure with: a GPU site's job checks Horovod's build before a
+    # tensorflow job only (a pytorch job sums over torch.distributed, with no Horovod to check).
+    framework: str = "tensorflow"
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):

@@ -104,6 +104,7 @@ def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpe
         devices_per_rank=point.devices,
         walltime_s=parse_walltime(plan.walltimes[experiment]),
         command=train_command(plan, experiment, point),
+        framework=plan.experiment(experiment)["framework"],
         workdir=out,
         log_file=out / "job.log",
         status_file=out / "status.json",
@@ -140,4 +141,5 @@ def calibration_job(plan: SweepPlan, experiment: str) -> JobSpec:
                "--workdir", str(out / "work"), "--out", str(out / CALIBRATION_FILE)]
     return JobSpec(name=_job_name(experiment, "calibration"), ranks=max(p.ranks for p in plan.points[experiment]),
                    walltime_s=parse_walltime(plan.site.default_walltime), command=command, workdir=out,
-                   log_file=out / "job.log", status_file=out / "status.json", one_process=True)
+                   log_file=out / "job.log", status_file=out / "status.json", one_process=True,
+                   framework=plan.experiment(experiment)["framework"])   # whose allreduce it probes
