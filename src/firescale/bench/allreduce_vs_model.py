@@ -22,12 +22,12 @@ from firescale.bench.allreduce import (
 from firescale.errors import FirescaleError
 from firescale.model.comm import Link, allreduce_time
 from firescale.model.paleo import Platform
+from firescale.train.backend import LIBRARIES
 
 # The models each measured algorithm is predicted with, the first in `predicted_s`.  The point-to-point
 # parameter server is Paleo's OneToAll as it runs; FireCaffe's Eq. 3 is shown beside it.
 BENCH_MODELS = {"ps": ("ps", "firecaffe-ps")}
 DEFAULT_SIZE_MB = 30.0     # NiN's |W|
-LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce a framework calls
 
 Predicted = dict[str, float]   # seconds by cost model; empty without a link
 Measured = list[tuple[AllreduceMeasurement, Predicted]]

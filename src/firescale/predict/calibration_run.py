@@ -35,9 +35,7 @@ from firescale.predict.measurements import (
     short_run_command,
 )
 from firescale.sweep.paths import CALIBRATION_FILE
-from firescale.train.backend import DEFAULT_FRAMEWORK, check_framework
-
-LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce each backend's trainer calls
+from firescale.train.backend import DEFAULT_FRAMEWORK, LIBRARIES, check_framework
 
 T = TypeVar("T")
 Say = Callable[[str], None]
@@ -264,8 +262,8 @@ def probe_framework(request: CalibrationRequest, records: list[MeasuredIteration
     (its command's --framework, else the trainer's default); checked before anything runs, --probe-overlap
     with it too."""
     recorded = command_option(records[0].command, "--framework") if records else None
-    where = "--framework" if request.framework else (f"{records[0].source}: --framework" if recorded else "")
-    framework = check_framework(request.framework or recorded or DEFAULT_FRAMEWORK, where or "--framework")
+    where = f"{records[0].source}: --framework" if recorded and not request.framework else "--framework"
+    framework = check_framework(request.framework or recorded or DEFAULT_FRAMEWORK, where)
     if request.allreduce_probe and request.probe_overlap and framework == "pytorch":
         raise FirescaleError("--probe-overlap times Horovod's allreduce beside the step's backward pass; the "
                              "pytorch trainer's (torch.distributed's) is probed on its own: leave --probe-overlap out")
@@ -434,9 +432,11 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
         measurement = fastest(probe_ranks, folder, "allreduce-probe")
         if per_node:
             measurement["intra"] = fastest(per_node, folder, "allreduce-node-probe")
-    timed = (f"after a {step_s * 1e3:.3f} ms step: {measurement['seconds'] * 1e3:.3f} ms more than the ranks' mean "
-             "step (mean" if framework == "tensorflow" else f"on its own: {measurement['seconds'] * 1e3:.3f} ms "
-             "(median")
+    seconds = f"{measurement['seconds'] * 1e3:.3f} ms"
+    if framework == "tensorflow":     # the mean wait for Horovod's cycle is in it
+        timed = f"after a {step_s * 1e3:.3f} ms step: {seconds} more than the ranks' mean step (mean"
+    else:
+        timed = f"on its own: {seconds} (median"
     say(f"measured: {LIBRARIES[framework]} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
         f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks {timed}; "
         f"the fastest of {_ms(measurement['rounds_s'])})"

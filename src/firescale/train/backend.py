@@ -22,6 +22,7 @@ from firescale.nets.spec import NetSpec
 
 FRAMEWORKS = ("tensorflow", "pytorch")
 DEFAULT_FRAMEWORK = "tensorflow"
+LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce each backend's trainer calls
 # fp32: Caffe's numerics (TF32 off); tf32: float32 values, matrix products in TF32 on GPUs that have it;
 # bf16: the forward and backward passes autocast to bfloat16, the weights and the update in float32.
 PRECISIONS = ("fp32", "tf32", "bf16")
