@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.atomic import atomic_write_json, load_json
+from firescale.bench.allreduce import FRAMEWORK_ALGORITHMS
 from firescale.errors import FirescaleError
 from firescale.model.comm import LIBRARY_DEFAULTS
 from firescale.model.cycle import allreduce_without_wait
@@ -20,7 +21,8 @@ from firescale.nets.zoo import get_net
 
 # The trainers' own allreduces, as `bench allreduce` names them (the tensorflow backend's, the pytorch one's): a
 # measurement of one is what training pays, and is fitted before the site's algorithm.
-TRAINERS_ALLREDUCE = ("horovod", "torch")
+TRAINERS_ALLREDUCE = tuple(FRAMEWORK_ALGORITHMS.values())
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -298,9 +300,10 @@ def _measured_allreduce(allreduce: dict[str, Any], platform: Platform) -> tuple[
                                         int(allreduce["ranks"]), float(allreduce["seconds"]))
     except (KeyError, TypeError, ValueError):
         raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
-    source: dict[str, Any] = {"fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
-              **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s")
-                 if k in allreduce}}
+    source: dict[str, Any] = {
+        "fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
+        **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s")
+           if k in allreduce}}
     if allreduce.get("measured") != "horovod":
         return source, seconds
     step = float(allreduce.get("after_step_s", 0.0))

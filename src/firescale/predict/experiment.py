@@ -138,7 +138,7 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     platform = with_precision(platform, plan.site, plan.experiment(experiment).get("precision", "fp32"))
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=site_algorithm(plan.site))
-    if plan.experiment(experiment)["framework"] == "pytorch":
+    if plan.framework(experiment) == "pytorch":
         platform = replace(platform, cycle_s=0.0)   # torch.distributed's all_reduce waits for no negotiation cycle
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
         platform = replace(platform, data=replace(platform.data, rank_read_bandwidth=limit * 1e6))

@@ -104,7 +104,7 @@ def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpe
         devices_per_rank=point.devices,
         walltime_s=parse_walltime(plan.walltimes[experiment]),
         command=train_command(plan, experiment, point),
-        framework=plan.experiment(experiment)["framework"],
+        framework=plan.framework(experiment),
         workdir=out,
         log_file=out / "job.log",
         status_file=out / "status.json",
@@ -142,4 +142,4 @@ def calibration_job(plan: SweepPlan, experiment: str) -> JobSpec:
     return JobSpec(name=_job_name(experiment, "calibration"), ranks=max(p.ranks for p in plan.points[experiment]),
                    walltime_s=parse_walltime(plan.site.default_walltime), command=command, workdir=out,
                    log_file=out / "job.log", status_file=out / "status.json", one_process=True,
-                   framework=plan.experiment(experiment)["framework"])   # whose allreduce it probes
+                   framework=plan.framework(experiment))   # whose allreduce it probes

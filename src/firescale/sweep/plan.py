@@ -139,6 +139,10 @@ class SweepPlan:
         exp = self.experiment(experiment)
         return {**exp["sweep"], **(exp["sites"].get(self.site.name) or {})}.get(key)
 
+    def framework(self, experiment: str) -> str:
+        """The backend the experiment's runs train with (tensorflow, pytorch): whose allreduce they pay."""
+        return str(self.experiment(experiment)["framework"])
+
     def overlap_allreduce(self, experiment: str) -> bool:
         """Whether the experiment's runs on this site overlap each gradient's allreduce with the backward pass."""
         return bool(self.run_option(experiment, "overlap_allreduce"))
@@ -238,7 +242,7 @@ class SweepPlan:
             probes = 2 if node_probe_ranks(self.site, most) else 1
             timeout = timeout_within(walltime, probes * PROBE_ROUNDS, PROBE_TIMEOUT_S)
             argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
-            if self.overlap_allreduce(experiment) and self.experiment(experiment)["framework"] == "tensorflow":
+            if self.overlap_allreduce(experiment) and self.framework(experiment) == "tensorflow":
                 argv.append("--probe-overlap")   # torch.distributed's probe times the allreduce on its own
         if self.site.scheduler != "local" and self.io_measurement().is_file():
             argv += ["--io-record", str(self.io_measurement().resolve())]
