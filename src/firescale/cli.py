@@ -53,6 +53,13 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
     "report": {
         None: ("firescale.commands.report", "the reproducibility report: tables, plots, parity, provenance"),
     },
+    "results": {
+        "add": ("firescale.commands.results_add", "put finished runs into a results store (SQLite or PostgreSQL)"),
+        "list": ("firescale.commands.results_list", "the sweeps a results store holds, one line each"),
+        "compare": ("firescale.commands.results_compare",
+                    "two sets of runs point by point: differences with Welch's 95% intervals, verdicts"),
+        "table": ("firescale.commands.results_table", "one paper-style table of an experiment across sites"),
+    },
     "predict": {
         "layers": ("firescale.commands.predict_layers", "per-layer FLOPs, |W| and |D| of a net"),
         "sweep": ("firescale.commands.predict_sweep",
@@ -79,6 +86,7 @@ GROUP_HELP = {
     "predict": "performance model: layers, sweep predictions",
     "bench": "benchmarks that print numbers",
     "report": "the reproducibility report",
+    "results": "the results store: runs of every sweep, compared across commits, versions and sites",
     "sweep": "sweep points: plan, run and watch jobs",
     "vcluster": "a virtual multi-node Slurm cluster on this machine, for tests and trials",
 }

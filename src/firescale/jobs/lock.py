@@ -155,11 +155,8 @@ def _clear_stale(lock: Path, stale: LockHolder) -> None:
     aside.unlink(missing_ok=True)
 
 
-def take_lock(run_dir: Path, command: str, stale_after: float = STALE_AFTER_S) -> RunLock:
-    """Lock `run_dir` for this process, clearing a lock whose holder is gone; a live holder is named."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = run_dir / LOCK_FILE
-    me = LockHolder.this_process(command)
+def _attempt(lock: Path, me: LockHolder, stale_after: float) -> RunLock | LockHolder:
+    """Take `lock` for `me`, clearing a lock whose holder is gone; else the live holder."""
     for _ in range(3):
         if _try_create(lock, me):
             return RunLock(lock, me)
@@ -167,12 +164,40 @@ def take_lock(run_dir: Path, command: str, stale_after: float = STALE_AFTER_S) -
         if holder is None:
             continue
         if not _holder_gone(holder, lock, stale_after):
-            raise FirescaleError(
-                f"{lock}: this point is being run by {holder.words()}; two sweeps must not run one point. "
-                f"If that process is gone, delete {lock}")
+            return holder
         print(f"firescale: clearing the lock of {holder.words()}, which is gone", file=sys.stderr)
         _clear_stale(lock, holder)
-    raise FirescaleError(f"{lock}: could not take the lock (it keeps changing); another sweep runs this point")
+    raise FirescaleError(f"{lock}: could not take the lock (it keeps changing hands); try again")
+
+
+def take_lock(run_dir: Path, command: str, stale_after: float = STALE_AFTER_S) -> RunLock:
+    """Lock `run_dir` for this process, clearing a lock whose holder is gone; a live holder is named."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / LOCK_FILE
+    got = _attempt(lock, LockHolder.this_process(command), stale_after)
+    if isinstance(got, LockHolder):
+        raise FirescaleError(
+            f"{lock}: this point is being run by {got.words()}; two sweeps must not run one point. "
+            f"If that process is gone, delete {lock}")
+    return got
+
+
+def take_lock_waiting(folder: Path, command: str, *, name: str, timeout: float,
+                      stale_after: float = STALE_AFTER_S, poll: float = 0.02) -> RunLock:
+    """Lock `folder/name`, waiting up to `timeout` seconds while a live holder has it (one writer at a time
+    into a shared file: the results store); the holder is named when the wait runs out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock, me = folder / name, LockHolder.this_process(command)
+    deadline = time.monotonic() + timeout
+    while True:
+        got = _attempt(lock, me, stale_after)
+        if isinstance(got, RunLock):
+            return got
+        if time.monotonic() > deadline:
+            raise FirescaleError(f"{lock}: held by {got.words()} for over {timeout:.0f} s; if that process is "
+                                 f"gone, delete {lock}")
+        time.sleep(poll)
+        poll = min(poll * 1.5, 0.5)
 
 
 @contextlib.contextmanager

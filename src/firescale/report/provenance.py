@@ -3,31 +3,15 @@ from __future__ import annotations
 
 import platform
 import shlex
-import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from firescale.source import git_state
 from firescale.sweep.records import RunRecord
 
 REPORT_PACKAGES = ("firescale", "tensorflow-cpu", "tensorflow", "horovod", "numpy", "mpi4py", "h5py", "lmdb",
                    "matplotlib", "snakemake")
-
-
-def git_state(repo: str | Path) -> dict[str, Any]:
-    """The commit checked out at `repo` and whether the tree has uncommitted changes ('unknown' if no git)."""
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return proc.stdout.strip() if proc.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return {"repository": str(repo), "commit": "unknown", "dirty": None}
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"repository": str(repo), "commit": commit, "dirty": None if status is None else bool(status)}
 
 
 def package_versions(names: tuple[str, ...] = REPORT_PACKAGES) -> dict[str, str]:

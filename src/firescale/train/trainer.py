@@ -15,6 +15,7 @@ from firescale.errors import FirescaleError
 from firescale.nets.device_plan import read_layer_plan
 from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, file_record, write_result
+from firescale.source import source_commit
 from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, load_backend
 from firescale.train.checkpoint import (
     Snapshot,
@@ -359,7 +360,7 @@ class Training:
                                         overlap=self.opts.overlap_allreduce)
         self.steps.warm_up(self.plan.batch_per_rank, self.seed)
         self.hostnames = rank.gather_object(socket.gethostname())
-        self.run_versions = backend.versions(rank) if rank.is_root else {}
+        self.run_versions = {**backend.versions(rank), **source_commit()} if rank.is_root else {}
         self.allreduce_info = backend.describe_allreduce(rank, gradient_bytes=backend.gradient_bytes(self.net),
                                                          overlap=self.opts.overlap_allreduce)
         self._log_constants()
@@ -612,6 +613,7 @@ class Training:
             hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
             status=status,
             command=list(self.opts.command), read_limit_mbs=self.opts.read_limit_mbs,
+            framework=self.opts.framework, precision=self.opts.precision,
             net_file=file_record(self.net_file.source, self.net_file.sha256) if self.net_file else None,
             test_net_file=self.test_net_file)
 
