@@ -1,6 +1,7 @@
 # firescale: how fast does deep-network training scale on this cluster?
 #   snakemake --profile NAME speedup_sweep    baseline, every sweep point, then the report
 #   snakemake --profile NAME lr_sweep         the baseline and every rate of a learning-rate search
+#   snakemake --profile NAME results_table    one table per experiment across the sites that ran it
 # The profile (site/NAME/config.yaml, installed by `make setup`) chooses the site; experiments live in
 # workflow/config.yaml. Rules only wire files: each calls one `firescale` command.
 import os

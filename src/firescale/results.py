@@ -89,8 +89,6 @@ class TrainResult:
     net_file: dict[str, str] | None = None   # a Caffe net file trained: its absolute path and sha256 at the start
     test_net_file: dict[str, str] | None = None   # the solver's test_net, when it names one: path and sha256 alike
     read_limit_mbs: float | None = None      # --read-limit-mbs: each rank's training reads slowed to this MB/s
-    framework: str | None = None   # the backend that trained (--framework); None in records from before it was kept
-    precision: str | None = None   # fp32, tf32 or bf16 (--precision); None likewise
     format: str = RESULT_FORMAT
 
     def to_dict(self) -> dict[str, Any]:

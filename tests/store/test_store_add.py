@@ -114,8 +114,7 @@ def test_old_records_take_framework_from_their_versions_and_new_ones_say_it():
     torch_run = repeat_of("g2-b64-r0", 0, versions={"torch": "2.13.0"})
     del torch_run["train"]["versions"]["tensorflow"]
     assert stored_run(torch_run, RunContext(), where="t").framework == "pytorch"
-    new = repeat_of("g2-b64-r0", 0)
-    new["train"].update(framework="pytorch", precision="bf16")
+    new = repeat_of("g2-b64-r0", 0, versions={"framework": "pytorch", "precision": "bf16"})
     run = stored_run(new, RunContext(framework="tensorflow", precision="fp32"), where="new")
     assert (run.framework, run.precision) == ("pytorch", "bf16")
     assert stored_run(old, RunContext(precision="bf16"), where="old").precision == "bf16"

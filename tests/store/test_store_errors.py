@@ -145,3 +145,27 @@ def test_a_half_written_record_is_named_and_nothing_is_added(tmp_path, capsys):
     err = _error(capsys, ["results", "add", str(runs), "--store", str(tmp_path / "s.sqlite")])
     assert "g2-b64-r1/result.json" in err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_an_older_store_is_migrated_on_open_and_a_failed_step_changes_nothing(tmp_path, monkeypatch):
+    from firescale.store import database, schema
+
+    path = tmp_path / "old.sqlite"
+    assert main(["results", "add", str(RUNS), "--store", str(path)]) == 0
+
+    def add_note_column(conn):
+        conn.exec_driver_sql("alter table runs add column note text")
+
+    monkeypatch.setattr(database, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda conn: (_ for _ in ()).throw(RuntimeError("step failed")))
+    with pytest.raises(RuntimeError, match="step failed"):
+        open_store(f"sqlite:///{path}")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select value from store_meta where key = 'schema_version'").fetchone() == ("1",)
+    monkeypatch.setitem(schema.MIGRATIONS, 1, add_note_column)
+    store = open_store(f"sqlite:///{path}")
+    assert store.migrated_from == 1
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select value from store_meta where key = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("select count(note) , count(*) from runs").fetchone() == (0, 5)

@@ -28,5 +28,23 @@ rule experiment_report:
     shell:
         "firescale report {wildcards.site:q} --experiment {wildcards.experiment:q}"
         " --results {params.results:q} --out {params.out:q} --config {input.config:q}"
-        " --predictions {input.predictions:q}"
+        " --predictions {input.predictions:q} --store site"
         " > {log:q} 2>&1"
+
+
+# One paper-style table of each experiment that has runs on more than one site, from the sites' results
+# stores (the report rule adds each site's runs to its store); index.md is written last.
+rule results_table:
+    input:
+        reports=report_files(),
+        config=EFFECTIVE_CONFIG,
+    output:
+        index="reports/tables/index.md",
+    log:
+        "results/{site}/logs/results-table.log".format(site=SITE),
+    params:
+        out=lambda wc, output: parent(output.index),
+    conda:
+        ENV
+    shell:
+        "firescale results table --experiment all --config {input.config:q} --out {params.out:q} > {log:q} 2>&1"

@@ -53,23 +53,20 @@ def finished_at(record: RunRecord, added_at: str) -> str:
     return added_at
 
 
-def run_framework(record: RunRecord) -> str:
-    """The backend that trained: the record's own `framework`, else the framework whose version it
-    recorded (records from before runs carried it)."""
-    train = record.train
-    if train is None:
-        return "unknown"
-    if train.framework:
-        return train.framework
-    return "pytorch" if "torch" in train.versions else "tensorflow"
+def run_framework(versions: dict[str, str], context: RunContext) -> str:
+    """The backend that trained, as its record says (`versions`), else as the experiment says, else the
+    framework whose version it recorded (records from before runs named their backend)."""
+    if versions.get("framework"):
+        return versions["framework"]
+    if context.framework:
+        return context.framework
+    return "pytorch" if "torch" in versions else "tensorflow" if versions else "unknown"
 
 
-def run_precision(record: RunRecord) -> str:
-    """The arithmetic it trained in: the record's own `precision`, else fp32, the trainer's default then."""
-    train = record.train
-    if train is None:
-        return "unknown"
-    return train.precision or "fp32"
+def run_precision(versions: dict[str, str], context: RunContext) -> str:
+    """The arithmetic it trained in, as its record says, else as the experiment says, else fp32 (the
+    trainer's only arithmetic before precisions were recorded)."""
+    return versions.get("precision") or context.precision or ("fp32" if versions else "unknown")
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class RunContext:
     hardware: str = ""
     tolerance: float | None = None
     predictions: dict[str, dict[str, float]] = field(default_factory=dict)   # keyed as report rows are
-    framework: str | None = None     # the experiment's, for records that do not say
+    framework: str | None = None     # the experiment's, for records whose versions do not say
     precision: str | None = None
 
 
@@ -159,10 +156,7 @@ def stored_run(raw: dict[str, Any], context: RunContext, *, where: str, added_at
     train = record.train
     versions = {k: str(v) for k, v in sorted((train.versions if train else {}).items())
                 if k not in _NOT_VERSIONS and v is not None}
-    framework = context.framework if train is not None and not train.framework and context.framework \
-        else run_framework(record)
-    precision = context.precision if train is not None and not train.precision and context.precision \
-        else run_precision(record)
+    framework, precision = run_framework(versions, context), run_precision(versions, context)
     metrics: dict[str, Any] = {}
     if record.succeeded and train is not None:
         from firescale.report.summary import run_metrics

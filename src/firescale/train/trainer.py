@@ -613,7 +613,6 @@ class Training:
             hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
             status=status,
             command=list(self.opts.command), read_limit_mbs=self.opts.read_limit_mbs,
-            framework=self.opts.framework, precision=self.opts.precision,
             net_file=file_record(self.net_file.source, self.net_file.sha256) if self.net_file else None,
             test_net_file=self.test_net_file)
 
