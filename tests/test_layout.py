@@ -91,8 +91,8 @@ def test_the_model_imports_no_tensorflow_no_command_line_and_nothing_of_the_swee
 
 
 # The folders from the top floor down (docs/layout.md): a folder imports only from folders after it.
-FLOORS = ("commands", "store", "report", "predict", "bench", "sweep", "train", "jobs", "model", "cluster", "data", "nets",
-          "caffe", "testing")
+FLOORS = ("commands", "store", "report", "predict", "bench", "sweep", "train", "jobs", "model", "cluster", "data",
+          "nets", "caffe", "testing")
 
 
 def test_every_folder_imports_only_from_the_folders_below_it():

@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from firescale.report.comparison import LastSweep
+    from firescale.store.runs import RunContext, StoredRun
+    from firescale.sweep.records import RunRecord
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--predictions", help="JSON from `firescale predict sweep --json`, shown beside measurements")
     parser.add_argument("--tolerance", type=float,
                         help="parity tolerance as a fraction (default: the experiment's target.tolerance)")
+    parser.add_argument("--store", metavar="URL",
+                        help="add the report's runs to this results store (a URL, a SQLite file's path, or 'site' "
+                             "for the site's own store) and compare them with the last sweep it holds")
 
 
 def _command_line(args: argparse.Namespace, config_path: Path) -> list[str]:
@@ -24,10 +33,48 @@ def _command_line(args: argparse.Namespace, config_path: Path) -> list[str]:
         argv += ["--predictions", args.predictions]
     if args.tolerance is not None:
         argv += ["--tolerance", repr(args.tolerance)]
+    if args.store:
+        argv += ["--store", args.store]
     return argv
 
 
+def _store_runs(records: list[RunRecord], context: RunContext) -> list[StoredRun]:
+    """The report's succeeded and failed runs (not the placeholders of missing ones), as the store keeps them."""
+    from firescale.atomic import load_json
+    from firescale.store.runs import stored_run
+
+    return [stored_run(load_json(r.source, "run record"), context, where=r.source)
+            for r in records if r.outcome != "missing"]
+
+
+def _against_last(url: str, site: str, experiment: str, found: list[StoredRun], source: str) -> LastSweep | None:
+    """Add `found` to the store at `url`; this sweep against the last one before it there, if any."""
+    from firescale.report.comparison import LastSweep
+    from firescale.store.add import add_runs, group_sweeps
+    from firescale.store.compare import compare_selections, last_sweep
+    from firescale.store.database import open_store
+
+    store = open_store(url, create=True)
+    try:
+        added = add_runs(store, found, source=source)
+        key = next(iter(group_sweeps(found)), "")
+        earlier = last_sweep(store, site, experiment, key) if key else None
+    finally:
+        store.close()
+    said = (f"compared with the last sweep before it (commit {earlier.commit[:12]}, finished {earlier.finished_at})"
+            if earlier else "no earlier sweep of another commit or versions to compare with")
+    print(f"{store.name}: {added.added} runs added, {added.already} already there; {said}")
+    if earlier is None:
+        return None
+    this = min(found, key=lambda r: (not r.baseline, r.gpus, r.batch, r.repeat))
+    comparison = compare_selections(list(earlier.runs), found, a_label=f"sweep {earlier.key[:12]}",
+                                    b_label=f"sweep {key[:12]}")
+    return LastSweep(comparison, earlier.commit, earlier.finished_at, this.commit, earlier.differs)
+
+
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from firescale.errors import FirescaleError
     from firescale.report.build import write_report
     from firescale.report.collect import RUN_FILE, collect_runs, missing_record
@@ -59,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
                     for p in plan.points[args.experiment] if p.name not in have]
 
     predicted = read_predictions(args.predictions) if args.predictions else None
-    summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"),
-                        predictions=None if predicted is None else predicted_points(predicted, args.predictions),
+    points = None if predicted is None else predicted_points(predicted, args.predictions)
+    summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"), predictions=points,
                         predictions_source=args.predictions or "",
                         calibration_gaps=None if predicted is None else unmeasured_in_calibration(predicted))
     provenance = collect_provenance(
@@ -71,6 +118,17 @@ def run(args: argparse.Namespace) -> int:
                         net=exp["net"], site_digest=site.digest, site_source=str(site.source),
                         description=exp.get("description", ""), provenance=provenance,
                         framework=exp["framework"], precision=exp["precision"])
+    if args.store:
+        from firescale.store.database import store_url
+        from firescale.store.runs import RunContext
+
+        # 'site': $FIRESCALE_RESULTS_URL where it is set, else the site's own store
+        url = store_url(None if args.store == "site" else args.store, site)
+        context = RunContext(commit=provenance["git"]["commit"], dirty=provenance["git"]["dirty"],
+                             hardware=ctx.device, tolerance=tolerance, predictions=points or {},
+                             framework=exp["framework"], precision=exp["precision"])
+        found = _store_runs(records, context)
+        ctx = replace(ctx, against_last=_against_last(url, site.name, args.experiment, found, str(results)))
     written = write_memory_and_batch_figures(plan, args.experiment, records, args.out)
     written += write_report(summary, ctx, args.out)
     for row in summary.rows:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from firescale.report.comparison import LastSweep
 from firescale.report.parity import Parity
 from firescale.report.stats import LEVEL, Interval
 from firescale.report.summary import Row, Stat, Summary
@@ -35,6 +36,7 @@ class ReportContext:
     provenance: dict[str, Any] = field(default_factory=dict)
     framework: str = "tensorflow"   # the experiment's backend and precision, named in Hardware when not the defaults
     precision: str = "fp32"
+    against_last: LastSweep | None = None   # this sweep against the store's last one before it (`--store`)
 
 
 def _unit(seconds: float) -> tuple[float, str]:

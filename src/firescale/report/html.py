@@ -56,8 +56,9 @@ def to_html(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -
             tds.append(f'<td class="{cls}">{h(text)}</td>' if cls else f"<td>{h(text)}</td>")
         out.append(('<tr class="failed">' if is_failure else "<tr>") + "".join(tds) + "</tr>")
     out += ["</tbody>", "</table>", "<ul>"] + [f"<li>{h(n)}</li>" for n in cells.notes(summary, ctx)] + ["</ul>"]
-    for section in sections(summary):
+    for section in sections(summary, ctx):
         out.append(f"<h2>{h(section.title)}</h2>")
+        out += [f"<p>{h(text)}</p>" for text in section.intro]
         if section.rows:
             out += ["<table>", "<thead><tr>" + "".join(f"<th>{h(x)}</th>" for x in section.heads) + "</tr></thead>",
                     "<tbody>"]

@@ -2,11 +2,14 @@
 (FireCaffe 7.1)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from firescale.report import formatting as cells
 from firescale.report.beyond_ideal import PARTS, beyond_ideal
+from firescale.report.comparison import Comparison, LastSweep, PointComparison
+from firescale.report.formatting import ReportContext
 from firescale.report.summary import Row, Summary
 
 DASH = cells.DASH
@@ -21,10 +24,12 @@ class Section:
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
     marked: list[bool] = field(default_factory=list)   # rows to emphasise (the chosen rate)
+    intro: list[str] = field(default_factory=list)     # sentences before the table
 
     def to_dict(self) -> dict[str, Any]:
-        return {"title": self.title, "heads": self.heads, "rows": self.rows, "notes": self.notes,
-                "marked": self.marked}
+        out = {"title": self.title, "heads": self.heads, "rows": self.rows, "notes": self.notes,
+               "marked": self.marked}
+        return {**out, "intro": self.intro} if self.intro else out
 
 
 def hyperparameter_section(summary: Summary) -> Section | None:
@@ -105,7 +110,61 @@ def beyond_ideal_section(summary: Summary) -> Section | None:
                     "Start-up is outside every train time."])
 
 
-def sections(summary: Summary) -> list[Section]:
+def _ms(seconds: float | None) -> str:
+    return DASH if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def _signed_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:+.2f}".replace("-", cells.MINUS)
+
+
+def _both(point: PointComparison, measure: str, show: Callable[[float], str]) -> str:
+    return " / ".join(DASH if v is None else show(v) for v in (point.a.mean(measure), point.b.mean(measure)))
+
+
+def _iteration_change(point: PointComparison) -> str:
+    """'+1.30 ms [+0.80, +1.80] (+20.0%)': B − A, its interval, and in percent of A."""
+    d = point.diff("iteration_s")
+    if d is None:
+        return DASH
+    interval = "" if d.interval is None else f" [{_signed_ms(d.interval.low)}, {_signed_ms(d.interval.high)}]"
+    return f"{_signed_ms(d.value)} ms{interval} ({cells.error_pct(point.iteration_pct)})"
+
+
+def _comparison_rows(comparison: Comparison) -> list[list[str]]:
+    return [[p.point, f"{p.a.n}/{p.b.n}", _ms(p.a.mean("iteration_s")), _ms(p.b.mean("iteration_s")),
+             _iteration_change(p), _both(p, "train_time_s", cells.duration_value),
+             _both(p, "speedup", lambda v: f"{v:.2f}×"), _both(p, "top1", lambda v: f"{v * 100:.1f}%"), p.verdict]
+            for p in comparison.points]
+
+
+def _which(ctx: ReportContext, last: LastSweep) -> str:
+    versions = ("Versions that differ: " + ", ".join(d.replace(" -> ", " → ") for d in last.differs) + "."
+                if last.differs else "The same versions; the commit differs.")
+    this = f" (this sweep: {last.this_commit[:12]})" if last.this_commit else ""
+    return (f"Against the store's last sweep of {ctx.experiment} on {ctx.site} before this one: commit "
+            f"{last.commit[:12]}{this}, finished {last.finished_at}. {versions}")
+
+
+def last_sweep_section(ctx: ReportContext, last: LastSweep) -> Section:
+    """One line per point of this sweep (B) against the last one before it (A): iteration, train time,
+    speedup and top-1 of each, and the verdict on the iteration."""
+    c = last.comparison
+    failed = [f"{side} failed: {', '.join(names)} (left out)." for side, names in
+              (("The earlier sweep's", c.a_failed), ("This sweep's", c.b_failed)) if names]
+    return Section("Against the last sweep",
+                   ["Point", "n A/B", "Iteration A", "Iteration B", f"Δ iteration ({cells.CI})", "Train time A/B",
+                    "Speedup A/B", "Top-1 A/B", "Verdict"], _comparison_rows(c),
+                   ["A is the earlier sweep, B this one; each side's numbers are the means of the point's succeeded "
+                    "runs, speedups against that side's own baseline.  Δ iteration is B − A with Welch's "
+                    f"{cells.CI} and in percent of A: slower (faster) when the interval lies wholly above (below) "
+                    "0, no difference when it holds 0, too few repeats with fewer than two runs on either side.",
+                    *failed], intro=[_which(ctx, last)])
+
+
+def sections(summary: Summary, ctx: ReportContext | None = None) -> list[Section]:
     """Every section after the main table, in the order the report shows them."""
     hyper, beyond = hyperparameter_section(summary), beyond_ideal_section(summary)
-    return [*([beyond] if beyond else []), *lr_search_sections(summary), *([hyper] if hyper else [])]
+    last = None if ctx is None or ctx.against_last is None else last_sweep_section(ctx, ctx.against_last)
+    return [*([last] if last else []), *([beyond] if beyond else []), *lr_search_sections(summary),
+            *([hyper] if hyper else [])]

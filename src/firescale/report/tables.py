@@ -65,8 +65,8 @@ def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str
     out += ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
     out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
     out += [""] + [f"- {n}" for n in cells.notes(summary, ctx)] + [""]
-    for section in sections(summary):
-        out += [f"## {section.title}", ""]
+    for section in sections(summary, ctx):
+        out += [f"## {section.title}", ""] + [line for text in section.intro for line in (text, "")]
         if section.rows:
             out += ["| " + " | ".join(section.heads) + " |", "|" + "|".join("---" for _ in section.heads) + "|"]
             out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.rows] + [""]
@@ -131,7 +131,7 @@ def to_latex(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) 
               *(tex_escape(n) + r"\par" for n in cells.notes(summary, ctx)),
               *(tex_escape(f"{f.point}: {cells.failure_text(f)}") + r"\par" for f in summary.failures),
               r"\end{minipage}", r"\end{table}", ""]
-    for section in sections(summary):
+    for section in sections(summary, ctx):
         lines += _latex_section(section)
     return "\n".join(lines)
 
@@ -145,7 +145,8 @@ def _latex_section(section: Section) -> list[str]:
                   *(" & ".join(tex_escape(c) for c in row) + r" \\" for row in section.rows),
                   r"\bottomrule", r"\end{tabular}"]
     lines += [r"\par\smallskip", r"\begin{minipage}{\linewidth}\footnotesize",
-              *(tex_escape(n) + r"\par" for n in section.notes), r"\end{minipage}", r"\end{table}", ""]
+              *(tex_escape(n) + r"\par" for n in [*section.intro, *section.notes]), r"\end{minipage}",
+              r"\end{table}", ""]
     return lines
 
 
@@ -245,16 +246,19 @@ def _failure_json(record: RunRecord) -> dict[str, Any]:
 
 def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
     """Everything the report shows, as numbers, with the outputs and their captions."""
-    return {
+    out = {
         "format": REPORT_FORMAT, "experiment": ctx.experiment, "site": ctx.site, "device": ctx.device,
         "net": ctx.net, "description": ctx.description, "tolerance": summary.tolerance,
         "target_accuracy": summary.target_accuracy, "baseline_note": summary.baseline_note,
         "speedup_computed": summary.baseline is not None,
         "rows": [_row_json(r) for r in summary.rows], "failures": [_failure_json(f) for f in summary.failures],
-        "notes": cells.notes(summary, ctx), "sections": [x.to_dict() for x in sections(summary)],
+        "notes": cells.notes(summary, ctx), "sections": [x.to_dict() for x in sections(summary, ctx)],
         "predictions": summary.predictions_source or None,
         "calibration_gaps": summary.calibration_gaps,
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
         "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(summary).items()
                                 for ext in ("png", "pdf")}},
     }
+    if ctx.against_last is not None:
+        out["against_last_sweep"] = ctx.against_last.to_dict()
+    return out
