@@ -47,6 +47,8 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
                   "the trainer's iteration under its allreduce's knobs (Horovod's, PyTorch's bucket), both modes"),
         "layers": ("firescale.commands.bench_layers",
                    "a layer profile of this device: each layer's time inside real iterations (pytorch)"),
+        "store": ("firescale.commands.bench_store",
+                  "adding 10,000 runs to a results store and comparing two sets of 1,000, beside JSON files"),
         "gpu": ("firescale.commands.bench_gpu",
                 "the GPU check: GPU tests, the default experiment, trainer vs bare loop, step timings (a few min)"),
     },
