@@ -77,6 +77,14 @@ def duration_value(seconds: float) -> str:
     return duration(Stat(seconds, None, 1))
 
 
+def duration_pair(first: float | None, second: float | None) -> str:
+    """Two durations in the unit of the longer: '100.3 s / 121.2 s', a dash for a missing one."""
+    div, unit = _unit(max(v for v in (first, second, 0.0) if v is not None))
+    shown = [DASH if v is None else f"{v / div:.{2 if max(first or 0, second or 0) / div < 10 else 1}f} {unit}"
+             for v in (first, second)]
+    return " / ".join(shown)
+
+
 def signed_seconds(seconds: float) -> str:
     """A difference of times, signed, in a readable unit: '+4.2 s', '−350 ms'."""
     if abs(seconds) < 1.0:

@@ -133,7 +133,7 @@ def _iteration_change(point: PointComparison) -> str:
 
 def _comparison_rows(comparison: Comparison) -> list[list[str]]:
     return [[p.point, f"{p.a.n}/{p.b.n}", _ms(p.a.mean("iteration_s")), _ms(p.b.mean("iteration_s")),
-             _iteration_change(p), _both(p, "train_time_s", cells.duration_value),
+             _iteration_change(p), cells.duration_pair(p.a.mean("train_time_s"), p.b.mean("train_time_s")),
              _both(p, "speedup", lambda v: f"{v:.2f}×"), _both(p, "top1", lambda v: f"{v * 100:.1f}%"), p.verdict]
             for p in comparison.points]
 
@@ -150,8 +150,8 @@ def last_sweep_section(ctx: ReportContext, last: LastSweep) -> Section:
     """One line per point of this sweep (B) against the last one before it (A): iteration, train time,
     speedup and top-1 of each, and the verdict on the iteration."""
     c = last.comparison
-    failed = [f"{side} failed: {', '.join(names)} (left out)." for side, names in
-              (("The earlier sweep's", c.a_failed), ("This sweep's", c.b_failed)) if names]
+    failed = [f"{', '.join(names)} ({side})" for side, names in (("the earlier sweep", c.a_failed),
+                                                                  ("this one", c.b_failed)) if names]
     return Section("Against the last sweep",
                    ["Point", "n A/B", "Iteration A", "Iteration B", f"Δ iteration ({cells.CI})", "Train time A/B",
                     "Speedup A/B", "Top-1 A/B", "Verdict"], _comparison_rows(c),
@@ -159,7 +159,8 @@ def last_sweep_section(ctx: ReportContext, last: LastSweep) -> Section:
                     "runs, speedups against that side's own baseline.  Δ iteration is B − A with Welch's "
                     f"{cells.CI} and in percent of A: slower (faster) when the interval lies wholly above (below) "
                     "0, no difference when it holds 0, too few repeats with fewer than two runs on either side.",
-                    *failed], intro=[_which(ctx, last)])
+                    *([f"Failed, so left out: {'; '.join(failed)}."] if failed else [])],
+                   intro=[_which(ctx, last)])
 
 
 def sections(summary: Summary, ctx: ReportContext | None = None) -> list[Section]:
