@@ -90,8 +90,10 @@ endif
 # default sweep's data (/usr/share/datasets/fashion-mnist).
 DEB_PACKAGES := openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv dataset-fashion-mnist
 # Optional: a Slurm for the real-scheduler test tiers (tests/slurm, and tests/vcluster, which also needs
-# iproute2 and root; deselect with PYTEST_ARGS="-m 'not slurm and not vcluster'" without them).
-DEB_OPTIONAL := slurmctld slurmd slurm-client iproute2
+# iproute2 and root; deselect with PYTEST_ARGS="-m 'not slurm and not vcluster'" without them), and
+# Debian's PostgreSQL server for the results store's PostgreSQL tier (tests/store, marker `postgres`;
+# its tests skip, naming why, where no server can start).
+DEB_OPTIONAL := slurmctld slurmd slurm-client iproute2 postgresql
 SITES := $(notdir $(patsubst %/,%,$(dir $(wildcard site/*/config.yaml))))
 PROFILE_HOME ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
 PYTEST_ARGS ?=

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, create_engine, event, inspect, select
+from sqlalchemy import Table, create_engine, event, inspect, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -34,6 +34,7 @@ LOCK_WAIT_S = 600.0
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "9p",
                        "panfs", "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.ceph", "afs", "orangefs")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_SCHEMA_LOCK_KEY = 0x66697265   # PostgreSQL advisory lock taken while a store's tables are made or migrated
 
 
 def site_store_url(site: object) -> str:
@@ -204,6 +205,9 @@ def _check_version(conn: Connection, name: str) -> int | None:
 def _prepare(store: Store, create: bool) -> None:
     """Create an empty store's tables, or migrate an older one, under the write lock."""
     with store.writing("firescale results (opening the store)") as conn:
+        if store.sqlite_file is None:
+            # Two first adds at once would both create the tables: PostgreSQL takes them one at a time.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
         version = _check_version(conn, store.name)
         if version is None:
             if not create:
