@@ -161,3 +161,24 @@ def test_calibration_fits_communication_from_horovods_allreduce(sweep):
     predicted = json.loads((sweep / "results" / "local" / "digits-lenet" / "predict-calibrated.json").read_text())
     two = predicted["points"]["g2-b64-r0"]
     assert two["iteration_s"] > comm["seconds"]
+
+
+def test_the_report_rule_added_every_run_to_the_sites_store_once(sweep, capsys):
+    from firescale.cli import main
+    from firescale.store.database import open_store
+    from firescale.store.select import Selection, select_runs
+
+    store = sweep / ".firescale-work" / "results" / "firescale-results.sqlite"
+    log = (sweep / "results" / "local" / "digits-lenet" / "logs" / "report.log").read_text()
+    assert f"{store}: " in log and " runs added, 0 already there; no earlier sweep" in log
+    opened = open_store(f"sqlite:///{store}", create=False)
+    runs = select_runs(opened, Selection.parse("site=local,experiment=digits-lenet"))
+    opened.close()
+    records = sorted((sweep / "results" / "local" / "digits-lenet" / "runs").glob("*/result.json"))
+    assert sorted(r.point for r in runs) == sorted(p.parent.name for p in records)
+    assert {r.framework for r in runs} == {"tensorflow"} and {r.precision for r in runs} == {"fp32"}
+    # the trainer recorded the checkout it ran from: this one
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert {r.commit.removesuffix("+dirty") for r in runs} == {commit.strip()}
+    assert main(["results", "add", str(sweep / "results" / "local" / "digits-lenet"), "--store", str(store)]) == 0
+    assert f"0 runs added, {len(records)} already there" in capsys.readouterr().out
