@@ -225,6 +225,12 @@ def validation_errors(config: Any, source: str | os.PathLike[str]) -> list[str]:
     return messages
 
 
+def _store_password(url: str | None) -> bool:
+    """Whether a store URL carries a password (user:password@host)."""
+    netloc = (url or "").partition("://")[2].split("/", 1)[0]
+    return "@" in netloc and ":" in netloc.rpartition("@")[0]
+
+
 def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
     folder = source.parent.name
     if source.name == SITE_FILE and folder and config["name"] != folder:
@@ -238,6 +244,9 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
         yield "key 'limits.max_nodes': a site without a scheduler runs on one node; set it to 1"
     if config.get("vcluster") is not None and scheduler != "slurm":
         yield f"key 'vcluster': the virtual cluster runs Slurm, this site uses {scheduler!r}"
+    if _store_password(config.get("results_store")):
+        yield ("key 'results_store': the URL holds a password; keep it out of the profile, in PGPASSWORD or a "
+               "pgpass file (~/.pgpass), and write postgresql://user@host/database")
     if config["launcher"] == "srun" and scheduler != "slurm":
         yield f"key 'launcher': srun needs the slurm scheduler, this site uses {scheduler!r}"
     exports = [o for o in config["launcher_options"] if o in ("-x", "--x") or o.startswith("-x=")]
