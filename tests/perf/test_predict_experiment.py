@@ -94,6 +94,10 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     assert two["speedup"] == pytest.approx(base["time_to_accuracy_s"] / two["time_to_accuracy_s"])
     assert base["iteration_s"] > 0.002                        # the overhead is in every iteration
     assert f"| g2-b64-r0 | 2 | 64 | 0.05 | {1500 * 64 / train:.4g} |" in md.read_text()       # 66.76 epochs
+    # calibrated: the fitted percents of peak, and no word of peak in the table
+    assert data["calibrated"] is True and data["percent_of_peak"] == {
+        "compute": 0.35, "compute_source": "calibration", "comm": 0.8, "comm_source": "calibration"}
+    assert "calibrated)" in md.read_text() and "ncalibrated" not in md.read_text() + proc.stdout
 
 
 def test_a_calibration_of_another_site_is_refused(repo, tmp_path, local_site, digits_config):
@@ -119,7 +123,10 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
                       "--ppp-compute", "0.21", "--ppp-comm", "0.56", "--json", out)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["calibration"] is None
+    assert data["calibration"] is None and data["calibrated"] is False
+    assert data["percent_of_peak"] == {"compute": 0.21, "compute_source": "given", "comm": 0.56, "comm_source": "given"}
+    assert ("compute x 0.21 of peak as given (--ppp-compute) and links x 0.56 of peak as given (--ppp-comm). "
+            "For a calibrated prediction give --calibration results/titan/nin-imagenet/calibration.json") in proc.stdout
     # the experiment's own `epochs: 47` (workflow/config.yaml), over ILSVRC-2012's 1,281,167 training images
     assert data["model"]["dataset_size"] == ILSVRC12_TRAIN_IMAGES == 1_281_167 and data["model"]["epochs"] == 47
     points = data["points"]
@@ -133,6 +140,32 @@ def test_nin_on_titan_without_a_manifest_uses_ilsvrc12(repo, tmp_path):
     # FireCaffe's ordering of speedups (Table 2: 13x, 23x, 39x), from the model.
     speedups = [points[k]["speedup"] for k in names[1:]]
     assert speedups == sorted(speedups) and speedups[0] > 10
+
+
+def test_an_uncalibrated_prediction_says_that_x_1_is_the_peak_and_where_calibrated_figures_come_from(tmp_path):
+    """Titan's NiN with nothing calibrated: the model at the K20X's and Gemini's peak (a 31.88 h baseline, where
+    FireCaffe measured 139.2 h), and the text, the Markdown and the JSON say so."""
+    out, md = tmp_path / "titan.json", tmp_path / "titan.md"
+    proc = run_firescale("predict", "experiment", "titan", "--experiment", "nin-imagenet", "--json", out,
+                         "--markdown", md)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("titan: 3.935 TFLOP/s x 1,")
+    data = json.loads(out.read_text())
+    assert data["calibrated"] is False and data["calibration"] is None
+    assert data["percent_of_peak"] == {"compute": 1.0, "compute_source": "peak", "comm": 1.0, "comm_source": "peak"}
+    assert 31 * 3600 < data["points"]["baseline"]["time_to_accuracy_s"] < 33 * 3600     # at peak: a quarter
+    note = md.read_text().splitlines()[2]
+    assert note.startswith("**Uncalibrated:** compute x 1 is the device's peak and links x 1 the link's peak; ")
+    for words in ("0.21 of the device's, 0.56 of the link's; `firescale predict paleo`",
+                  "--calibration results/titan/nin-imagenet/calibration.json", "the workflow's calibration job",
+                  "`firescale predict calibrate`"):
+        assert words in note, words
+    assert note in proc.stdout and ", uncalibrated)" in md.read_text().splitlines()[0]
+    # a percent of compute peak given by hand: no longer the peak, still not calibrated; the links still at peak
+    proc = run_firescale("predict", "experiment", "titan", "--experiment", "nin-imagenet", "--ppp-compute", "0.21",
+                         "--json", out)
+    assert json.loads(out.read_text())["percent_of_peak"]["compute_source"] == "given"
+    assert "compute x 0.21 of peak as given (--ppp-compute) and links x 1 the link's peak; real runs" in proc.stdout
 
 
 def test_a_gpu_sites_table_prints_without_a_json_file_and_splits_links_and_reads(repo, tmp_path):

@@ -66,7 +66,7 @@ def test_a_scheduled_points_command_scales_each_phases_rate_by_the_experiments_r
 def test_the_job_script_carries_the_schedule_as_shell_words():
     p = plan()
     job = job_for_point(p, EXAMPLE, p.point(EXAMPLE, "g1-b8+16at200-r0"))
-    assert job.name == "fs-digits-g1-b8_16at200-r0"       # job names keep to letters, digits and _.-
+    assert job.name == "fs-digits-batch-sc-b89e-g1-b8_16at200-r0"   # letters, digits and _.-, 40 at most
     script = render_job_script(p.site, job)
     line = next(l for l in script.splitlines() if "--batch-schedule" in l)
     words = shlex.split(line)

@@ -153,3 +153,26 @@ def test_a_manifest_of_another_format_is_refused_by_the_plan_and_the_prediction(
         p.train_images("fashion-lenet")
     with pytest.raises(FirescaleError, match=expected):
         predict_experiment(p, "fashion-lenet")
+
+
+def _nin_on_ib_cluster(override: dict | None) -> list[str]:
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["nin-imagenet"]["sites"]["ib-cluster"] = override
+    return [x.name for x in plan("ib-cluster", config).points["nin-imagenet"]]
+
+
+def test_a_sites_grid_replaces_the_sweeps_explicit_points_unless_it_lists_its_own():
+    # workflow/config.yaml: nin-imagenet's sweep lists FireCaffe's three points (g128-b1024 among them), and
+    # ib-cluster's override gives its own gpus x batch grid, which is all the site runs.
+    assert "g128-b1024-r0" in [x.name for x in plan("titan").points["nin-imagenet"]]    # titan: no override
+    shipped = _nin_on_ib_cluster(CONFIG["experiments"]["nin-imagenet"]["sites"]["ib-cluster"])
+    assert shipped == ["baseline", "g1-b1024-r0", "g4-b256-r0", "g4-b1024-r0", "g16-b256-r0", "g16-b1024-r0",
+                       "g32-b256-r0", "g32-b1024-r0"]
+    assert _nin_on_ib_cluster({"gpus": [1, 8]}) == ["baseline", "g8-b256-r0"]          # gpus alone: batch 256
+    assert _nin_on_ib_cluster({"batch": [512]}) == ["baseline", "g1-b512-r0"]          # batch alone: 1 GPU
+    # its own points: those, not the sweep's
+    own = _nin_on_ib_cluster({"gpus": [4], "points": [{"gpus": 8, "batch": 512, "lr": 0.02}]})
+    assert own == ["baseline", "g4-b256-r0", "g8-b512-r0"]
+    # an override that leaves the grid alone keeps the sweep's points
+    assert "g128-b1024-r0" in _nin_on_ib_cluster({"overlap_allreduce": True})
+    assert "g128-b1024-r0" in _nin_on_ib_cluster(None)

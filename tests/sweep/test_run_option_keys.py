@@ -38,13 +38,13 @@ def test_overlap_is_off_unless_asked_and_a_sites_key_wins_over_the_sweeps():
     default = plan("ib-cluster")
     assert not default.overlap_allreduce(EXPERIMENT)
     assert "--overlap-allreduce" not in train_command(default, EXPERIMENT, point(default))
-    on_cluster = plan("ib-cluster", sites={"ib-cluster": {"gpus": [1, 32], "overlap_allreduce": True}})
+    on_cluster = plan("ib-cluster", sites={"ib-cluster": {"gpus": [1, 32], "batch": [1024], "overlap_allreduce": True}})
     assert on_cluster.overlap_allreduce(EXPERIMENT)
     assert "--overlap-allreduce" in train_command(on_cluster, EXPERIMENT, point(on_cluster))
     elsewhere = plan("titan", sites={"ib-cluster": {"overlap_allreduce": True}})
     assert "--overlap-allreduce" not in train_command(elsewhere, EXPERIMENT, point(elsewhere))
     everywhere_but = plan("ib-cluster", sweep={"overlap_allreduce": True},
-                          sites={"ib-cluster": {"gpus": [1, 32], "overlap_allreduce": False}})
+                          sites={"ib-cluster": {"gpus": [1, 32], "batch": [1024], "overlap_allreduce": False}})
     assert not everywhere_but.overlap_allreduce(EXPERIMENT)
 
 
@@ -83,7 +83,7 @@ def test_no_limit_unless_asked_and_a_sites_key_wins_over_the_sweeps():
     # every run of the experiment reads under the limit, the baseline too: its speedups compare like with like
     assert limit_of(train_command(swept, EXPERIMENT, swept.point(EXPERIMENT, "baseline"))) == "120"
     on_site = plan("ib-cluster", sweep={"read_limit_mbs": 120},
-                   sites={"ib-cluster": {"gpus": [1, 32], "read_limit_mbs": 2.5}})
+                   sites={"ib-cluster": {"gpus": [1, 32], "batch": [1024], "read_limit_mbs": 2.5}})
     assert on_site.read_limit_mbs(EXPERIMENT) == 2.5 and limit_of(point(on_site)) == "2.5"
 
 

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_json(args.json, result)
     table = markdown_table(result)
     print(describe(platform))
-    print(table, end="")
+    print(table, end="")   # an uncalibrated one says what x 1 means
     if args.markdown:
         atomic_write_text(Path(args.markdown), table)
     for problem in result["memory_problems"]:
@@ -65,7 +65,8 @@ def markdown_table(result: dict) -> str:
     m = result["model"]
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
              f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
-             + ("calibrated" if result["calibration"] else "not calibrated") + _read_note(m["platform"]) + ")", "",
+             + ("calibrated" if result["calibrated"] else "uncalibrated") + _read_note(m["platform"]) + ")", "",
+             *([] if result["calibrated"] else [f"**Uncalibrated:** {uncalibrated_note(result)}", ""]),
              "| point | GPUs | batch | LR | epochs | iteration (ms) | comm intra + inter (ms) | I/O + H2D (ms) "
              "| time to accuracy | speedup | memory per device (GB) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -76,6 +77,26 @@ def markdown_table(result: dict) -> str:
                      f"{format_duration(p['time_to_accuracy_s'])} | {p['speedup']:.2f} | {_memory_cell(p)} |")
     problems = result.get("memory_problems") or []
     return "\n".join(lines + ([""] + [f"- **does not fit:** {text}" for text in problems] if problems else [])) + "\n"
+
+
+def uncalibrated_note(result: dict) -> str:
+    """What an uncalibrated prediction assumed of compute and links (x 1: their peak), and where calibrated
+    figures come from."""
+    from firescale.model.paleo import PALEO_PPP_COMM, PALEO_PPP_COMPUTE
+
+    ppp = result["percent_of_peak"]
+    words = {"peak": {"compute": "compute x 1 is the device's peak", "comm": "links x 1 the link's peak"},
+             "given": {"compute": f"compute x {ppp['compute']:.3g} of peak as given (--ppp-compute)",
+                       "comm": f"links x {ppp['comm']:.3g} of peak as given (--ppp-comm)"},
+             "layer profile": {"compute": f"compute from the site's layer profile (x {ppp['compute']:.3g} of peak "
+                                          f"for the layers it lacks)"}}
+    note = " and ".join(words[ppp[f"{key}_source"]][key] for key in ("compute", "comm"))
+    if "peak" in (ppp["compute_source"], ppp["comm_source"]):
+        note += (f"; real runs reach a fraction of peak (Paleo's NiN on Titan's K20X: {PALEO_PPP_COMPUTE:g} of the "
+                 f"device's, {PALEO_PPP_COMM:g} of the link's; `firescale predict paleo`)")
+    return (note + f". For a calibrated prediction give --calibration "
+                   f"results/{result['site']}/{result['experiment']}/calibration.json, which the workflow's "
+                   f"calibration job writes once the baseline has run, or a file from `firescale predict calibrate`.")
 
 
 def _read_note(platform: dict) -> str:

@@ -182,10 +182,27 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         "allreduce": algorithm,
         "overlap_allreduce": overlap,
         "calibration": calibration.to_dict() if calibration else None,
+        "calibrated": calibration is not None,
+        "percent_of_peak": percent_of_peak(platform, calibration),
         "model": {**model.to_dict(), "platform": {**_platform_dict(platform),
                                                   "read_bandwidth_source": read_bandwidth_source(platform)}},
         "points": out,
     }
+
+
+def percent_of_peak(platform: Platform, calibration: Calibration | None) -> dict[str, Any]:
+    """The percents of peak the prediction assumed, compute's and the links', and where each came from:
+    "calibration" (fitted from runs on the site), "layer profile" (compute: the site's measured layer times,
+    the percent of peak for layers it lacks), "given" (the caller's own: --ppp-compute, --ppp-comm) or
+    "peak" (1, the device's or the link's peak: nothing calibrated it)."""
+    def source(ppp: float, profiled: bool = False) -> str:
+        if calibration is not None:
+            return "calibration"
+        return "layer profile" if profiled else "peak" if ppp == 1.0 else "given"
+
+    compute, comm = platform.device.ppp, platform.link.ppp
+    return {"compute": compute, "compute_source": source(compute, platform.profile is not None),
+            "comm": comm, "comm_source": source(comm)}
 
 
 def read_bandwidth_source(platform: Platform) -> str | None:

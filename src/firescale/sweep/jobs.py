@@ -2,11 +2,13 @@
 the experiment's calibration job."""
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
 from firescale.cluster.site import parse_walltime
+from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.spec import JobSpec
 from firescale.sweep.paths import CALIBRATION_FILE
 from firescale.sweep.plan import SweepPlan
@@ -92,14 +94,50 @@ def transform_options(plan: SweepPlan, experiment: str) -> list[str]:
     return argv + {True: ["--mirror"], False: ["--no-mirror"], None: []}[t["mirror"]]
 
 
-def _job_name(experiment: str, what: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"fs-{experiment[:6]}-{what}")[:40]  # a schedule's '+'
+# The longest job name firescale writes where the scheduler takes longer ones: whole in `squeue -o %.40j`.
+JOB_NAME_LENGTH = 40
+
+
+def job_name(experiment: str, what: str, limit: int = JOB_NAME_LENGTH) -> str:
+    """The job name of point (or job) `what` of `experiment`, at most `limit` characters: `fs-`, the
+    experiment's name, a tag of four hex digits from its SHA-256 and the point's name, as in
+    `fs-fashion-lenet-pt-b40c-g2-b64-r0`.  The tag tells apart experiments whose names share a beginning; the
+    experiment's name is cut first to fit, then left out (`fs-b40c-g2-b64-r0`).  A limit too short even for
+    that (Torque's 15) keeps the point name's beginning and a tag of its own, so that repeats stay apart
+    (`fs-b40c-g2.52cd`).  Letters, digits and _.- only: a schedule's `+` becomes `_`."""
+    tag, point = _tag(experiment), _safe(what)
+    room = limit - len(f"fs--{tag}-{point}")
+    stem = _safe(experiment)[:room].rstrip("-_.") if room > 0 else ""
+    if stem:
+        return f"fs-{stem}-{tag}-{point}"
+    if len(f"fs-{tag}-{point}") <= limit:
+        return f"fs-{tag}-{point}"
+    own = _tag(what)
+    head = point[:max(0, limit - len(f"fs-{tag}-.{own}"))].rstrip("-_.")
+    name = f"fs-{tag}-{head}.{own}" if head else f"fs-{tag}-{own}"
+    if len(name) > limit:
+        raise ValueError(f"a job name limit of {limit} characters cannot hold {name!r}")
+    return name
+
+
+def _tag(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:4]
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+def _job_name(plan: SweepPlan, experiment: str, what: str) -> str:
+    """The job's name within what the site's scheduler keeps of one."""
+    length = get_scheduler(plan.site.scheduler).name_length
+    return job_name(experiment, what, JOB_NAME_LENGTH if length is None else min(length, JOB_NAME_LENGTH))
 
 
 def job_for_point(plan: SweepPlan, experiment: str, point: SweepPoint) -> JobSpec:
     out = run_dir(plan, experiment, point)
     return JobSpec(
-        name=_job_name(experiment, point.name),
+        name=_job_name(plan, experiment, point.name),
         ranks=point.ranks,
         devices_per_rank=point.devices,
         walltime_s=parse_walltime(plan.walltimes[experiment]),
@@ -139,7 +177,7 @@ def calibration_job(plan: SweepPlan, experiment: str) -> JobSpec:
     command = [*plan.site.config["environment"]["firescale"].split(), "predict", "calibrate",
                "--site", str(plan.site.source), *records, *plan.calibration_options(experiment),
                "--workdir", str(out / "work"), "--out", str(out / CALIBRATION_FILE)]
-    return JobSpec(name=_job_name(experiment, "calibration"), ranks=max(p.ranks for p in plan.points[experiment]),
+    return JobSpec(name=_job_name(plan, experiment, "calibration"), ranks=max(p.ranks for p in plan.points[experiment]),
                    walltime_s=parse_walltime(plan.site.default_walltime), command=command, workdir=out,
                    log_file=out / "job.log", status_file=out / "status.json", one_process=True,
                    framework=plan.framework(experiment))   # whose allreduce it probes

@@ -22,6 +22,9 @@ POINT_NAME = re.compile(r"^(?:baseline(?:-r(?P<brepeat>[1-9]\d*))?"
                         r"(?:-lr(?P<lr>[0-9][0-9.e+-]*?))?-r(?P<repeat>\d+))$")
 POINT_WILDCARD = r"baseline(-r[1-9]\d*)?|g\d+-b\d+(\+\d+at\d+)*(-d\d+)?(-lr[0-9][0-9.e+-]*?)?-r\d+"
 _CHANGE = re.compile(r"\+(\d+)at(\d+)")
+# A site's override of any of these gives the site its own grid: the sweep's explicit `points` are left out
+# unless the override lists its own.
+GRID_KEYS = ("gpus", "batch", "batch_schedules")
 
 
 def lr_label(lr: float) -> str:
@@ -135,6 +138,8 @@ class _Experiment:
         self.name, self.exp, self.base = name, config["experiments"][name], base
         self.site_keys = self.exp["sites"].get(site) or {}
         self.sweep = {**self.exp["sweep"], **self.site_keys}
+        if any(k in self.site_keys for k in GRID_KEYS) and "points" not in self.site_keys:
+            self.sweep.pop("points", None)   # the site's own grid: the points written for another scale go
         self.site = site
 
     def key(self, key: str) -> str:

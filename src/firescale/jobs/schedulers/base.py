@@ -82,6 +82,8 @@ class Scheduler:
     hosts_command = "hostname"
     # The variable holding the job's id inside the job, if the scheduler sets one.
     job_id_variable = ""
+    # The most characters of a job name the scheduler keeps (None: more than firescale writes, as Slurm).
+    name_length: int | None = None
 
     def __init__(self, runner: Runner = run_command) -> None:
         self.runner = runner
