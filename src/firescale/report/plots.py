@@ -88,9 +88,9 @@ def speedup_figure(summary: Summary, title: str) -> Any:
         speedups = [(r.gpus, r.speedup) for r in line if r.speedup is not None]
         ax.errorbar([g for g, _ in speedups], [s.mean for _, s in speedups], yerr=[s.std or 0.0 for _, s in speedups],
                     marker="o", capsize=3, label=label)
-    base = summary.baseline
-    ax.plot([base.gpus], [1.0], linestyle="none", marker="s", color="black", zorder=3,
-            label=f"baseline ({base.gpus} GPU, batch {base.batch})")
+    base = summary.baseline   # at its own mean speedup, where the lines start: 1 but for the spread of its repeats
+    ax.plot([base.gpus], [base.speedup.mean if base.speedup else 1.0], linestyle="none", marker="s", color="black",
+            zorder=3, label=f"baseline ({base.gpus} GPU, batch {base.batch})")
     if top > 8:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
