@@ -61,6 +61,11 @@ def test_every_output_written_and_real(tmp_path, capsys):
         ("baseline-r1", "missing"), ("g2-b128-r0", "failed"), ("g2-b128-r1", "missing"), ("g2-b256-r1", "missing")]
     html = (out / "report.html").read_text()
     assert "sha256 " + prov["site"]["sha256"] in html and "report command: firescale report local" in html
+    # every figure written, memory.png and accuracy_by_batch.png too, is shown in both, and none that is not
+    written = {p.name for p in out.glob("*.png")}
+    assert {"memory.png", "accuracy_by_batch.png"} <= written
+    assert set(re.findall(r"!\[[^]]*\]\(([\w-]+\.png)\)", md)) == written
+    assert set(re.findall(r'<img src="([\w-]+\.png)"', html)) == written
 
 
 def test_failed_baseline_still_renders(tmp_path):

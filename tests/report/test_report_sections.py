@@ -75,7 +75,8 @@ def test_the_sections_appear_in_markdown_latex_and_json(ctx):
     assert "## Learning-rate search: 32 GPUs, batch 1024" in md and "| 0.16 | 68.0% |" in md and "◀ chosen" in md
     assert "## Hyperparameters" in md and "| g128-b1024-lr0.08 | 8 | 75 |" in md
     tex = to_latex(summary, ctx, [])
-    assert tex.count(r"\begin{table}") == 4 and r"\caption{Learning-rate search: 32 GPUs, batch 1024}" in tex
+    # the main table, its second (intervals), time beyond the ideal, the search and the hyperparameters
+    assert tex.count(r"\begin{table}") == 5 and r"\caption{Learning-rate search: 32 GPUs, batch 1024}" in tex
     data = to_json(summary, ctx)
     assert [s["title"] for s in data["sections"]] == ["Time beyond the ideal",
                                                      "Learning-rate search: 32 GPUs, batch 1024", "Hyperparameters"]

@@ -171,10 +171,11 @@ def test_a_scheduled_point_trains_through_the_sweeps_command_and_reports_its_pha
                      train=result, status=None)
     record = read_run_record(record_path)
     summary = summarize([record], 0.02)
-    ctx = ReportContext(experiment=EXAMPLE, site="local", device="core", net="lenet_same", description="")
-    text = to_markdown(summary, ctx, [])
-    row = next(l for l in text.splitlines() if l.startswith("| g1-b8+16at20"))
-    assert "| 8+16 |" in row and "![Top-1 accuracy against iterations, a line per batch phase" in text
     written = write_accuracy_by_batch([(record.point, record.train)], tmp_path / "report", EXAMPLE)
     assert [w.name for w in written] == ["accuracy_by_batch.png", "accuracy_by_batch.pdf"]
     assert all(w.stat().st_size > 1000 for w in written)
+    ctx = ReportContext(experiment=EXAMPLE, site="local", device="core", net="lenet_same", description="",
+                        figures_beside=("accuracy_by_batch",))   # the report shows the figures written beside it
+    text = to_markdown(summary, ctx, [])
+    row = next(l for l in text.splitlines() if l.startswith("| g1-b8+16at20"))
+    assert "| 8+16 |" in row and "![Top-1 accuracy against iterations, a line per batch phase" in text

@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         found = _store_runs(records, context)
         ctx = replace(ctx, against_last=_against_last(url, site.name, args.experiment, found, str(results)))
     written = write_memory_and_batch_figures(plan, args.experiment, records, args.out)
+    ctx = replace(ctx, figures_beside=tuple(p.stem for p in written if p.suffix == ".png"))
     written += write_report(summary, ctx, args.out)
     for row in summary.rows:
         verdict = "baseline" if row.baseline else (row.parity.verdict if row.parity else "no baseline")

@@ -37,6 +37,7 @@ class ReportContext:
     framework: str = "tensorflow"   # the experiment's backend and precision, named in Hardware when not the defaults
     precision: str = "fp32"
     against_last: LastSweep | None = None   # this sweep against the store's last one before it (`--store`)
+    figures_beside: tuple[str, ...] = ()    # stems of the figures written beside the report's own (memory_plots)
 
 
 def _unit(seconds: float) -> tuple[float, str]:
@@ -140,39 +141,56 @@ def hardware(ctx: ReportContext, gpus: int, nodes: int) -> str:
 
 
 def columns(summary: Summary) -> list[str]:
-    """The table's headings; the prediction columns appear only with predictions."""
-    heads = ["Point", "Hardware", "Net", "Epochs", "Batch", "Initial LR", "Train time", "Speedup",
-             f"Speedup {CI}", "Efficiency", "Time to accuracy", "Top-1", "Top-5", "Δ top-1", f"Δ top-1 {CI}",
-             "Parity"]
+    """The main table's headings: FireCaffe's Table 2 (hardware, net, epochs, batch, initial LR, train time,
+    speedup, top-1, top-5) between the point's name and its parity verdict."""
+    return ["Point", "Hardware", "Net", "Epochs", "Batch", "Initial LR", "Train time", "Speedup", "Top-1", "Top-5",
+            "Parity"]
+
+
+def detail_columns(summary: Summary) -> list[str]:
+    """The second table's headings: the intervals, efficiency and time to accuracy, and the predictions (with
+    predictions only)."""
+    heads = ["Point", f"Speedup {CI}", "Efficiency", "Time to accuracy", "Δ top-1", f"Δ top-1 {CI}"]
     if summary.predictions_source:
         heads += ["Iter. measured", "Iter. predicted", "Iter. error", "Time predicted", "Time error"]
     return heads
 
 
+def _name(row: Row) -> str:
+    return row.group if len(row.points) == 1 else f"{row.group} ({len(row.points)} repeats)"
+
+
 def row_cells(row: Row, summary: Summary, ctx: ReportContext) -> list[str]:
-    tta = duration(row.tta_s) + (NOT_REACHED if row.not_reached else "")
-    name = row.group if len(row.points) == 1 else f"{row.group} ({len(row.points)} repeats)"
+    """A point's line of the main table."""
     if row.baseline:
         verdict = "baseline"
     elif row.parity is None:
         verdict = "cannot judge: no baseline"
     else:
         verdict = row.parity.verdict
-    cells = [name, hardware(ctx, row.gpus, row.nodes), row.net, epochs(row.epochs),
-             batch_label(row.points[0], row.batch),
-             f"{row.lr:g}", duration(row.time_s), speedup(row.speedup),
-             DASH if row.baseline else speedup_interval(row.speedup_interval), efficiency(row.efficiency), tta,
-             percent(row.top1), percent(row.top5),
-             DASH if row.baseline else delta_pts(row.delta_top1_pts), delta_interval(row.parity), verdict]
+    return [_name(row), hardware(ctx, row.gpus, row.nodes), row.net, epochs(row.epochs),
+            batch_label(row.points[0], row.batch), f"{row.lr:g}", duration(row.time_s), speedup(row.speedup),
+            percent(row.top1), percent(row.top5), verdict]
+
+
+def detail_cells(row: Row, summary: Summary) -> list[str]:
+    """A point's line of the second table: intervals, efficiency, time to accuracy, and its prediction."""
+    tta = duration(row.tta_s) + (NOT_REACHED if row.not_reached else "")
+    cells = [_name(row), DASH if row.baseline else speedup_interval(row.speedup_interval), efficiency(row.efficiency),
+             tta, DASH if row.baseline else delta_pts(row.delta_top1_pts), delta_interval(row.parity)]
     if summary.predictions_source:
-        p = row.prediction
-        measured = _pm(row.iteration_s, 1e3, 2, " ms")   # the repeats' spread beside their mean
-        if p is None:
-            cells += [measured, DASH, DASH, DASH, DASH]
-        else:
-            cells += [measured, _ms(p.iteration_s), error_pct(p.iteration_error_pct),
-                      duration_value(p.time_to_accuracy_s), error_pct(p.time_error_pct)]
+        cells += prediction_cells(row)
     return cells
+
+
+def prediction_cells(row: Row) -> list[str]:
+    """Iteration measured (mean ± sd of the repeats) and predicted, its error, the predicted time and its error."""
+    p = row.prediction
+    measured = _pm(row.iteration_s, 1e3, 2, " ms")   # the repeats' spread beside their mean
+    if p is None:
+        return [measured, DASH, DASH, DASH, DASH]
+    return [measured, _ms(p.iteration_s), error_pct(p.iteration_error_pct), duration_value(p.time_to_accuracy_s),
+            error_pct(p.time_error_pct)]
 
 
 def _ms(seconds: float) -> str:
@@ -196,52 +214,64 @@ def failure_text(record: RunRecord) -> str:
 def failure_cells(record: RunRecord, summary: Summary, ctx: ReportContext, *, brief: bool = False) -> list[str]:
     """A failed or missing point's row; `brief` keeps only the word (LaTeX puts the reason in a note)."""
     verdict = failure_word(record) if brief else failure_text(record)
-    cells = [record.point, hardware(ctx, record.gpus, record.nodes), ctx.net, DASH,
-             batch_label(record.point, record.batch),
-             f"{record.lr:g}", failure_word(record), DASH, DASH, DASH, DASH, DASH, DASH, DASH, DASH, verdict]
-    if summary.predictions_source:
-        cells += [DASH] * 5
-    return cells
+    return [record.point, hardware(ctx, record.gpus, record.nodes), ctx.net, DASH,
+            batch_label(record.point, record.batch), f"{record.lr:g}", failure_word(record), DASH, DASH, DASH,
+            verdict]
 
 
 def table(summary: Summary, ctx: ReportContext, *,
           brief: bool = False) -> tuple[list[str], list[list[str]], list[bool]]:
-    """Headings, cell rows (aggregated points first, then failures) and which rows are failures."""
+    """The main table: headings, cell rows (aggregated points first, then failures) and which rows are failures."""
     body = [row_cells(r, summary, ctx) for r in summary.rows]
     body += [failure_cells(f, summary, ctx, brief=brief) for f in summary.failures]
     return columns(summary), body, [False] * len(summary.rows) + [True] * len(summary.failures)
 
 
+def detail_title(summary: Summary) -> str:
+    return "Intervals and predictions" if summary.predictions_source else "Intervals"
+
+
+def detail_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
+    """The second table: headings and one row per aggregated point (a failed point has nothing to show there)."""
+    return detail_columns(summary), [detail_cells(r, summary) for r in summary.rows]
+
+
 def notes(summary: Summary, ctx: ReportContext) -> list[str]:
-    """The sentences under the table: tolerance, target, marks, and the baseline's state."""
+    """The sentences under the main table: the baseline's state, parity, train time, speedup, data wait."""
     tol = summary.tolerance * 100.0
     out = []
     if summary.baseline_note:
         out.append(summary.baseline_note)
-    level = f"{LEVEL:.0%}"
     out.append(f"Parity (FireCaffe 7.1: accuracy against a single-GPU baseline) is a non-inferiority test on "
                f"the final top-1 after each run's fixed-epoch budget: with two or more runs of the point and of "
-               f"the baseline, the point MATCHES when the lower end of the {level} confidence interval of Δ top-1 "
-               f"(Welch's t) is at least −{tol:g} pts, is BELOW BASELINE when its upper end is under −{tol:g} pts, "
-               f"and UNDECIDED otherwise (more repeats narrow the interval); with one run on either side, when "
-               f"its mean top-1 is at least the baseline's minus {tol:g} pts.")
-    target = (f"the fixed target top-1 ≥ {summary.target_accuracy * 100:g}%" if summary.target_accuracy is not None
-              else f"the baseline's mean final top-1 minus {tol:g} pts")
-    out.append(f"Train time is each run's whole fixed-epoch budget (FireCaffe's train time; start-up excluded, "
-               f"evaluation included); time to accuracy is the time to {target}, read from each run's own "
-               f"evaluations, the baseline included (MLPerf's measure).")
-    if any(r.not_reached for r in summary.rows):
-        out.append(f"{NOT_REACHED} the target was not reached in at least one repeat: its whole train time is "
-                   f"counted as its time to accuracy.")
-    out.append("Speedup = baseline train time / this train time; efficiency = speedup / GPUs; repeats give mean ± "
-               "sample standard deviation, computed per repeat.  The speedup's interval is that of mean baseline "
-               f"time / mean time ({level}, the delta method on its logarithm with Welch's degrees of freedom).  "
-               "Epochs are those trained: each point's fixed-epoch budget.")
+               f"the baseline, the point MATCHES when the lower end of the {LEVEL:.0%} confidence interval of "
+               f"Δ top-1 (Welch's t) is at least −{tol:g} pts, is BELOW BASELINE when its upper end is under "
+               f"−{tol:g} pts, and UNDECIDED otherwise (more repeats narrow the interval); with one run on either "
+               f"side, when its mean top-1 is at least the baseline's minus {tol:g} pts.")
+    out.append("Train time is each run's whole fixed-epoch budget (FireCaffe's train time; start-up excluded, "
+               "evaluation included); epochs are those trained.  Speedup = baseline train time / this train time; "
+               "repeats give mean ± sample standard deviation, computed per repeat.")
     waits = [(r.group, r.data_wait_s.mean / r.iteration_s.mean) for r in summary.rows if r.iteration_s.mean > 0]
     if waits:
         each = ", ".join(f"{group} {share * 100:.1f}%" for group, share in waits)
         out.append(f"Waiting for data, in percent of each point's mean iteration as its runs recorded it: {each}; "
                    f"the rest is compute and the allreduce (figure time_split).")
+    return out
+
+
+def detail_notes(summary: Summary) -> list[str]:
+    """The sentences under the second table: the intervals, time to accuracy and its mark, the predictions."""
+    tol, level = summary.tolerance * 100.0, f"{LEVEL:.0%}"
+    target = (f"the fixed target top-1 ≥ {summary.target_accuracy * 100:g}%" if summary.target_accuracy is not None
+              else f"the baseline's mean final top-1 minus {tol:g} pts")
+    out = [f"The speedup's interval is that of mean baseline time / mean time ({level}, the delta method on its "
+           f"logarithm with Welch's degrees of freedom); efficiency = speedup / GPUs, per repeat.  Time to accuracy "
+           f"is the time to {target}, read from each run's own evaluations, the baseline included (MLPerf's "
+           f"measure).  Δ top-1 is the point's final top-1 less the baseline's, with Welch's {level} interval when "
+           f"both have two runs or more."]
+    if any(r.not_reached for r in summary.rows):
+        out.append(f"{NOT_REACHED} the target was not reached in at least one repeat: its whole train time is "
+                   f"counted as its time to accuracy.")
     if summary.predictions_source:
         out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured, "
                    "against the mean of the point's repeats; Iter. measured gives their mean iteration ± sd, the "

@@ -5,7 +5,7 @@ from html import escape
 
 from firescale.report import formatting as cells
 from firescale.report.formatting import ReportContext
-from firescale.report.sections import sections
+from firescale.report.sections import Section, detail_section, sections
 from firescale.report.summary import Summary
 from firescale.report.tables import figures, title
 
@@ -37,6 +37,22 @@ def _verdict_class(text: str) -> str:
     return ""
 
 
+def _section(section: Section) -> list[str]:
+    """A table after the main one: its title, the sentences before it, its rows (the chosen one marked), its notes."""
+    h = escape
+    out = [f"<h2>{h(section.title)}</h2>", *(f"<p>{h(text)}</p>" for text in section.intro)]
+    if section.rows:
+        out += ["<table>", "<thead><tr>" + "".join(f"<th>{h(x)}</th>" for x in section.heads) + "</tr></thead>",
+                "<tbody>"]
+        marked = section.marked or [False] * len(section.rows)
+        for row, m in zip(section.rows, marked):
+            tds = "".join(f'<td class="num">{h(c)}</td>' if head in cells.NUMERIC else f"<td>{h(c)}</td>"
+                          for head, c in zip(section.heads, row))
+            out.append(('<tr class="chosen">' if m else "<tr>") + tds + "</tr>")
+        out += ["</tbody>", "</table>"]
+    return out + ["<ul>"] + [f"<li>{h(n)}</li>" for n in section.notes] + ["</ul>"]
+
+
 def to_html(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -> str:
     """The whole report as HTML; every text is escaped."""
     heads, body, failed = cells.table(summary, ctx)
@@ -56,17 +72,8 @@ def to_html(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -
             tds.append(f'<td class="{cls}">{h(text)}</td>' if cls else f"<td>{h(text)}</td>")
         out.append(('<tr class="failed">' if is_failure else "<tr>") + "".join(tds) + "</tr>")
     out += ["</tbody>", "</table>", "<ul>"] + [f"<li>{h(n)}</li>" for n in cells.notes(summary, ctx)] + ["</ul>"]
-    for section in sections(summary, ctx):
-        out.append(f"<h2>{h(section.title)}</h2>")
-        out += [f"<p>{h(text)}</p>" for text in section.intro]
-        if section.rows:
-            out += ["<table>", "<thead><tr>" + "".join(f"<th>{h(x)}</th>" for x in section.heads) + "</tr></thead>",
-                    "<tbody>"]
-            marked = section.marked or [False] * len(section.rows)
-            out += [('<tr class="chosen">' if m else "<tr>") + "".join(f"<td>{h(c)}</td>" for c in row) + "</tr>"
-                    for row, m in zip(section.rows, marked)]
-            out += ["</tbody>", "</table>"]
-        out += ["<ul>"] + [f"<li>{h(n)}</li>" for n in section.notes] + ["</ul>"]
+    for section in [detail_section(summary), *sections(summary, ctx)]:
+        out += _section(section)
     if summary.failures:
         out.append("<h2>Failed points</h2>")
         for record in summary.failures:
@@ -79,7 +86,7 @@ def to_html(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -
             if record.log_tail:
                 out.append(f"<details><summary>tail of the job log</summary><pre>{h(record.log_tail)}</pre></details>")
     out.append("<h2>Figures</h2>")
-    for stem, caption in figures(summary).items():
+    for stem, caption in figures(ctx).items():
         out.append(f'<figure><img src="{h(stem)}.png" alt="{h(caption)}"><figcaption>{h(caption)} '
                    f'(<a href="{h(stem)}.pdf">PDF</a>)</figcaption></figure>')
     out += ["<h2>Provenance</h2>", "<ul>"] + [f"<li>{h(line)}</li>" for line in provenance_lines]

@@ -1,13 +1,14 @@
 """Figures of memory and batch: per-layer memory in the style of Oh and Lee's Fig. 2, accuracy per batch phase."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from firescale.model.memory import NetMemory, device_peaks
 from firescale.report.collect import RunRecord
-from firescale.report.plots import _empty, _figure, save_figure
+from firescale.report.plots import _empty, _figure, point_colours, save_figure, shade
 from firescale.sweep.plan import SweepPlan
 
 
@@ -57,7 +58,8 @@ def write_memory_plot(memory: NetMemory, out_dir: str | Path, title: str, *, ste
 
 def accuracy_by_batch_figure(runs: Sequence[tuple[str, Any]], title: str) -> Any:
     """Top-1 against iterations for each run, one line per batch phase (a schedule's later phases
-    continue the line of its first with another marker), as the seed's Table 1 compares B=8, 16, 16+."""
+    continue the line of its first with another marker), as the seed's Table 1 compares B=8, 16, 16+; a colour per
+    point, its repeats (NAME-rK) in shades of it."""
     fig = _figure()
     ax = fig.add_subplot()
     ax.set_title(f"Top-1 accuracy against iterations, by batch: {title}")
@@ -66,16 +68,22 @@ def accuracy_by_batch_figure(runs: Sequence[tuple[str, Any]], title: str) -> Any
         _empty(ax, "No run has evaluations.")
         return fig
     markers = "o^sv<>"
-    for name, train in runs:
+    groups = [re.sub(r"-r\d+$", "", name) for name, _ in runs]   # a point's repeats share its colour, in shades
+    colours = point_colours(list(dict.fromkeys(groups)))
+    for (name, train), group in zip(runs, groups):
+        repeats = [n for (n, _), g in zip(runs, groups) if g == group]
+        first, colour = name == repeats[0], shade(colours[group], repeats.index(name), len(repeats))
+        many = f" ({len(repeats)} repeats, in shades)" if len(repeats) > 1 else ""
         phases = train.batch.get("schedule") or [{"iteration": 0, "total_batch": train.batch["total_batch"]}]
         starts = [p["iteration"] for p in phases] + [float("inf")]
         for k, phase in enumerate(phases):
             evals = [e for e in train.evals if starts[k] < e.iter <= starts[k + 1] or (k == 0 and e.iter == 0)]
             if k:
                 evals = [prev for prev in train.evals if prev.iter <= starts[k]][-1:] + evals
-            label = f"{name}: B={phase['total_batch']}" + ("" if k == 0 else f" from {phase['iteration']}")
+            label = (f"{group}: B={phase['total_batch']}" + ("" if k == 0 else f" from {phase['iteration']}")
+                     + many) if first else "_nolegend_"
             ax.plot([e.iter for e in evals], [e.top1 * 100 for e in evals], marker=markers[k % len(markers)],
-                    linewidth=1.2, label=label)
+                    linewidth=1.2, label=label, color=colour, gid=name)
     ax.set_xlabel("iteration")
     ax.set_ylabel("top-1 accuracy (%)")
     ax.grid(True, alpha=0.3)
@@ -112,6 +120,7 @@ def write_memory_and_batch_figures(plan: SweepPlan, experiment: str, records: li
         written += write_memory_plot(memory, out, f"{spec.name}, {baseline.batch_per_gpu} per device, {solver.type}, "
                                                   f"{site.config['device']['name']}", devices=devices,
                                      limit=site.device_memory)
-    runs = [(r.point, r.train) for r in records if r.train is not None]
+    ordered = sorted(records, key=lambda r: (not r.baseline, r.gpus, r.batch, r.lr, r.repeat))  # as the rows
+    runs = [(r.point, r.train) for r in ordered if r.train is not None]
     return written + write_accuracy_by_batch(runs, out, f"{experiment} on {site.name}")
 

@@ -7,26 +7,62 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from firescale.results import TrainResult
 from firescale.source import git_state
 from firescale.sweep.records import RunRecord
 
-REPORT_PACKAGES = ("firescale", "tensorflow-cpu", "tensorflow", "horovod", "numpy", "mpi4py", "h5py", "lmdb",
-                   "matplotlib", "snakemake")
+# What makes the report: reads the records, computes the tables, draws the figures.
+REPORT_PACKAGES = ("firescale", "numpy", "matplotlib")
+# A run records the packages it trained with by their module's name (result.json's versions); the distributions
+# that give each module.  Where the report is made, only those the runs recorded are looked up.
+RUN_PACKAGES = {"tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos"),
+                "horovod": ("horovod",), "torch": ("torch",), "mpi4py": ("mpi4py",)}
+# Versions keys whose value follows from a run's ranks (one rank sums no gradients, so it has no process group):
+# runs of one rank and runs of several are compared each among themselves.
+BY_RANKS = ("process_group",)
+ONE_RANK, SEVERAL_RANKS = "one rank", "several ranks"
 
 
-def package_versions(names: tuple[str, ...] = REPORT_PACKAGES) -> dict[str, str]:
-    """Installed versions of the stack where the report was made; absent packages are said to be absent."""
-    out = {"python": platform.python_version()}
-    for name in names:
+def _installed(distributions: tuple[str, ...]) -> str | None:
+    for name in distributions:
         try:
-            out[name] = metadata.version(name)
+            return metadata.version(name)
         except metadata.PackageNotFoundError:
-            out[name] = "not installed"
+            continue
+    return None
+
+
+def package_versions(used: tuple[str, ...] = ()) -> dict[str, str]:
+    """Versions where the report is made: Python, the report's own packages, and those of the modules the runs
+    recorded (`used`, RUN_PACKAGES' keys) that are installed here; a package neither uses is not named."""
+    out = {"python": platform.python_version()}
+    for name in (*REPORT_PACKAGES, *(m for m in RUN_PACKAGES if m in used)):
+        version = _installed(RUN_PACKAGES.get(name, (name,)))
+        if version is not None:
+            out[name] = version
     return out
 
 
 def _distinct(values: list[Any]) -> list[Any]:
     return sorted({v for v in values if v not in (None, "")}, key=str)
+
+
+def _run_versions(trains: list[TrainResult]) -> tuple[dict[str, list[str]], dict[str, dict[str, list[str]]]]:
+    """The versions the runs recorded, key -> distinct values (hostnames and unrecorded values left out), and for
+    the keys of BY_RANKS the same split into runs of one rank and runs of several."""
+    values: dict[str, list[str]] = {}
+    by_ranks: dict[str, dict[str, list[str]]] = {}
+    for train in trains:
+        kind = ONE_RANK if train.ranks == 1 else SEVERAL_RANKS
+        for key, value in train.versions.items():
+            if key == "hostname" or value in (None, ""):
+                continue
+            values.setdefault(key, []).append(str(value))
+            if key in BY_RANKS:
+                by_ranks.setdefault(key, {}).setdefault(kind, []).append(str(value))
+    return ({k: _distinct(v) for k, v in sorted(values.items())},
+            {k: {kind: _distinct(v[kind]) for kind in (SEVERAL_RANKS, ONE_RANK) if kind in v}
+             for k, v in sorted(by_ranks.items())})
 
 
 def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: str | Path,
@@ -35,11 +71,7 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
     sha256 of the experiment's Caffe net file now (None for a built-in net), `net_file_runs` the sha256s the runs
     recorded when they started (result.json's net_file), `test_net_file_runs` their solvers' test_net files."""
     trained = [r for r in records if r.train is not None]
-    run_versions: dict[str, list[str]] = {}
-    for record in trained:
-        for key, value in record.train.versions.items():
-            if key != "hostname":
-                run_versions.setdefault(key, []).append(str(value))
+    run_versions, by_ranks = _run_versions([r.train for r in trained if r.train is not None])
     runs = []
     for record in sorted(records, key=lambda r: (not r.baseline, r.gpus, r.batch, r.repeat)):
         train = record.train
@@ -56,8 +88,9 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
     return {
         "git": git_state(repo),
         "report_command": shlex.join(command),
-        "versions_report": package_versions(),
-        "versions_runs": {k: _distinct(v) for k, v in sorted(run_versions.items())},
+        "versions_report": package_versions(tuple(run_versions)),
+        "versions_runs": run_versions,
+        "versions_runs_by_ranks": by_ranks,
         "site": site,
         "net_file": net_file,
         "net_file_runs": _distinct([t.net_file["sha256"] for t in (r.train for r in trained) if t and t.net_file]),
@@ -79,6 +112,13 @@ def _net_file_runs(prov: dict[str, Any]) -> list[str]:
     same = "" if now is None else (" (the same file)" if hashes[0] == now else
                                    " (the file has CHANGED since the runs)")
     return [f"net file sha256 in the runs: {hashes[0]}{same}"]
+
+
+def _version_text(key: str, kinds: dict[str, list[str]]) -> str:
+    """'process_group gloo (several ranks), none (one rank)': DIFFER only where runs of one kind differ."""
+    differ = [kind for kind, values in kinds.items() if len(values) > 1]
+    text = ", ".join(f"{' / '.join(values)} ({kind})" for kind, values in kinds.items())
+    return f"{key} {text}" + (f" (DIFFER between runs of {' and of '.join(differ)})" if differ else "")
 
 
 def provenance_lines(prov: dict[str, Any]) -> list[str]:
@@ -105,7 +145,9 @@ def provenance_lines(prov: dict[str, Any]) -> list[str]:
                      + (f" ({', '.join(prov['datasets'])})" if prov["datasets"] else ""))
     runv = prov["versions_runs"]
     if runv:
+        by_ranks = prov.get("versions_runs_by_ranks", {})
         lines.append("versions in the runs: " + ", ".join(
+            _version_text(k, by_ranks[k]) if k in by_ranks else
             f"{k} {' / '.join(v)}" + (" (DIFFER between runs)" if len(v) > 1 else "") for k, v in runv.items()))
     lines.append("versions making this report: " + ", ".join(f"{k} {v}" for k, v in prov["versions_report"].items()))
     for run in prov["runs"]:

@@ -1,5 +1,5 @@
-"""The report's sections beside the main table: time beyond the ideal, the LR search and every hyperparameter
-(FireCaffe 7.1)."""
+"""The report's tables beside the main one: intervals and predictions, against the last sweep, time beyond the
+ideal, the LR search and every hyperparameter (FireCaffe 7.1)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,6 +30,13 @@ class Section:
         out = {"title": self.title, "heads": self.heads, "rows": self.rows, "notes": self.notes,
                "marked": self.marked}
         return {**out, "intro": self.intro} if self.intro else out
+
+
+def detail_section(summary: Summary) -> Section:
+    """The second table, right under the main one: each point's intervals, efficiency and time to accuracy, and
+    its prediction beside the measurement (formatting.detail_table)."""
+    heads, body = cells.detail_table(summary)
+    return Section(cells.detail_title(summary), heads, body, cells.detail_notes(summary))
 
 
 def hyperparameter_section(summary: Summary) -> Section | None:
@@ -164,7 +171,7 @@ def last_sweep_section(ctx: ReportContext, last: LastSweep) -> Section:
 
 
 def sections(summary: Summary, ctx: ReportContext | None = None) -> list[Section]:
-    """Every section after the main table, in the order the report shows them."""
+    """Every section after the main table and its second (detail_section), in the order the report shows them."""
     hyper, beyond = hyperparameter_section(summary), beyond_ideal_section(summary)
     last = None if ctx is None or ctx.against_last is None else last_sweep_section(ctx, ctx.against_last)
     return [*([last] if last else []), *([beyond] if beyond else []), *lr_search_sections(summary),

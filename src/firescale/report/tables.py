@@ -8,30 +8,32 @@ from typing import Any
 
 from firescale.report import formatting as cells
 from firescale.report.formatting import ReportContext
-from firescale.report.sections import Section, sections
+from firescale.report.sections import Section, detail_section, sections
 from firescale.report.summary import PREDICTED_PARTS, Row, Summary, stat_dict
-from firescale.sweep.points import schedule_from_name
 from firescale.sweep.records import RunRecord
 
 REPORT_FORMAT = "firescale.report/1"
 PLOTS = {
-    "speedup": "Speedup against GPUs, with the ideal (linear) line.",
-    "accuracy_vs_time": "Top-1 accuracy against training wall time, every run.",
+    "speedup": "Speedup against GPUs, a line per batch from the 1-GPU baseline, with the ideal (linear) line.",
+    "accuracy_vs_time": "Top-1 accuracy against training wall time, every run: a colour per point, its repeats "
+                        "in shades of it.",
     "time_split": "Where an iteration's time goes: data wait, compute, allreduce.",
 }
-# Written by `firescale report` beside the others (report.memory_plots); shown when a run has a schedule.
-BY_BATCH = {"accuracy_by_batch": "Top-1 accuracy against iterations, a line per batch phase of each run "
-                                 "(a batch schedule continues its line with another marker)."}
-TABLES = {"report.md": "The report (Markdown)", "report.tex": "The table for a paper (LaTeX, booktabs)",
+# Written by `firescale report` beside these (report.memory_plots) and shown with them: ReportContext.figures_beside.
+BESIDE = {
+    "accuracy_by_batch": "Top-1 accuracy against iterations, a line per batch phase of each run "
+                         "(a batch schedule continues its line with another marker).",
+    "memory": "Memory per layer of the net at the baseline's batch per device: allocated in forward, backward and "
+              "update, their running total, the peak in use and the device's memory.",
+}
+TABLES = {"report.md": "The report (Markdown)", "report.tex": "The tables for a paper (LaTeX, booktabs)",
           "report.html": "The report (HTML)", "report.csv": "The table's numbers (CSV)",
           "report.json": "Everything in the report (JSON)"}
 
 
-def figures(summary: Summary) -> dict[str, str]:
-    """The figures the report shows, stem -> caption: accuracy by batch phase when a point has a schedule."""
-    scheduled = any(schedule_from_name(r.points[0]) for r in summary.rows) or \
-        any(schedule_from_name(r.point) for r in summary.failures)
-    return {**PLOTS, **(BY_BATCH if scheduled else {})}
+def figures(ctx: ReportContext) -> dict[str, str]:
+    """The figures the report shows, stem -> caption: its own and every one written beside them."""
+    return {**PLOTS, **{stem: BESIDE[stem] for stem in BESIDE if stem in ctx.figures_beside}}
 
 
 def title(ctx: ReportContext) -> str:
@@ -54,6 +56,19 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
+def _md_table(heads: list[str], rows: list[list[str]]) -> list[str]:
+    align = ["---:" if h in cells.NUMERIC else "---" for h in heads]
+    return ["| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows)]
+
+
+def _md_section(section: Section) -> list[str]:
+    out = [f"## {section.title}", ""] + [line for text in section.intro for line in (text, "")]
+    if section.rows:
+        out += _md_table(section.heads, section.rows) + [""]
+    return out + [f"- {n}" for n in section.notes] + [""]
+
+
 def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) -> str:
     """The whole report in GitHub-flavoured Markdown, figures by relative path."""
     heads, body, _ = cells.table(summary, ctx)
@@ -62,15 +77,10 @@ def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str
         out += [ctx.description, ""]
     if summary.baseline_note:
         out += [f"**{summary.baseline_note}**", ""]
-    out += ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
-    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body]
+    out += _md_table(heads, body)
     out += [""] + [f"- {n}" for n in cells.notes(summary, ctx)] + [""]
-    for section in sections(summary, ctx):
-        out += [f"## {section.title}", ""] + [line for text in section.intro for line in (text, "")]
-        if section.rows:
-            out += ["| " + " | ".join(section.heads) + " |", "|" + "|".join("---" for _ in section.heads) + "|"]
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.rows] + [""]
-        out += [f"- {n}" for n in section.notes] + [""]
+    for section in [detail_section(summary), *sections(summary, ctx)]:
+        out += _md_section(section)
     if summary.failures:
         out += ["## Failed points", ""]
         for record in summary.failures:
@@ -85,7 +95,7 @@ def to_markdown(summary: Summary, ctx: ReportContext, provenance_lines: list[str
                 out += ["<details><summary>tail of the job log</summary>", "", fence,
                         record.log_tail.rstrip("\n"), fence, "", "</details>", ""]
     out += ["## Figures", ""]
-    for stem, caption in figures(summary).items():
+    for stem, caption in figures(ctx).items():
         out += [f"![{caption}]({stem}.png)", "", f"*{caption}* ([PDF]({stem}.pdf))", ""]
     out += ["## Provenance", ""] + [f"- {line}" for line in provenance_lines] + [""]
     return "\n".join(out)
@@ -131,7 +141,7 @@ def to_latex(summary: Summary, ctx: ReportContext, provenance_lines: list[str]) 
               *(tex_escape(n) + r"\par" for n in cells.notes(summary, ctx)),
               *(tex_escape(f"{f.point}: {cells.failure_text(f)}") + r"\par" for f in summary.failures),
               r"\end{minipage}", r"\end{table}", ""]
-    for section in sections(summary, ctx):
+    for section in [detail_section(summary), *sections(summary, ctx)]:
         lines += _latex_section(section)
     return "\n".join(lines)
 
@@ -140,7 +150,8 @@ def _latex_section(section: Section) -> list[str]:
     """A section after the main table: its own booktabs table, its notes under it."""
     lines = [r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{tex_escape(section.title)}}}"]
     if section.rows:
-        lines += [rf"\begin{{tabular}}{{{'l' * len(section.heads)}}}", r"\toprule",
+        spec = "".join("r" if h in cells.NUMERIC else "l" for h in section.heads)
+        lines += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
                   " & ".join(tex_escape(h) for h in section.heads) + r" \\", r"\midrule",
                   *(" & ".join(tex_escape(c) for c in row) + r" \\" for row in section.rows),
                   r"\bottomrule", r"\end{tabular}"]
@@ -252,11 +263,12 @@ def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
         "target_accuracy": summary.target_accuracy, "baseline_note": summary.baseline_note,
         "speedup_computed": summary.baseline is not None,
         "rows": [_row_json(r) for r in summary.rows], "failures": [_failure_json(f) for f in summary.failures],
-        "notes": cells.notes(summary, ctx), "sections": [x.to_dict() for x in sections(summary, ctx)],
+        "notes": cells.notes(summary, ctx) + cells.detail_notes(summary),
+        "sections": [x.to_dict() for x in sections(summary, ctx)],
         "predictions": summary.predictions_source or None,
         "calibration_gaps": summary.calibration_gaps,
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
-        "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(summary).items()
+        "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(ctx).items()
                                 for ext in ("png", "pdf")}},
     }
     if ctx.against_last is not None:
