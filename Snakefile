@@ -5,8 +5,12 @@
 # The profile (site/NAME/config.yaml, installed by `make setup`) chooses the site; experiments live in
 # workflow/config.yaml. Rules only wire files: each calls one `firescale` command.
 import os
+import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from firescale.errors import FirescaleError
+from firescale.sweep.config import check_workflow_config
 
 min_version("9.0")
 
@@ -14,7 +18,12 @@ min_version("9.0")
 configfile: os.path.join(workflow.basedir, "workflow", "config.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# The experiments checked against workflow/schemas/config.schema.yaml, the schema's defaults filled in, as every
+# firescale command checks them: a mistake stops the workflow here with one sentence naming the file and key.
+try:
+    check_workflow_config(config, workflow.configfiles)
+except FirescaleError as exc:
+    sys.exit(f"error: {exc}")
 
 
 include: "workflow/rules/common.smk"
