@@ -72,14 +72,6 @@ def written_as(text: str, path: Sequence[str | int]) -> str | None:
     return node.value if isinstance(node, yaml.ScalarNode) and node.style is None else None
 
 
-def holds(text: str, path: Sequence[str | int]) -> bool:
-    """Whether the YAML `text` gives a value at key path `path`."""
-    try:
-        return _node_at(yaml.compose(text, Loader=yaml.SafeLoader), path) is not None
-    except yaml.YAMLError:
-        return False
-
-
 def _node_at(node: yaml.Node | None, path: Sequence[str | int]) -> yaml.Node | None:
     for part in path:
         if isinstance(node, yaml.MappingNode):

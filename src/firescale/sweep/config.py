@@ -14,7 +14,7 @@ from firescale.cluster.site import apply_defaults
 from firescale.errors import FirescaleError
 from firescale.resources import CONFIG_SCHEMA, schema_text
 from firescale.schema_check import describe, schema_errors
-from firescale.yamlfile import holds, load_yaml, written_in
+from firescale.yamlfile import load_yaml, written_in
 
 
 @cache
@@ -54,10 +54,11 @@ def check_workflow_config(config: dict[str, Any], files: Sequence[str | os.PathL
     that gives the key it is about, else the command line's or the profile's --config."""
     checked, error, schema = _checked(config)
     if error is not None:
-        parts = list(error.absolute_path)
+        parts, value = list(error.absolute_path), error.instance
         if error.validator == "additionalProperties":    # the unknown key itself is where it was written
-            parts += sorted(set(error.instance) - set(error.schema.get("properties", {})))[:1]
-        holder = next((Path(f) for f in reversed(files) if holds(_text(f), parts)), None)
+            extra = sorted(set(value) - set(error.schema.get("properties", {})))[0]
+            parts, value = [*parts, extra], value[extra]
+        holder = next((Path(f) for f in reversed(files) if _gives(f, parts, value)), None)
         where = str(holder) if holder else "the workflow's --config (the command line or the profile)"
         raise FirescaleError(f"{where}: {describe(error, schema, written_in(holder) if holder else None)}")
     config.update(checked)
@@ -75,11 +76,21 @@ def _checked(config: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any
     return config, (errors[0] if errors else None), schema
 
 
-def _text(path: str | os.PathLike[str]) -> str:
+def _gives(path: str | os.PathLike[str], parts: list[str | int], value: Any) -> bool:
+    """Whether the config file at `path` gives `value` at key path `parts` (a mapping: any value there,
+    as Snakemake merges mappings key by key)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
+        node = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return False
+    return isinstance(value, dict) or node == value
 
 
 def experiments_for(config: dict[str, Any], site: str) -> list[str]:
