@@ -2,8 +2,9 @@
 #   snakemake --profile NAME speedup_sweep    baseline, every sweep point, then the report
 #   snakemake --profile NAME lr_sweep         the baseline and every rate of a learning-rate search
 #   snakemake --profile NAME results_table    one table per experiment across the sites that ran it
-# The profile (site/NAME/config.yaml, installed by `make setup`) chooses the site; experiments live in
-# workflow/config.yaml. Rules only wire files: each calls one `firescale` command.
+# The profile (site/NAME/config.yaml: installed by `make setup`, or named as --profile site/NAME from this
+# folder) chooses the site; experiments live in workflow/config.yaml. Rules only wire files: each calls one
+# `firescale` command.
 import os
 import sys
 
