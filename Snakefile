@@ -2,11 +2,16 @@
 #   snakemake --profile NAME speedup_sweep    baseline, every sweep point, then the report
 #   snakemake --profile NAME lr_sweep         the baseline and every rate of a learning-rate search
 #   snakemake --profile NAME results_table    one table per experiment across the sites that ran it
-# The profile (site/NAME/config.yaml, installed by `make setup`) chooses the site; experiments live in
-# workflow/config.yaml. Rules only wire files: each calls one `firescale` command.
+# The profile (site/NAME/config.yaml: installed by `make setup`, or named as --profile site/NAME from this
+# folder) chooses the site; experiments live in workflow/config.yaml. Rules only wire files: each calls one
+# `firescale` command.
 import os
+import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from firescale.errors import FirescaleError
+from firescale.sweep.config import check_workflow_config
 
 min_version("9.0")
 
@@ -14,7 +19,12 @@ min_version("9.0")
 configfile: os.path.join(workflow.basedir, "workflow", "config.yaml")
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# The experiments checked against workflow/schemas/config.schema.yaml, the schema's defaults filled in, as every
+# firescale command checks them: a mistake stops the workflow here with one sentence naming the file and key.
+try:
+    check_workflow_config(config, workflow.configfiles)
+except FirescaleError as exc:
+    sys.exit(f"error: {exc}")
 
 
 include: "workflow/rules/common.smk"

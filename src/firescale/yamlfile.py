@@ -1,7 +1,9 @@
-"""YAML files read strictly: a key given twice in one mapping is an error naming the file, line and key."""
+"""YAML files read strictly (a key given twice in one mapping is an error naming the file, line and key), and
+how a value was written there (the text YAML turned into a number)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +59,36 @@ def load_yaml(path: str | os.PathLike[str], what: str = "YAML file") -> Any:
     """Read and parse `path` strictly; a missing or unreadable file names `what` it is."""
     path = Path(path)
     return parse_yaml(read_user_text(path, what), path)
+
+
+def written_as(text: str, path: Sequence[str | int]) -> str | None:
+    """How the value at key path `path` of the YAML `text` was written, when it is a plain (unquoted)
+    scalar: the text YAML turned into a number or true/false (`10:00` for 600); else None."""
+    try:
+        node: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    node = _node_at(node, path)
+    return node.value if isinstance(node, yaml.ScalarNode) and node.style is None else None
+
+
+def _node_at(node: yaml.Node | None, path: Sequence[str | int]) -> yaml.Node | None:
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            node = next((value for key, value in node.value
+                         if isinstance(key, yaml.ScalarNode) and key.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+        else:
+            return None
+    return node
+
+
+def written_in(path: str | os.PathLike[str]) -> Callable[[Sequence[str | int]], str | None]:
+    """`written_as` over the YAML file at `path`, read when asked (None for a file that cannot be read)."""
+    def written(parts: Sequence[str | int]) -> str | None:
+        try:
+            return written_as(Path(path).read_text(encoding="utf-8"), parts)
+        except (OSError, UnicodeDecodeError):
+            return None
+    return written

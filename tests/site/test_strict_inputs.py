@@ -103,6 +103,37 @@ def test_a_malformed_experiments_file_gets_one_sentence_naming_it(tmp_path, text
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+SHIPPED = EXPERIMENTS.read_text()
+
+
+@pytest.mark.parametrize("edit,sentence", [
+    (("    sweep:\n      gpus: [2]", "    sweeps:\n      gpus: [2]"),
+     "unknown key 'sweeps' under 'experiments.fashion-lenet' (did you mean 'sweep'?); allowed keys: batch, "
+     "dataset, description, epochs, framework, lr_scaling, max_resubmits, net, precision, repeats, sites, solver, "
+     "sweep, target, walltime, warmup_iters"),
+    # YAML 1.1 reads an unquoted 10:00 as 600 (base 60); quoted, 10:00 is still no [D-]HH:MM:SS
+    (('walltime: "00:20:00"', "walltime: 10:00"),
+     "key 'experiments.fashion-lenet.walltime' is 600, which YAML read from an unquoted 10:00; quote it, in the "
+     'form [D-]HH:MM:SS: walltime: "00:10:00" (600 s, as YAML read it)'),
+    (("net: lenet_same", "net: lenet_sam"),
+     "key 'experiments.fashion-lenet.net': 'lenet_sam' is not allowed (did you mean 'lenet_same'?); expected a "
+     "built-in net (lenet_same, nin, alexnet, googlenet, vgg19, vgg16, lenet, caffenet, resnet50, cifar10_quick, "
+     "cifar10_full) or a Caffe net file (a path with a '/' or ending in .prototxt), relative to the project folder "
+     "or absolute"),
+    (("lr_scaling: linear", "lr_scaling: linaer"),
+     "key 'experiments.fashion-lenet.lr_scaling': 'linaer' is not allowed (did you mean 'linear'?); known values: "
+     "linear, none, sqrt"),
+    (("      local: null", "      local: 5"),
+     "key 'experiments.fashion-lenet.sites.local': 5 is not allowed; expected a mapping with the keys batch, "
+     "batch_schedules, epochs, gpus, lr, overlap_allreduce, points, read_limit_mbs, repeats, walltime or null"),
+])
+def test_an_experiments_file_mistake_is_one_sentence_with_what_was_meant(tmp_path, edit, sentence):
+    """The shipped experiments file with one mistake a user makes, as written (comments, quoting and all)."""
+    assert SHIPPED.count(edit[0]) >= 1
+    proc, path = _lint_with(tmp_path, SHIPPED.replace(*edit, 1))
+    assert proc.returncode == 1 and proc.stderr == f"firescale: error: {path}: {sentence}\n", proc.stderr
+
+
 def test_an_experiment_value_with_a_newline_is_refused(tmp_path):
     data = yaml.safe_load(EXPERIMENTS.read_text())
     data["experiments"]["fashion-lenet"]["dataset"]["name"] = "fashion-mnist\n"

@@ -111,6 +111,57 @@ def test_a_key_given_twice_in_an_experiments_file_stops_the_workflow(tmp_path, c
     assert f"{override}: line " in said and "key 'site' is given twice" in said
 
 
+def _snakemake_from_the_project(work, *args):
+    """Snakemake started in the project folder, as the README shows it (`--profile site/NAME`), planning in `work`."""
+    return subprocess.run([SNAKEMAKE, "--directory", str(work), *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_profile_form_site_name_plans_from_the_project_folder(tmp_path):
+    proc = _snakemake_from_the_project(tmp_path, "--profile", "site/local", "speedup_sweep", "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Using profile site/local" in proc.stderr
+    jobs = _jobs(proc.stdout)
+    assert jobs["ingest"] == 1 and jobs["run_point"] == 9, jobs
+
+
+MINE = """\
+experiments:
+  mine:
+    net: lenet_same
+    dataset: {name: fashion-mnist, source: "idx:/usr/share/datasets/fashion-mnist"}
+    solver: workflow/solvers/lenet-fashion.prototxt
+    batch: {baseline: 64}
+    walltime: "00:20:00"
+    sweep: {gpus: [2]}
+    sites: {local: null}
+"""
+
+
+@pytest.mark.parametrize("edit,sentence", [
+    (("sweep: {gpus: [2]}", "sweeps: {gpus: [2]}"),
+     "unknown key 'sweeps' under 'experiments.mine' (did you mean 'sweep'?); allowed keys: batch, dataset, "
+     "description, epochs, framework, lr_scaling, max_resubmits, net, precision, repeats, sites, solver, sweep, "
+     "target, walltime, warmup_iters"),
+    (('walltime: "00:20:00"', "walltime: 10:00"),
+     "key 'experiments.mine.walltime' is 600, which YAML read from an unquoted 10:00; quote it, in the form "
+     '[D-]HH:MM:SS: walltime: "00:10:00" (600 s, as YAML read it)'),
+])
+def test_a_mistake_in_an_added_experiments_file_stops_snakemake_with_one_sentence(tmp_path, edit, sentence):
+    """Not snakemake.utils.validate's ValidationError and its ~250 lines of schema: firescale's sentence, naming
+    the --configfile the mistake is in (not workflow/config.yaml, which Snakemake merged it into)."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(MINE.replace(*edit))
+    proc = _snakemake_from_the_project(tmp_path / "work", "--profile", "site/local", "speedup_sweep", "-n",
+                                       "--configfile", str(mine))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower()]
+    assert errors == [f"error: {mine}: {sentence}"], proc.stdout + proc.stderr
+    notes = ("Creating specified working directory", "Config file", "Using profile")   # Snakemake's own, and no more
+    others = [line for line in (proc.stdout + proc.stderr).splitlines() if line not in errors]
+    assert others and all(line.startswith(notes) for line in others), proc.stdout + proc.stderr
+
+
 def test_snakemake_lint_is_clean():
     proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -176,3 +176,38 @@ def test_a_sites_grid_replaces_the_sweeps_explicit_points_unless_it_lists_its_ow
     # an override that leaves the grid alone keeps the sweep's points
     assert "g128-b1024-r0" in _nin_on_ib_cluster({"overlap_allreduce": True})
     assert "g128-b1024-r0" in _nin_on_ib_cluster(None)
+
+
+def test_the_workflows_check_names_the_config_file_that_gives_the_key_and_fills_in_the_defaults(tmp_path):
+    """Snakemake merges its config files and --config into one config: the sentence names the file the
+    mistake is in (else --config), and the schema's defaults are written into that config, as
+    snakemake.utils.validate wrote them, for the rules."""
+    from firescale.sweep.config import check_workflow_config
+
+    shipped = REPO / "workflow" / "config.yaml"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("experiments:\n  fashion-lenet:\n    sweeps: {gpus: [4]}\n    walltime: 48:00:00\n")
+    merged = {**copy.deepcopy(CONFIG), "site": "local"}
+    merged["experiments"]["fashion-lenet"]["sweeps"] = {"gpus": [4]}
+    with pytest.raises(FirescaleError) as info:
+        check_workflow_config(merged, [shipped, mine])
+    assert str(info.value).startswith(f"{mine}: unknown key 'sweeps' under 'experiments.fashion-lenet' (did you "
+                                      "mean 'sweep'?); allowed keys: batch, dataset, "), info.value
+    del merged["experiments"]["fashion-lenet"]["sweeps"]
+    merged["experiments"]["fashion-lenet"]["walltime"] = 172800
+    with pytest.raises(FirescaleError) as info:
+        check_workflow_config(merged, [shipped, mine])
+    assert str(info.value) == (f"{mine}: key 'experiments.fashion-lenet.walltime' is 172800, which YAML read from "
+                               'an unquoted 48:00:00; quote it: walltime: "48:00:00"')
+    # the shipped file gives site: local, but not this value: it came from the command line or the profile
+    with pytest.raises(FirescaleError) as info:
+        check_workflow_config({**copy.deepcopy(CONFIG), "site": "local\n"}, [shipped, mine])
+    assert str(info.value).startswith("the workflow's --config (the command line or the profile): key 'site': "
+                                      "'local\\n' is not allowed; expected the site to run on"), info.value
+    config = {**copy.deepcopy(CONFIG), "site": "local"}
+    assert "framework" not in config["experiments"]["fashion-lenet"]
+    check_workflow_config(config, [shipped])
+    fashion = config["experiments"]["fashion-lenet"]
+    assert fashion["framework"] == "tensorflow" and fashion["warmup_iters"] == 0 and fashion["description"]
+    assert fashion["dataset"]["test_fraction"] == 0.2 and fashion["dataset"]["transform"]["scale"] == 0.00390625
+    assert fashion["target"] == {"tolerance": 0.01} and fashion["max_resubmits"] == 3

@@ -16,7 +16,7 @@ from firescale.cluster.launchers import Placement
 from firescale.errors import FirescaleError
 from firescale.resources import SITE_SCHEMA, schema_text
 from firescale.schema_check import describe, resolve_ref, schema_errors
-from firescale.yamlfile import load_yaml
+from firescale.yamlfile import load_yaml, written_in
 
 SITE_FILE = "site.yaml"
 _WALLTIME = re.compile(r"(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)")
@@ -219,7 +219,8 @@ def validation_errors(config: Any, source: str | os.PathLike[str]) -> list[str]:
     schema = site_schema()
     if not isinstance(config, dict):
         return [f"{source}: a site profile must be a YAML mapping of keys, got {type(config).__name__}"]
-    messages = [f"{source}: {describe(e, schema)}" for e in schema_errors(schema, config)]
+    written = written_in(source)
+    messages = [f"{source}: {describe(e, schema, written)}" for e in schema_errors(schema, config)]
     if not messages:
         messages += [f"{source}: {m}" for m in _semantic_errors(config, Path(source))]
     return messages

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from firescale.cluster.site import apply_defaults
 from firescale.errors import FirescaleError
 from firescale.resources import CONFIG_SCHEMA, schema_text
 from firescale.schema_check import describe, schema_errors
-from firescale.yamlfile import load_yaml
+from firescale.yamlfile import load_yaml, written_in
 
 
 @cache
@@ -38,7 +39,33 @@ def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None =
 
 
 def validate_config(config: dict[str, Any], source: str | os.PathLike[str] = "workflow/config.yaml") -> dict[str, Any]:
-    """A copy of `config` with the schema's defaults filled in; the first schema error names the key."""
+    """A copy of `config` with the schema's defaults filled in; the first schema error names the key (and,
+    where `source` is the file it was read from, how a value YAML turned into a number was written there)."""
+    checked, error, schema = _checked(config)
+    if error is not None:
+        raise FirescaleError(f"{source}: {describe(error, schema, written_in(source))}")
+    return checked
+
+
+def check_workflow_config(config: dict[str, Any], files: Sequence[str | os.PathLike[str]]) -> None:
+    """The workflow's config (Snakemake's config files merged, then the profile's and the command line's
+    --config) checked as `validate_config` checks one file, with the schema's defaults written into
+    `config` itself as snakemake.utils.validate wrote them.  The first error names the last of `files`
+    that gives the key it is about, else the command line's or the profile's --config."""
+    checked, error, schema = _checked(config)
+    if error is not None:
+        parts, value = list(error.absolute_path), error.instance
+        if error.validator == "additionalProperties":    # the unknown key itself is where it was written
+            extra = sorted(set(value) - set(error.schema.get("properties", {})))[0]
+            parts, value = [*parts, extra], value[extra]
+        holder = next((Path(f) for f in reversed(files) if _gives(f, parts, value)), None)
+        where = str(holder) if holder else "the workflow's --config (the command line or the profile)"
+        raise FirescaleError(f"{where}: {describe(error, schema, written_in(holder) if holder else None)}")
+    config.update(checked)
+
+
+def _checked(config: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """A copy of `config` with defaults, its first schema error (or None), and the schema."""
     schema = config_schema()
     config = copy.deepcopy(config)
     experiments = config.get("experiments")
@@ -46,9 +73,24 @@ def validate_config(config: dict[str, Any], source: str | os.PathLike[str] = "wo
         if isinstance(exp, dict):
             apply_defaults(schema["$defs"]["experiment"], exp, schema)
     errors = schema_errors(schema, config)
-    if errors:
-        raise FirescaleError(f"{source}: {describe(errors[0], schema)}")
-    return config
+    return config, (errors[0] if errors else None), schema
+
+
+def _gives(path: str | os.PathLike[str], parts: list[str | int], value: Any) -> bool:
+    """Whether the config file at `path` gives `value` at key path `parts` (a mapping: any value there,
+    as Snakemake merges mappings key by key)."""
+    try:
+        node = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return False
+    return isinstance(value, dict) or node == value
 
 
 def experiments_for(config: dict[str, Any], site: str) -> list[str]:
