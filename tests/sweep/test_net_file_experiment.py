@@ -101,7 +101,7 @@ def test_a_missing_or_unusable_net_file_is_refused_when_the_sweep_is_planned(tmp
     assert "'pool1'" in message and "SPP" in message, message
     # a built-in name that is not one, and a value on two lines, are refused by the schema
     for net in ("resnet", "nets/a\nb.prototxt"):
-        with pytest.raises(FirescaleError, match="expected a built-in net .*; a Caffe net file"):
+        with pytest.raises(FirescaleError, match="expected a built-in net .* a Caffe net file"):
             SweepPlan.build(_project(tmp_path, net, text=None), experiments=[EXAMPLE], base=tmp_path)
 
 
