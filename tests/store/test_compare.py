@@ -173,4 +173,4 @@ def test_the_last_sweep_is_the_newest_earlier_one_with_other_code_or_versions(db
     finally:
         store.close()
     differ = versions_differ({"a": "1", "commit": "x"}, {"a": "2", "b": "3", "commit": "y"})
-    assert differ == ("a 1 -> 2", "b none -> 3")
+    assert differ == ("a 1 -> 2", "b not recorded -> 3")

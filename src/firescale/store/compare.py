@@ -55,9 +55,11 @@ class EarlierSweep:
 
 
 def versions_differ(old: dict[str, str], new: dict[str, str]) -> tuple[str, ...]:
-    """'name old -> new' for every version that differs (the commit left to its own line)."""
+    """'name old -> new' for every version that differs (the commit left to its own line); a version one side
+    did not record reads 'not recorded', so that it is not taken for a recorded 'none'."""
     names = sorted((set(old) | set(new)) - {"commit"})
-    return tuple(f"{n} {old.get(n, 'none')} -> {new.get(n, 'none')}" for n in names if old.get(n) != new.get(n))
+    shown = lambda versions, name: versions.get(name, "not recorded")  # noqa: E731
+    return tuple(f"{n} {shown(old, n)} -> {shown(new, n)}" for n in names if old.get(n) != new.get(n))
 
 
 def _first(runs: list[StoredRun]) -> StoredRun:
