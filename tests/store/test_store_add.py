@@ -126,7 +126,7 @@ def test_sqlite_store_never_uses_wal_and_records_its_version(tmp_path):
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         meta = dict(conn.execute("select key, value from store_meta"))
-    assert meta == {"format": "firescale.store", "schema_version": "1"}
+    assert meta == {"format": "firescale.store", "schema_version": "2"}
 
 
 def test_list_prints_one_line_per_sweep_with_its_best_speedup_at_parity(tmp_path, capsys):
@@ -161,3 +161,21 @@ def test_a_missing_placeholder_is_not_stored():
     raw.update(outcome="missing")
     with pytest.raises(FirescaleError, match="key 'outcome' is 'missing'"):
         stored_run(raw, RunContext(), where="x")
+
+
+def test_a_sweep_that_trained_its_baseline_again_shares_the_runs_it_kept(store_url):
+    """As when a resumed sweep's experiment changed: some points trained again, baseline among them, the rest
+    kept from the sweep before. The new sweep holds all it reported, the old one all it had."""
+    rng = random.Random(11)
+    first = noisy_sweep(rng, 2)
+    again = [raw for raw in noisy_sweep(rng, 2) if raw["point"] in ("baseline", "g2-b64-r1")]
+    kept = [raw for raw in first if raw["point"] not in ("baseline", "g2-b64-r1")]
+    store = open_store(store_url)
+    add_runs(store, _stored(first, commit="c1"))
+    report = add_runs(store, _stored(again + kept, commit="c2"))
+    assert (report.added, report.already) == (2, 4)
+    old, new = stored_sweeps(select_runs(store, Selection()))
+    assert old.points == new.points == 6 and len({r.run_key for r in old.runs} & {r.run_key for r in new.runs}) == 4
+    assert len(select_runs(store, Selection())) == 8                   # each run once, whatever holds it
+    assert len(select_runs(store, Selection.parse(f"sweep={new.key[:10]}"))) == 6
+    store.close()

@@ -53,7 +53,7 @@ def test_a_store_of_a_newer_schema_is_refused(tmp_path, capsys):
     with sqlite3.connect(path) as conn:
         conn.execute("update store_meta set value = '7' where key = 'schema_version'")
     err = _error(capsys, ["results", "list", "--store", str(path)])
-    assert "schema version 7, written by a newer firescale" in err and "up to 1" in err
+    assert "schema version 7, written by a newer firescale" in err and "up to 2" in err
 
 
 def test_a_store_that_does_not_exist_is_made_only_by_add(tmp_path, capsys):
@@ -147,25 +147,44 @@ def test_a_half_written_record_is_named_and_nothing_is_added(tmp_path, capsys):
     assert not (tmp_path / "s.sqlite").exists()
 
 
-def test_an_older_store_is_migrated_on_open_and_a_failed_step_changes_nothing(tmp_path, monkeypatch):
-    from firescale.store import database, schema
+def _as_version_1(path):
+    """A store as firescale wrote it at schema version 1: each run in the sweep it was first added with, and
+    no sweep_runs table."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("drop table sweep_runs")
+        conn.execute("update store_meta set value = '1' where key = 'schema_version'")
 
+
+def test_a_version_1_store_is_migrated_on_open_and_keeps_every_run_in_its_sweep(tmp_path, capsys):
     path = tmp_path / "old.sqlite"
     assert main(["results", "add", str(RUNS), "--store", str(path)]) == 0
-
-    def add_note_column(conn):
-        conn.exec_driver_sql("alter table runs add column note text")
-
-    monkeypatch.setattr(database, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda conn: (_ for _ in ()).throw(RuntimeError("step failed")))
-    with pytest.raises(RuntimeError, match="step failed"):
-        open_store(f"sqlite:///{path}")
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("select value from store_meta where key = 'schema_version'").fetchone() == ("1",)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, add_note_column)
+    _as_version_1(path)
     store = open_store(f"sqlite:///{path}")
     assert store.migrated_from == 1
     store.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("select value from store_meta where key = 'schema_version'").fetchone() == ("2",)
-        assert conn.execute("select count(note) , count(*) from runs").fetchone() == (0, 5)
+        assert conn.execute("select count(*) from sweep_runs").fetchone() == (5,)
+    capsys.readouterr()
+    assert main(["results", "list", "--store", str(path)]) == 0
+    assert "1.46x (g2-b64)" in capsys.readouterr().out
+
+
+def test_a_failed_migration_step_changes_nothing(tmp_path, monkeypatch):
+    from firescale.store import database, schema
+
+    path = tmp_path / "old.sqlite"
+    assert main(["results", "add", str(RUNS), "--store", str(path)]) == 0
+    _as_version_1(path)
+
+    def broken(conn):
+        schema.sweep_runs.create(conn)
+        raise RuntimeError("step failed")
+
+    monkeypatch.setitem(schema.MIGRATIONS, 1, broken)
+    with pytest.raises(RuntimeError, match="step failed"):
+        open_store(f"sqlite:///{path}")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select value from store_meta where key = 'schema_version'").fetchone() == ("1",)
+        assert conn.execute("select count(*) from sqlite_master where name = 'sweep_runs'").fetchone() == (0,)
+    assert database.SCHEMA_VERSION == 2

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from firescale.atomic import load_json
 from firescale.errors import FirescaleError
 from firescale.store.database import Store
 from firescale.store.runs import RunContext, StoredRun, digest, stored_run, utc_now
-from firescale.store.schema import run_tags, runs, sweeps
+from firescale.store.schema import run_tags, runs, sweep_runs, sweeps
 from firescale.sweep.records import POINT_NAME, RUN_FILE, RUN_FORMAT
 
 _CHUNK = 500   # keys a statement names at once (SQLite's limit on bound parameters is 32,766)
@@ -81,7 +81,7 @@ def group_sweeps(found: Iterable[StoredRun]) -> dict[str, list[StoredRun]]:
     out: dict[str, list[StoredRun]] = {}
     for (site, experiment), members in by_pair.items():
         key = sweep_key(site, experiment, members)
-        out[key] = [replace(r, sweep_key=key) for r in members]
+        out[key] = [replace(r, sweeps=(key,)) for r in members]
     return out
 
 
@@ -113,32 +113,37 @@ def _new_runs(conn: Connection, store: Store, sweep_id: int, members: list[Store
     return added
 
 
-def _tag(conn: Connection, store: Store, members: list[StoredRun], tag: str) -> int:
-    tagged = 0
+def _link(conn: Connection, store: Store, table: Table, members: list[StoredRun], **fixed: Any) -> int:
+    """Link every one of `members` (by its id) to `fixed` in `table` (run_tags, sweep_runs), each link once;
+    the links made."""
+    made = 0
     for start in range(0, len(members), _CHUNK):
         keys = [r.run_key for r in members[start:start + _CHUNK]]
         ids = conn.execute(select(runs.c.id).where(runs.c.run_key.in_(keys))).scalars().all()
-        have = set(conn.execute(select(run_tags.c.run_id).where(run_tags.c.run_id.in_(ids),
-                                                                  run_tags.c.tag == tag)).scalars())
-        fresh = [{"run_id": i, "tag": tag} for i in ids if i not in have]
+        match = [table.c[name] == value for name, value in fixed.items()]
+        have = set(conn.execute(select(table.c.run_id).where(table.c.run_id.in_(ids), *match)).scalars())
+        fresh = [{"run_id": i, **fixed} for i in ids if i not in have]
         if fresh:
-            conn.execute(store.insert(run_tags).on_conflict_do_nothing(index_elements=["run_id", "tag"]), fresh)
-            tagged += len(fresh)
-    return tagged
+            conflict = ["run_id", *fixed]
+            conn.execute(store.insert(table).on_conflict_do_nothing(index_elements=conflict), fresh)
+            made += len(fresh)
+    return made
 
 
 def add_runs(store: Store, found: list[StoredRun], *, tag: str | None = None, source: str = "") -> AddReport:
-    """Add `found` in one transaction: a run the store holds already is left as it is."""
+    """Add `found` in one transaction: a run the store holds already is left as it is, but joins the sweep
+    it was found in (and takes the tag)."""
     report = AddReport()
     with store.writing() as conn:
         for key, members in group_sweeps(found).items():
             sweep_id = _sweep_id(conn, store, key, members, source)
             added = _new_runs(conn, store, sweep_id, members)
+            _link(conn, store, sweep_runs, members, sweep_id=sweep_id)
             report.added += added
             report.already += len(members) - added
             report.sweeps.append(key)
             if tag:
-                report.tagged += _tag(conn, store, members, tag)
+                report.tagged += _link(conn, store, run_tags, members, tag=tag)
     return report
 
 

@@ -76,7 +76,8 @@ def last_sweep(store: Store, site: str, experiment: str, this_sweep_key: str) ->
         return None
     by_sweep: dict[str, list[StoredRun]] = {}
     for run in select_runs(store, selection):
-        by_sweep.setdefault(run.sweep_key, []).append(run)
+        for key in run.sweeps:
+            by_sweep.setdefault(key, []).append(run)
     order = lambda key: (max(r.finished_at for r in by_sweep[key]), rows[key]["id"])  # noqa: E731
     earlier = [key for key in by_sweep if key in rows and order(key) < order(this_sweep_key)
                and rows[key]["net"] == this["net"]

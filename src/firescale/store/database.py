@@ -164,11 +164,18 @@ def _sqlite_engine(url: str, create: bool) -> tuple[Engine, Path, bool]:
     engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": LOCK_WAIT_S})
 
     @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn: object, _record: object) -> None:
-        cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
+    def _pragmas(dbapi_conn: Any, _record: object) -> None:
+        # sqlite3 would commit before DDL on its own; firescale begins every transaction itself, so that a
+        # migration's CREATE TABLE rolls back with the rest of its step.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=DELETE")   # never WAL: see the module's docstring
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
 
     return engine, path, network
 

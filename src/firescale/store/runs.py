@@ -122,7 +122,7 @@ class StoredRun:
     predicted_iteration_s: float | None = None
     predicted_tta_s: float | None = None
     tolerance: float | None = None
-    sweep_key: str = ""
+    sweeps: tuple[str, ...] = ()   # the keys of the sweeps that hold it (a resumed sweep shares runs)
     tags: tuple[str, ...] = ()
 
     @property
@@ -182,10 +182,11 @@ def stored_run(raw: dict[str, Any], context: RunContext, *, where: str, added_at
         tolerance=context.tolerance, **metrics)
 
 
-def from_row(row: Any, tags: tuple[str, ...] = (), sweep_key: str = "", tolerance: float | None = None) -> StoredRun:
+def from_row(row: Any, tags: tuple[str, ...] = (), sweeps: tuple[str, ...] = (),
+             tolerance: float | None = None) -> StoredRun:
     """A StoredRun from a `runs` row read back."""
     m = row._mapping
     values = {name: m[name] for name in _ROW_FIELDS}
     values["baseline"] = bool(values["baseline"])
     return StoredRun(group=m["grp"], versions=json.loads(m["versions"]), record=json.loads(m["record"]),
-                     tags=tags, sweep_key=sweep_key, tolerance=tolerance, **values)
+                     tags=tags, sweeps=sweeps, tolerance=tolerance, **values)

@@ -10,23 +10,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy import (
-                        Boolean,
-                        Column,
-                        Float,
-                        ForeignKey,
-                        Index,
-                        Integer,
-                        MetaData,
-                        String,
-                        Table,
-                        Text,
-                        UniqueConstraint,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    select,
 )
 from sqlalchemy.engine import Connection
 
 STORE_FORMAT = "firescale.store"
-# 1: sweeps, runs, run_tags (2026-12).  Raise it with a migration below whenever a table changes.
-SCHEMA_VERSION = 1
+# 1: sweeps, runs (each in the sweep it was first added with), run_tags.
+# 2: sweep_runs: a run belongs to every sweep that holds it (a resumed sweep whose baseline was trained
+#    again shares the runs it kept with the sweep it began).
+# Raise it with a migration below whenever a table changes.
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -58,7 +62,7 @@ runs = Table(
     "runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_key", String(64), nullable=False, unique=True),
-    Column("sweep_id", Integer, ForeignKey("sweeps.id"), nullable=False),
+    Column("sweep_id", Integer, ForeignKey("sweeps.id"), nullable=False),   # the sweep it was first added with
     Column("site", String(200), nullable=False),
     Column("experiment", String(200), nullable=False),
     Column("point", String(120), nullable=False),
@@ -89,6 +93,13 @@ runs = Table(
     Index("runs_by_experiment", "experiment", "site", "finished_at"),
 )
 
+sweep_runs = Table(
+    "sweep_runs", metadata,
+    Column("sweep_id", Integer, ForeignKey("sweeps.id"), nullable=False),
+    Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
+    UniqueConstraint("sweep_id", "run_id", name="sweep_runs_once"),
+)
+
 run_tags = Table(
     "run_tags", metadata,
     Column("run_id", Integer, ForeignKey("runs.id"), nullable=False),
@@ -96,6 +107,14 @@ run_tags = Table(
     UniqueConstraint("run_id", "tag", name="run_tags_once"),
 )
 
+
+
+def _sweep_runs(conn: Connection) -> None:
+    """1 -> 2: every run a member of the sweep it was added with."""
+    sweep_runs.create(conn)
+    conn.execute(sweep_runs.insert().from_select(["sweep_id", "run_id"], select(runs.c.sweep_id, runs.c.id)))
+
+
 # from-version -> the step that brings a store of that version to the next one, inside the open
-# transaction.  Empty while there is one version; each step must leave what older firescales wrote readable.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+# transaction; each step must leave what older firescales wrote readable.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _sweep_runs}

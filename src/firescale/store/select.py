@@ -12,7 +12,7 @@ from sqlalchemy import Select, and_, select
 from firescale.errors import FirescaleError
 from firescale.store.database import Store
 from firescale.store.runs import StoredRun, from_row
-from firescale.store.schema import run_tags, runs, sweeps
+from firescale.store.schema import run_tags, runs, sweep_runs, sweeps
 
 KEYS = ("site", "experiment", "commit", "tag", "framework", "precision", "since", "until", "sweep")
 
@@ -80,34 +80,43 @@ class Selection:
         return clauses
 
 
-def _query(selection: Selection) -> Select[Any]:
+def _memberships(selection: Selection) -> Select[Any]:
+    """One row per run and sweep holding it, of the runs (and sweeps) `selection` names."""
     query = (select(runs, sweeps.c.sweep_key, sweeps.c.tolerance.label("sweep_tolerance"))
-             .join(sweeps, runs.c.sweep_id == sweeps.c.id))
+             .join(sweep_runs, sweep_runs.c.run_id == runs.c.id).join(sweeps, sweep_runs.c.sweep_id == sweeps.c.id))
     clauses = selection.where()
     return query.where(and_(*clauses)) if clauses else query
 
 
+def _tags(conn: Any, ids: list[int]) -> dict[int, list[str]]:
+    tags: dict[int, list[str]] = defaultdict(list)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        for run_id, tag in conn.execute(select(run_tags.c.run_id, run_tags.c.tag).where(run_tags.c.run_id.in_(chunk))):
+            tags[run_id].append(tag)
+    return tags
+
+
 def select_runs(store: Store, selection: Selection) -> list[StoredRun]:
-    """The stored runs `selection` names, oldest first, each with its tags."""
+    """The stored runs `selection` names, each once, oldest first, with its tags and the sweeps holding it
+    (those `selection` names)."""
     with store.reading() as conn:
-        rows = conn.execute(_query(selection).order_by(runs.c.finished_at, runs.c.id)).all()
-        tags: dict[int, list[str]] = defaultdict(list)
-        ids = [row._mapping["id"] for row in rows]
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            for run_id, tag in conn.execute(select(run_tags.c.run_id, run_tags.c.tag)
-                                            .where(run_tags.c.run_id.in_(chunk))):
-                tags[run_id].append(tag)
-    return [from_row(row, tuple(sorted(tags[row._mapping["id"]])), row._mapping["sweep_key"],
-                     row._mapping["sweep_tolerance"]) for row in rows]
+        rows = conn.execute(_memberships(selection).order_by(runs.c.finished_at, runs.c.id, sweeps.c.id)).all()
+        first: dict[int, Any] = {}
+        held: dict[int, list[str]] = defaultdict(list)
+        tolerance: dict[int, float | None] = {}
+        for row in rows:
+            m = row._mapping
+            first.setdefault(m["id"], row)
+            held[m["id"]].append(m["sweep_key"])
+            tolerance.setdefault(m["id"], m["sweep_tolerance"])
+        tags = _tags(conn, list(first))
+    return [from_row(row, tuple(sorted(tags[i])), tuple(held[i]), tolerance[i]) for i, row in first.items()]
 
 
 def sweep_rows(store: Store, selection: Selection) -> list[dict[str, Any]]:
     """The store's sweeps that hold runs `selection` names, oldest first, as dicts of the `sweeps` table."""
     with store.reading() as conn:
-        ids = select(runs.c.sweep_id).join(sweeps, runs.c.sweep_id == sweeps.c.id)
-        clauses = selection.where()
-        if clauses:
-            ids = ids.where(and_(*clauses))
+        ids = _memberships(selection).with_only_columns(sweeps.c.id)
         rows = conn.execute(select(sweeps).where(sweeps.c.id.in_(ids)).order_by(sweeps.c.added_at, sweeps.c.id))
         return [dict(row._mapping) for row in rows]

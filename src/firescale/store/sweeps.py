@@ -50,6 +50,7 @@ def stored_sweeps(runs: list[StoredRun]) -> list[StoredSweep]:
     """The selected runs by sweep, oldest sweep first."""
     by_key: dict[str, list[StoredRun]] = {}
     for run in runs:
-        by_key.setdefault(run.sweep_key, []).append(run)
+        for key in run.sweeps:
+            by_key.setdefault(key, []).append(run)
     out = [StoredSweep(key, tuple(members), summarize_runs(members)) for key, members in by_key.items()]
     return sorted(out, key=lambda s: s.finished_at)
