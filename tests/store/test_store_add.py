@@ -142,7 +142,7 @@ def test_list_prints_one_line_per_sweep_with_its_best_speedup_at_parity(tmp_path
     capsys.readouterr()
     assert main(["results", "list", "--store", str(store)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and lines[0].split()[:2] == ["site", "experiment"]
+    assert len(lines) == 3 and lines[0].split()[:3] == ["sweep", "site", "experiment"]
     digits = next(line for line in lines if "digits-lenet" in line)
     # The hand-made baseline took 60 s; g2-b64's repeats 40 s and 42 s, within the tolerance: 1.46x.
     assert digits.split()[-2:] == ["1.46x", "(g2-b64)"] and " 5 " in digits
@@ -179,3 +179,16 @@ def test_a_sweep_that_trained_its_baseline_again_shares_the_runs_it_kept(store_u
     assert len(select_runs(store, Selection())) == 8                   # each run once, whatever holds it
     assert len(select_runs(store, Selection.parse(f"sweep={new.key[:10]}"))) == 6
     store.close()
+
+
+def test_list_names_every_backend_a_sweep_trained_with(tmp_path, capsys):
+    from firescale.cli import main
+
+    records = noisy_sweep(random.Random(12), 1)
+    records[-1]["train"]["versions"].update(framework="pytorch", torch="2.13.0")
+    write_sweep(tmp_path / "runs", records)
+    store = tmp_path / "s.sqlite"
+    assert main(["results", "add", str(tmp_path / "runs"), "--store", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["results", "list", "--store", str(store)]) == 0
+    assert " pytorch+tensorflow " in capsys.readouterr().out.splitlines()[1]

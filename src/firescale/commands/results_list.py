@@ -1,4 +1,4 @@
-"""`firescale results list`: the sweeps a results store holds, one line each."""
+"""`firescale results list`: the sweeps a results store holds, one line each (its key selects it: sweep=...)."""
 from __future__ import annotations
 
 import argparse
@@ -28,12 +28,15 @@ def run(args: argparse.Namespace) -> int:
         store.close()
     if not found:
         raise FirescaleError(f"{store.name}: no runs match {selection.text or 'the store'}")
-    print(f"{'site':<14} {'experiment':<22} {'commit':<12} {'framework':<10} {'precision':<9} {'finished':<20} "
-          f"{'points':>6}  best speedup at parity")
+    print(f"{'sweep':<12} {'site':<14} {'experiment':<22} {'commit':<12} {'framework':<10} {'precision':<9} "
+          f"{'finished':<20} {'points':>6}  best speedup at parity")
     for sweep in stored_sweeps(found):
         first, best = sweep.first, sweep.best_speedup_at_parity
         commit = first.commit[:10] + ("+" if first.dirty else "")
         shown = f"{best[0]:.2f}x ({best[1]})" if best else "none at parity"
-        print(f"{first.site:<14} {first.experiment:<22} {commit:<12} {first.framework:<10} {first.precision:<9} "
-              f"{sweep.finished_at:<20} {sweep.points:>6}  {shown}")
+        # a sweep whose runs trained with several backends or precisions says so: "pytorch+tensorflow"
+        framework, precision = ("+".join(sorted({getattr(r, key) for r in sweep.runs})) for key in ("framework",
+                                                                                                   "precision"))
+        print(f"{sweep.key[:12]:<12} {first.site:<14} {first.experiment:<22} {commit:<12} {framework:<10} "
+              f"{precision:<9} {sweep.finished_at:<20} {sweep.points:>6}  {shown}")
     return 0
