@@ -175,6 +175,13 @@ def test_each_site_shows_its_newest_sweep_unless_a_selection_narrows_it(tmp_path
     assert "finished 2026-12-01T" in md and "the newest of its 2 sweeps" in md
     assert _table(capsys, tmp_path / "old", "--store", str(db), "--select", "until=2026-11-15")[0] == 0
     assert "finished 2026-11-01T" in (tmp_path / "old" / EXP / "table.md").read_text()
+    # A selection naming a site narrows that site's runs alone: local's older sweep beside vcluster's.
+    assert _table(capsys, tmp_path / "one", "--store", str(db), "--select", "site=local,until=2026-11-15")[0] == 0
+    md = (tmp_path / "one" / EXP / "table.md").read_text()
+    assert "finished 2026-11-01T" in md and "vcluster: sweep" in md
+    status, _, err = _table(capsys, tmp_path / "two", "--store", str(db), "--select", "until=2026-11-15",
+                            "--select", "since=2026-11-01")
+    assert status == 1 and "at most one selection without site=" in err
 
 
 def test_a_failed_point_has_a_row_that_says_so(tmp_path, capsys):

@@ -27,9 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline-site", metavar="SITE",
                         help="take every measured row's speedup and parity against this site's baseline "
                              "(default: each site's own)")
-    parser.add_argument("--select", metavar="KEY=VALUE,...",
+    parser.add_argument("--select", metavar="KEY=VALUE,...", action="append", default=[],
                         help="narrow the runs read (commit=, tag=, framework=, precision=, since=, until=, sweep=); "
-                             "each site's newest sweep among them is shown")
+                             "each site's newest sweep among them is shown; one that names a site (site=S,...) "
+                             "narrows that site's runs alone; repeatable")
     parser.add_argument("--store", help=STORE_HELP + "; without one, the store of each site")
     parser.add_argument("--config", help="experiments file (default: ./workflow/config.yaml)")
     parser.add_argument("--out", required=True, type=Path,
@@ -135,16 +136,32 @@ def _where(opened: list[Store], urls: list[str]) -> str:
     return "no store (the experiments file lists no site for it; name --sites or --store)"
 
 
+def _selections(given: list[str]) -> tuple[Any, dict[str, Any]]:
+    """The --select that narrows every site's runs, and those that narrow one site's each."""
+    from firescale.errors import FirescaleError
+    from firescale.store.select import Selection
+
+    parsed = [Selection.parse(text, f"--select {text}") for text in given]
+    per_site = {str(s.value("site")): s for s in parsed if s.value("site")}
+    general = [s for s in parsed if not s.value("site")]
+    if len(general) > 1 or len(per_site) < len([s for s in parsed if s.value("site")]):
+        raise FirescaleError("--select: give at most one selection without site= and one for each site; join a "
+                             "selection's pairs with commas (framework=pytorch,precision=bf16)")
+    return (general[0] if general else None), per_site
+
+
 def _tables(args: argparse.Namespace, opened: list[Store], where: str, sites: dict[str, list[str]],
             named: list[str]) -> list[Any]:
     """The table of each experiment; with 'all', only of those with runs on more than one site."""
-    from firescale.store.select import Selection
     from firescale.store.table import build_table, read_runs
 
-    narrow, references = Selection.parse(args.select or "", "--select"), _references(args.reference)
+    narrow, per_site = _selections(args.select)
+    references = _references(args.reference)
     every, tables = args.experiment == ALL, []
     for experiment, listed in sites.items():
-        runs = read_runs(opened, experiment, narrow)
+        runs = [r for r in read_runs(opened, experiment, narrow) if r.site not in per_site]
+        for selection in per_site.values():
+            runs += read_runs(opened, experiment, selection)
         if every:
             runs = [r for r in runs if not named or r.site in named]
             if len({r.site for r in runs}) < 2:
