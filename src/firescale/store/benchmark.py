@@ -76,6 +76,11 @@ def bench_store(run_dir: Path, url: str | None, runs: int, compared: int, batch:
         timing, _ = _timed(f"add the same {runs} again (nothing new)", runs,
                            lambda: [add_runs(store, a) for a in adds])
         timings.append(timing)
+        if url is None:    # a store rebuilt from its run folders: one add of them all
+            whole = open_store(f"sqlite:///{Path(tmp) / 'whole.sqlite'}")
+            timing, _ = _timed(f"add {runs} runs in one add", runs, lambda: add_runs(whole, stored))
+            timings.append(timing)
+            whole.close()
         timing, found = _timed(f"select all {runs}", runs, lambda: select_runs(store, Selection()))
         timings.append(timing)
         timings.append(_time_files(records, Path(tmp)))
