@@ -14,6 +14,7 @@ from firescale.errors import FirescaleError
 from firescale.jobs.render import render_job_script
 from firescale.report.provenance import collect_provenance, provenance_lines
 from firescale.resources import caffe_zoo_file
+from firescale.sweep.descriptions import write_config
 from firescale.sweep.jobs import job_for_point, train_command
 from firescale.sweep.net_file import net_file_digest
 from firescale.sweep.plan import SweepPlan, load_plan
@@ -70,10 +71,11 @@ def test_a_relative_net_file_reaches_the_job_script_absolute_and_quoted(tmp_path
     assert plan.net(EXAMPLE) == str(net)
     script = render_job_script(plan.site, job_for_point(plan, EXAMPLE, plan.point(EXAMPLE, "baseline")))
     assert f"--net {shlex.quote(str(net))} " in script
-    # the workflow's copy of the experiments names the same file, wherever it is written
-    again = load_plan("local", plan.write_config(tmp_path / "results" / "local" / "experiments.yaml"),
+    # the workflow's copy of the experiments names the same file, wherever it is written, relative to the
+    # folder the commands run in (here no project: the working directory), so that a moved folder is the same
+    again = load_plan("local", write_config(plan, tmp_path / "results" / "local" / "experiments.yaml"),
                       experiments=[EXAMPLE])
-    assert again.experiment(EXAMPLE)["net"] == str(net) and again.net(EXAMPLE) == str(net)
+    assert again.experiment(EXAMPLE)["net"] == "my project/nets/quick net.prototxt" and again.net(EXAMPLE) == str(net)
     # the report says which file ran, by its hash
     digest = hashlib.sha256(net.read_bytes()).hexdigest()
     assert net_file_digest(plan.net(EXAMPLE)) == {"path": str(net), "sha256": digest}

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from firescale.errors import FirescaleError
+from firescale.sweep.descriptions import write_config
 from firescale.sweep.jobs import train_command
 from firescale.sweep.plan import SweepPlan
 
@@ -128,7 +129,7 @@ def test_relative_paths_are_read_from_the_project_folder_and_stay_so_in_the_work
     original = load_plan("local", REPO / "workflow" / "config.yaml", experiments=["fashion-lenet"])
     solver = REPO / CONFIG["experiments"]["fashion-lenet"]["solver"]
     assert original.base == REPO and original.resolve(CONFIG["experiments"]["fashion-lenet"]["solver"]) == solver
-    copy_file = original.write_config(tmp_path / "results" / "local" / "experiments.yaml")
+    copy_file = write_config(original, tmp_path / "results" / "local" / "experiments.yaml")
     again = load_plan("local", copy_file, experiments=["fashion-lenet"])
     assert again.experiment("fashion-lenet")["solver"] == str(solver)
     assert train_command(again, "fashion-lenet", again.point("fashion-lenet", "baseline")) == \

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,22 +33,39 @@ random_seed: 1
 """
 
 
+# a project folder, as a clone holds one
+PROJECT_FILES = ("Snakefile", "environment.yml", "workflow", "site", "templates")
+
+
+def _project(work: Path) -> Path:
+    """`work` made a project folder: the workflow, the sites and the templates of this checkout."""
+    for name in PROJECT_FILES:
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, work / name)
+    return work
+
+
+def _snakemake(work: Path, *args: str, configfiles: tuple[Path, ...] = (),
+               timeout: int = 1200) -> subprocess.CompletedProcess:
+    """Snakemake in the project folder `work` on its own workflow, with the `local` profile and the tests'
+    experiment (override.yaml), then any more `configfiles`."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.run(
+        [str(BIN / "snakemake"), *args, "-s", str(work / "Snakefile"), "--directory", str(work),
+         "--profile", str(work / "site" / "local"),
+         "--configfile", str(work / "override.yaml"), *map(str, configfiles)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """One real, shortened run of the workflow on the `local` profile in a scratch directory: the tests'
+    """One real, shortened run of the workflow on the `local` profile in a scratch project folder: the tests'
     digits experiment (tests/workflow/digits-lenet.yaml) with two repeats of each point, up to its report."""
-    work = tmp_path_factory.mktemp("sweep")
+    work = _project(tmp_path_factory.mktemp("sweep"))
     (work / "short.yaml").write_text(SHORT_SOLVER)
     override = yaml.safe_load((REPO / "tests" / "workflow" / "digits-lenet.yaml").read_text())
-    override["experiments"]["digits-lenet"].update(solver=str(work / "short.yaml"), target={"tolerance": 0.05},
-                                                   repeats=2)
+    override["experiments"]["digits-lenet"].update(solver="short.yaml", target={"tolerance": 0.05}, repeats=2)
     (work / "override.yaml").write_text(yaml.safe_dump(override))
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    profile = REPO / "site" / "local"  # the profile folder itself: same file `make setup` installs
-    proc = subprocess.run(
-        [str(BIN / "snakemake"), "reports/local/digits-lenet/report.md", "-s", str(REPO / "Snakefile"),
-         "--directory", str(work), "--profile", str(profile), "--configfile", str(work / "override.yaml")],
-        cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+    proc = _snakemake(work, "reports/local/digits-lenet/report.md")
     logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in sorted((work / "results").rglob("*.log")))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:] + logs
     return work
@@ -182,3 +201,38 @@ def test_the_report_rule_added_every_run_to_the_sites_store_once(sweep, capsys):
     assert {r.commit.removesuffix("+dirty") for r in runs} == {commit.strip()}
     assert main(["results", "add", str(sweep / "results" / "local" / "digits-lenet"), "--store", str(store)]) == 0
     assert f"0 runs added, {len(records)} already there" in capsys.readouterr().out
+
+
+def _planned(proc: subprocess.CompletedProcess) -> list[str]:
+    """The outputs of every job a dry run plans."""
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return re.findall(r"^    output: (.+)$", proc.stdout, re.M)
+
+
+def test_an_experiment_added_after_the_sweep_plans_only_its_own_jobs(sweep):
+    """Each point's rules read that point's own description, so an experiment added beside a finished one
+    leaves the finished one's jobs alone (and its descriptions untouched)."""
+    before = {p: p.stat().st_mtime_ns for p in (sweep / "results" / "local" / "digits-lenet").rglob("*.yaml")}
+    override = yaml.safe_load((sweep / "override.yaml").read_text())
+    added = {**override["experiments"]["digits-lenet"], "sweep": {"gpus": [2], "batch": [32]}, "repeats": 1}
+    mine = sweep / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"experiments": {"digits-added": added}}))
+    proc = _snakemake(sweep, "reports/local/digits-lenet/report.md", "reports/local/digits-added/report.md",
+                      "-n", configfiles=(mine,))
+    planned = _planned(proc)
+    assert planned and all("digits-added" in out for out in planned), planned
+    runs = sorted(m for m in re.findall(r"results/local/([\w-]+/runs/[\w-]+)/result.json", proc.stdout))
+    assert sorted(set(runs)) == ["digits-added/runs/baseline", "digits-added/runs/g2-b32-r0"]
+    after = {p: p.stat().st_mtime_ns for p in before}
+    assert after == before
+
+
+def test_a_moved_project_folder_plans_nothing_again(sweep, tmp_path):
+    """The descriptions name the project's files relative to the project folder: the same sweep, moved
+    (its files' times kept, as `mv` or `cp -a` keep them), is finished where it lands."""
+    moved = tmp_path / "moved elsewhere"
+    shutil.copytree(sweep, moved, symlinks=True)
+    proc = _snakemake(moved, "reports/local/digits-lenet/report.md", "-n")
+    assert _planned(proc) == [] and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    text = (moved / "results" / "local" / "digits-lenet" / "experiment.yaml").read_text()
+    assert str(sweep) not in text and "solver: short.yaml" in text

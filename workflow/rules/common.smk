@@ -3,6 +3,7 @@
 import os
 
 from firescale.cluster.site import add_site_folder
+from firescale.sweep.descriptions import write_config, write_descriptions
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.points import POINT_WILDCARD
 
@@ -13,10 +14,16 @@ PLAN = SweepPlan.build(config, files=workflow.configfiles, base=workflow.basedir
 SITE = PLAN.site.name
 EXPERIMENTS = list(PLAN.points)
 LR_SEARCH = [e for e in EXPERIMENTS if PLAN.lr_search(e)]
-# The experiments as this run sees them (profile and --configfile included), for the commands below.
-EFFECTIVE_CONFIG = PLAN.write_config(f"results/{SITE}/experiments.yaml")
+# The experiments as this run sees them (profile and --configfile included), for the commands below: each
+# experiment's own file for its rules, each point's description for the rules of that point, each rewritten
+# only when it changes (firescale/sweep/descriptions.py), so that adding or editing one experiment or point,
+# or moving this folder, leaves the others' jobs finished.  All experiments in one file for the tables.
+write_descriptions(PLAN, f"results/{SITE}")
+ALL_EXPERIMENTS_CONFIG = write_config(PLAN, f"results/{SITE}/experiments.yaml")
 ENV = "../../environment.yml"
 
+EXPERIMENT_CONFIG = "results/{site}/{experiment}/experiment.yaml"
+POINT_DESCRIPTION = "results/{site}/{experiment}/points/{point}.yaml"
 JOB_SCRIPT = "results/{site}/{experiment}/jobs/{point}.sh"
 POINT_FILE = "results/{site}/{experiment}/jobs/{point}.json"
 RUN_RESULT = "results/{site}/{experiment}/runs/{point}/result.json"
@@ -32,7 +39,7 @@ def dataset_manifest(wildcards):
     """The ingested dataset's manifest, or nothing for a dataset already on the shared filesystem."""
     if PLAN.dataset(wildcards.experiment)["source"] == "existing":
         return []
-    return str(PLAN.dataset_dir(wildcards.experiment) / "manifest.json")
+    return DATASET_MANIFEST.format(dataset=PLAN.dataset(wildcards.experiment)["name"])
 
 
 def baseline_results(experiment):

@@ -5,7 +5,7 @@
 
 rule predict_experiment:
     input:
-        config=EFFECTIVE_CONFIG,
+        config=EXPERIMENT_CONFIG,
         dataset=dataset_manifest,
     output:
         json=PREDICTION,
@@ -21,7 +21,7 @@ rule predict_experiment:
 
 rule render_calibration_job:
     input:
-        config=EFFECTIVE_CONFIG,
+        config=EXPERIMENT_CONFIG,
     output:
         CALIBRATION_JOB,
     log:
@@ -39,7 +39,7 @@ rule render_calibration_job:
 rule calibrate:
     input:
         script=CALIBRATION_JOB,
-        config=EFFECTIVE_CONFIG,
+        config=EXPERIMENT_CONFIG,
         baselines=lambda wc: baseline_results(wc.experiment),
     output:
         CALIBRATION,
@@ -54,7 +54,7 @@ rule calibrate:
 
 rule predict_calibrated:
     input:
-        config=EFFECTIVE_CONFIG,
+        config=EXPERIMENT_CONFIG,
         dataset=dataset_manifest,
         calibration=CALIBRATION,
     output:

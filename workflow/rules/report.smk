@@ -5,7 +5,7 @@
 rule experiment_report:
     input:
         runs=lambda wc: PLAN.files(RUN_RESULT, wc.experiment),
-        config=EFFECTIVE_CONFIG,
+        config=EXPERIMENT_CONFIG,
         predictions="results/{site}/{experiment}/predict-calibrated.json",
     output:
         md=REPORT,
@@ -37,7 +37,7 @@ rule experiment_report:
 rule results_table:
     input:
         reports=report_files(),
-        config=EFFECTIVE_CONFIG,
+        config=ALL_EXPERIMENTS_CONFIG,
     output:
         index="reports/tables/index.md",
     log:

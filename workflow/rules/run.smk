@@ -7,7 +7,7 @@ rule run_point:
         script=JOB_SCRIPT,
         point=POINT_FILE,
         dataset=dataset_manifest,
-        prediction=PREDICTION,
+        prediction=ancient(PREDICTION),   # predicted before it is submitted; a new point's prediction is no reason to rerun
     output:
         result=RUN_RESULT,
         status=RUN_STATUS,

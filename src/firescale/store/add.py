@@ -20,6 +20,7 @@ from firescale.errors import FirescaleError
 from firescale.store.database import Store
 from firescale.store.runs import RunContext, StoredRun, digest, stored_run, utc_now
 from firescale.store.schema import run_tags, runs, sweep_runs, sweeps
+from firescale.sweep.descriptions import EXPERIMENT_FILE
 from firescale.sweep.records import POINT_NAME, RUN_FILE, RUN_FORMAT
 
 _CHUNK = 500   # keys a statement names at once (SQLite's limit on bound parameters is 32,766)
@@ -148,8 +149,9 @@ def add_runs(store: Store, found: list[StoredRun], *, tag: str | None = None, so
 
 
 def folder_context(folder: Path, base: RunContext) -> RunContext:
-    """What the sweep's files beside a runs folder add to `base`: the experiment's settings
-    (results/<site>/experiments.yaml) and the calibrated predictions (predict-calibrated.json)."""
+    """What the sweep's files beside a runs folder add to `base`: the experiment's settings (its own
+    experiment.yaml, or results/<site>/experiments.yaml of a sweep written before there was one) and the
+    calibrated predictions (predict-calibrated.json)."""
     from firescale.report.summary import load_predictions
 
     exp_dir = folder.parent if folder.name == "runs" else (folder.parent.parent if (folder / RUN_FILE).is_file()
@@ -158,7 +160,8 @@ def folder_context(folder: Path, base: RunContext) -> RunContext:
     predictions = exp_dir / "predict-calibrated.json"
     if predictions.is_file() and not context.predictions:
         context = replace(context, predictions=load_predictions(predictions))
-    settings = _experiment_settings(exp_dir.parent / "experiments.yaml", exp_dir.name)
+    own = exp_dir / EXPERIMENT_FILE
+    settings = _experiment_settings(own if own.is_file() else exp_dir.parent / "experiments.yaml", exp_dir.name)
     if settings:
         context = replace(context, tolerance=context.tolerance if context.tolerance is not None
                           else settings.get("tolerance"),

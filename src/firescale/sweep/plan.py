@@ -23,7 +23,7 @@ from firescale.errors import FirescaleError
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
 from firescale.sweep.net_file import check_experiment_mean, check_experiment_net, experiment_net
-from firescale.sweep.paths import config_file, project_dir, resolve
+from firescale.sweep.paths import config_file, portable, project_folder, resolve
 from firescale.sweep.points import (
     CLUSTER_REPEATS,
     LOCAL_REPEATS,
@@ -59,11 +59,11 @@ class SweepPlan:
         config's `site`).  With `check_limits`, a point over the site's limits stops here.  `files`
         (Snakemake's config files) are read again, strictly, so that a key given twice there is refused
         (Snakemake's loader keeps the last one silently).  Relative paths in the config are read from
-        `base` (default: the project folder of `source`; the workflow passes its own folder)."""
+        `base` (default: the project folder, `sweep.paths.project_folder`; the workflow passes its own folder)."""
         for path in files:
             load_yaml(path, "experiments file")
         config = validate_config(config, source)
-        base = Path(base).resolve() if base else project_dir(source)
+        base = Path(base).resolve() if base else project_folder(source)
         site = site or load_site(config["site"])
         if experiments is None:
             experiments = experiments_for(config, site.name)
@@ -188,7 +188,7 @@ class SweepPlan:
 
     def anchored_config(self) -> dict[str, Any]:
         """The config with its relative paths (solver, net file, layer_plan) made absolute from the project
-        folder: a copy written elsewhere (results/<site>/experiments.yaml) still names the same files."""
+        folder (`sweep.descriptions` writes them relative to the commands' project folder)."""
         config = copy.deepcopy(self.config)
         for exp in config["experiments"].values():
             exp["solver"] = str(self.resolve(exp["solver"]))
@@ -198,20 +198,6 @@ class SweepPlan:
                 if point.get("layer_plan"):
                     point["layer_plan"] = str(self.resolve(point["layer_plan"]))
         return config
-
-    def write_config(self, path: str | Path) -> str:
-        """Write the merged, validated config (profile and --configfile overrides included) for the
-        commands the rules call; rewritten only when it changed, so Snakemake sees no new mtime."""
-        import yaml
-
-        from firescale.atomic import atomic_write_text
-
-        path = Path(path)
-        text = ("# written by the workflow: the experiments as this run sees them, paths from the project\n"
-                + yaml.safe_dump(self.anchored_config(), sort_keys=True))
-        if not path.exists() or path.read_text() != text:
-            atomic_write_text(path, text)
-        return str(path)
 
     def io_measurement(self) -> Path:
         """Where a cluster's read measurement goes (`bench io --json`, run in a job on one node)."""
@@ -272,8 +258,10 @@ class SweepPlan:
         raise FirescaleError(f"no experiment of site {self.site.name} uses dataset {name!r}")
 
     def dataset_manifest_pattern(self) -> str:
-        """Where an ingested dataset's manifest lands: the site's datasets path, `{dataset}` left open."""
-        return str(self.site.paths.datasets.resolve() / "{dataset}" / "manifest.json")
+        """Where an ingested dataset's manifest lands: the site's datasets path, `{dataset}` left open;
+        relative to the working directory (Snakemake's) where it lies inside it, so that a moved project is
+        the same plan."""
+        return portable(self.site.paths.datasets.resolve() / "{dataset}" / "manifest.json", Path.cwd().resolve())
 
     def dataset_dir(self, experiment: str) -> Path:
         return _dataset_dir(self.site, self.experiment(experiment))
