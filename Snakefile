@@ -71,7 +71,7 @@ rule predict:
 rule render:
     input:
         PLAN.files(JOB_SCRIPT),
-        [CALIBRATION_JOB.format(site=SITE, experiment=e) for e in EXPERIMENTS],
+        [CALIBRATION_JOB.format(site=SITE, experiment=e) for e in EXPERIMENTS if PLAN.calibrates(e)],
 
 
 rule report:

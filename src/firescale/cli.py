@@ -25,7 +25,8 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
     "sweep": {
         "run": ("firescale.commands.sweep_run", "submit a point's job, watch it, resubmit after walltime, collect"),
         "calibrate": ("firescale.commands.sweep_calibrate",
-                      "submit an experiment's calibration job on the sweep's nodes, watch it, collect"),
+                      "reuse the site's kept calibration of the same key, else run an experiment's calibration "
+                      "job on the sweep's nodes, watch it, collect and keep it"),
     },
     "data": {
         "ingest": ("firescale.commands.data_ingest", "write a source as train/test LMDB and HDF5 with a manifest"),

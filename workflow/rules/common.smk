@@ -47,6 +47,13 @@ def baseline_results(experiment):
     return [RUN_RESULT.format(site=SITE, experiment=experiment, point=p.name) for p in PLAN.baselines(experiment)]
 
 
+def calibration_of(wildcards):
+    """The experiment's calibration, or nothing for one that sets `calibrate: false` (predicted uncalibrated)."""
+    if not PLAN.calibrates(wildcards.experiment):
+        return []
+    return CALIBRATION.format(site=wildcards.site, experiment=wildcards.experiment)
+
+
 def report_files():
     return [REPORT.format(site=SITE, experiment=e) for e in EXPERIMENTS]
 

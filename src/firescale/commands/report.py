@@ -81,7 +81,13 @@ def run(args: argparse.Namespace) -> int:
     from firescale.report.formatting import ReportContext
     from firescale.report.memory_plots import write_memory_and_batch_figures
     from firescale.report.provenance import collect_provenance
-    from firescale.report.summary import predicted_points, read_predictions, summarize, unmeasured_in_calibration
+    from firescale.report.summary import (
+        predicted_points,
+        read_predictions,
+        summarize,
+        uncalibrated_predictions,
+        unmeasured_in_calibration,
+    )
     from firescale.sweep.net_file import net_file_digest
     from firescale.sweep.paths import config_file
     from firescale.sweep.plan import load_plan
@@ -109,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     points = None if predicted is None else predicted_points(predicted, args.predictions)
     summary = summarize(records, tolerance, target_accuracy=exp["target"].get("accuracy"), predictions=points,
                         predictions_source=args.predictions or "",
-                        calibration_gaps=None if predicted is None else unmeasured_in_calibration(predicted))
+                        calibration_gaps=None if predicted is None else unmeasured_in_calibration(predicted),
+                        uncalibrated=uncalibrated_predictions(predicted))
     provenance = collect_provenance(
         records, site={"name": site.name, "source": str(site.source), "sha256": site.digest},
         repo=plan.base, command=_command_line(args, config_path),

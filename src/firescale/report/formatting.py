@@ -228,7 +228,9 @@ def table(summary: Summary, ctx: ReportContext, *,
 
 
 def detail_title(summary: Summary) -> str:
-    return "Intervals and predictions" if summary.predictions_source else "Intervals"
+    if not summary.predictions_source:
+        return "Intervals"
+    return "Intervals and uncalibrated predictions" if summary.uncalibrated else "Intervals and predictions"
 
 
 def detail_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
@@ -276,6 +278,10 @@ def detail_notes(summary: Summary) -> list[str]:
         out.append(f"Predictions from {summary.predictions_source}; error = (predicted − measured) / measured, "
                    "against the mean of the point's repeats; Iter. measured gives their mean iteration ± sd, the "
                    "spread that runs of one command show from their own luck.")
+        if summary.uncalibrated:
+            out.append(f"The predictions are uncalibrated: nothing measured on the site fitted the model, which took "
+                       f"{summary.uncalibrated} (the experiment sets calibrate: false, or they were made without "
+                       "--calibration): their errors are the uncalibrated model's.")
         if summary.calibration_gaps:
             out.append("The calibration behind the predictions did not measure " + _or(summary.calibration_gaps)
                        + ", so points of smaller per-rank batches or of several ranks a node may take longer than "

@@ -162,6 +162,7 @@ class Summary:
     predictions_source: str = ""
     unmatched_predictions: list[str] = field(default_factory=list)
     calibration_gaps: list[str] = field(default_factory=list)   # what the predictions' calibration did not measure
+    uncalibrated: str = ""   # what uncalibrated predictions assumed (uncalibrated_predictions); "": calibrated
 
 
 def _row(group: str, members: list[RunRecord], target: float | None = None) -> Row:
@@ -189,7 +190,7 @@ def _baseline_note(baseline: Row | None, record: RunRecord | None) -> str:
 
 def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: float | None = None,
               predictions: dict[str, dict[str, float]] | None = None, predictions_source: str = "",
-              calibration_gaps: list[str] | None = None) -> Summary:
+              calibration_gaps: list[str] | None = None, uncalibrated: str = "") -> Summary:
     """Group repeats, compute speedup and efficiency per repeat against the baseline, judge parity.
 
     Speedup, efficiency and Δ top-1 are computed for every repeat and then averaged, so their ± is the
@@ -235,7 +236,7 @@ def summarize(records: list[RunRecord], tolerance: float, *, target_accuracy: fl
                                                 {k: p[k] for k in PREDICTED_PARTS if k in p})
         unmatched = sorted(set(predictions) - used)
     return Summary(rows, failures, tolerance, baseline, note, target_accuracy, predictions_source, unmatched,
-                   list(calibration_gaps or []))
+                   list(calibration_gaps or []), uncalibrated)
 
 
 # The parts of a predicted iteration that `predict experiment` gives beside it: the allreduce's intra- and
@@ -262,6 +263,23 @@ def unmeasured_in_calibration(data: Any) -> list[str]:
     if shared and "contention" not in compute and float(cal.get("contention", 1.0)) == 1.0:
         gaps.append("how much a node's ranks slow each other (taken as not at all)")
     return gaps
+
+
+# How the report words where an uncalibrated percent of peak came from (predict.experiment.percent_of_peak).
+_PEAK_SOURCES = {"peak": "", "given": " as given", "layer profile": " for the layers the site's profile lacks"}
+
+
+def uncalibrated_predictions(data: Any) -> str:
+    """What predictions made without a calibration (`firescale predict experiment --json` with `calibrated` false,
+    as an experiment with `calibrate: false` has them) assumed, in words ("compute at 1 of the device's peak and
+    links at 1 of the link's"); empty for calibrated ones and for a file that does not say (`predict sweep`)."""
+    if not isinstance(data, dict) or data.get("calibrated") is not False:
+        return ""
+    ppp = data.get("percent_of_peak") if isinstance(data.get("percent_of_peak"), dict) else {}
+    parts = [f"{what} at {float(ppp[key]):.3g} of {whose}{_PEAK_SOURCES.get(str(ppp.get(f'{key}_source')), '')}"
+             for key, what, whose in (("compute", "compute", "the device's peak"), ("comm", "links", "the link's"))
+             if isinstance(ppp.get(key), (int, float))]
+    return " and ".join(parts) or "the model's own percents of peak"
 
 
 def read_predictions(path: str | Path) -> Any:

@@ -267,6 +267,7 @@ def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
         "sections": [x.to_dict() for x in sections(summary, ctx)],
         "predictions": summary.predictions_source or None,
         "calibration_gaps": summary.calibration_gaps,
+        "predictions_calibrated": (not summary.uncalibrated) if summary.predictions_source else None,
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
         "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(ctx).items()
                                 for ext in ("png", "pdf")}},

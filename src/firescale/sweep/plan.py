@@ -143,6 +143,11 @@ class SweepPlan:
         """The backend the experiment's runs train with (tensorflow, pytorch): whose allreduce they pay."""
         return str(self.experiment(experiment)["framework"])
 
+    def calibrates(self, experiment: str) -> bool:
+        """Whether the experiment's predictions for the report are calibrated on the site (its `calibrate`; false:
+        no calibration job, the uncalibrated model's predictions, marked so)."""
+        return bool(self.experiment(experiment)["calibrate"])
+
     def overlap_allreduce(self, experiment: str) -> bool:
         """Whether the experiment's runs on this site overlap each gradient's allreduce with the backward pass."""
         return bool(self.run_option(experiment, "overlap_allreduce"))
@@ -190,6 +195,7 @@ class SweepPlan:
         """The config with its relative paths (solver, net file, layer_plan) made absolute from the project
         folder (`sweep.descriptions` writes them relative to the commands' project folder)."""
         config = copy.deepcopy(self.config)
+        config.pop("recalibrate", None)   # how this run calibrates, not what the experiments are: no re-plan
         for exp in config["experiments"].values():
             exp["solver"] = str(self.resolve(exp["solver"]))
             exp["net"] = experiment_net(exp["net"], self.base)

@@ -23,6 +23,9 @@ from firescale.nets.spec import NetSpec
 FRAMEWORKS = ("tensorflow", "pytorch")
 DEFAULT_FRAMEWORK = "tensorflow"
 LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce each backend's trainer calls
+# The keys of a run record's `versions` (each backend's distributed.versions) that name the framework and the
+# libraries its allreduce runs on: what a kept calibration is keyed by (predict/calibration_key.py).
+STACK_VERSIONS = {"tensorflow": ("tensorflow", "horovod", "mpi"), "pytorch": ("torch", "cuda", "nccl", "mpi")}
 # fp32: Caffe's numerics (TF32 off); tf32: float32 values, matrix products in TF32 on GPUs that have it;
 # bf16: the forward and backward passes autocast to bfloat16, the weights and the update in float32.
 PRECISIONS = ("fp32", "tf32", "bf16")
