@@ -83,6 +83,33 @@ def test_the_batch_schedule_example_plans_its_phased_points_on_local(config_home
     assert "fashion-lenet" not in proc.stdout
 
 
+def _command(output: str, *words: str) -> str:
+    """The first command line of a dry run (`-p`) with all of `words`."""
+    return next(line for line in output.splitlines() if all(w in line for w in words))
+
+
+def test_calibrate_false_plans_no_calibration_and_recalibrate_reaches_the_calibration(tmp_path, config_home):
+    """An experiment with `calibrate: false` is predicted for its report without a calibration (no calibration job
+    to render or run); `--config recalibrate=True` passes --recalibrate to `sweep calibrate` and stays out of the
+    experiments the points' rules read."""
+    override = tmp_path / "uncalibrated.yaml"
+    override.write_text(yaml.safe_dump({"experiments": {"fashion-lenet": {"calibrate": False}}}))
+    proc = _snakemake(config_home, "--profile", "local", "speedup_sweep", "-n", "-p", "--configfile", str(override))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout)
+    assert "calibrate" not in jobs and "render_calibration_job" not in jobs and jobs["predict_calibrated"] == 1, jobs
+    predict = _command(proc.stdout, "firescale predict experiment", "predict-calibrated.json")
+    assert "--calibration" not in predict
+    proc = _snakemake(config_home, "--profile", "local", "speedup_sweep", "-n", "-p", "--config", "recalibrate=True")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    calibrate = _command(proc.stdout, "firescale sweep calibrate local")
+    assert calibrate.split(" > ")[0].endswith(" --recalibrate")
+    predict = _command(proc.stdout, "firescale predict experiment", "predict-calibrated.json")
+    assert "--calibration results/local/fashion-lenet/calibration.json" in predict
+    written = yaml.safe_load((config_home / "work" / "results" / "local" / "experiments.yaml").read_text())
+    assert "recalibrate" not in written and written["experiments"]["fashion-lenet"]["calibrate"] is True
+
+
 def test_the_profile_is_not_read_from_site_folder(tmp_path, config_home):
     empty_home = tmp_path / "nothing"
     empty_home.mkdir()
