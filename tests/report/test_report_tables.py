@@ -36,6 +36,7 @@ from firescale.report.summary import (
     read_predictions,
     run_metrics,
     summarize,
+    uncalibrated_predictions,
     unmeasured_in_calibration,
 )
 from firescale.report.tables import tex_escape, to_csv, to_json, to_latex, to_markdown
@@ -286,6 +287,34 @@ def test_predictions_from_predict_experiment_are_keyed_by_point(tmp_path):
     path.write_text(json.dumps({"points": {"g2-b64-r0": {"gpus": 2, "batch": 64, "iteration_s": 0.006}}}))
     with pytest.raises(FirescaleError, match=r"points\['g2-b64-r0'\] lacks key 'time_to_accuracy_s'"):
         load_predictions(path)
+
+
+def test_uncalibrated_predictions_are_marked_as_such(tmp_path, records, ctx):
+    """`calibrate: false` gives `predict experiment --json` without a calibration (`calibrated` false): the report's
+    second table and its notes say the predictions are uncalibrated and what they assumed; report.json says so."""
+    points = {"baseline": {"gpus": 1, "nodes": 1, "batch": 64, "iteration_s": 0.01, "time_to_accuracy_s": 10.0}}
+    peak = {"compute": 1.0, "compute_source": "peak", "comm": 1.0, "comm_source": "peak"}
+    path = tmp_path / "predict-calibrated.json"
+    path.write_text(json.dumps({"points": points, "calibration": None, "calibrated": False, "percent_of_peak": peak}))
+    said = uncalibrated_predictions(read_predictions(path))
+    assert said == "compute at 1 of the device's peak and links at 1 of the link's"
+    summary = summarize(records, TOL, predictions=load_predictions(path), predictions_source=str(path),
+                        uncalibrated=said)
+    assert cells.detail_title(summary) == "Intervals and uncalibrated predictions"
+    assert ("The predictions are uncalibrated: nothing measured on the site fitted the model, which took compute at 1 "
+            "of the device's peak and links at 1 of the link's (the experiment sets calibrate: false, or they were "
+            "made without --calibration): their errors are the uncalibrated model's.") in cells.detail_notes(summary)
+    assert to_json(summary, ctx)["predictions_calibrated"] is False
+    given = {**peak, "compute": 0.21, "compute_source": "given", "comm": 0.5, "comm_source": "given"}
+    assert uncalibrated_predictions({"calibrated": False, "percent_of_peak": given}) == (
+        "compute at 0.21 of the device's peak as given and links at 0.5 of the link's as given")
+    # calibrated ones, and `predict sweep`'s, which does not say: nothing to mark
+    assert uncalibrated_predictions({"calibrated": True, "percent_of_peak": peak}) == ""
+    assert uncalibrated_predictions({"points": points}) == ""
+    summary = summarize(records, TOL, predictions=load_predictions(path), predictions_source=str(path))
+    assert cells.detail_title(summary) == "Intervals and predictions"
+    assert to_json(summary, ctx)["predictions_calibrated"] is True
+    assert to_json(summarize(records, TOL), ctx)["predictions_calibrated"] is None
 
 
 def test_the_report_says_what_the_predictions_calibration_did_not_measure(tmp_path, records, ctx):

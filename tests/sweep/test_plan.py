@@ -193,7 +193,7 @@ def test_the_workflows_check_names_the_config_file_that_gives_the_key_and_fills_
     with pytest.raises(FirescaleError) as info:
         check_workflow_config(merged, [shipped, mine])
     assert str(info.value).startswith(f"{mine}: unknown key 'sweeps' under 'experiments.fashion-lenet' (did you "
-                                      "mean 'sweep'?); allowed keys: batch, dataset, "), info.value
+                                      "mean 'sweep'?); allowed keys: batch, calibrate, dataset, "), info.value
     del merged["experiments"]["fashion-lenet"]["sweeps"]
     merged["experiments"]["fashion-lenet"]["walltime"] = 172800
     with pytest.raises(FirescaleError) as info:
