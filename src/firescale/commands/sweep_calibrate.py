@@ -34,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
 
     plan = load_plan(args.site, args.config, experiments=[args.experiment])
     site = plan.site
+    if site.archival:
+        raise FirescaleError(f"site {site.name} is archival (a retired machine): its calibration job is rendered, "
+                             "never submitted")
     key, library = calibration_key(plan, args.experiment), library_dir(site)
     kept = None if args.recalibrate else find_kept(library, key)
     if kept is not None:
@@ -59,9 +62,6 @@ def _measure(plan: SweepPlan, args: argparse.Namespace) -> Path:
     from firescale.sweep.run import PointRun, Polling, log_tail, run_watched, site_scheduler
 
     site = plan.site
-    if site.archival:
-        raise FirescaleError(f"site {site.name} is archival (a retired machine): its calibration job is rendered, "
-                             "never submitted")
     if not args.script.is_file():
         raise FirescaleError(f"{args.script}: no such job script")
     folder = calibration_dir(plan, args.experiment)

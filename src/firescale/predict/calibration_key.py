@@ -16,6 +16,9 @@ from firescale.sweep.plan import SweepPlan
 from firescale.sweep.records import RUN_FORMAT
 from firescale.train.backend import STACK_VERSIONS
 
+# Part of every key: bump it when what a calibration job measures or how it fits changes (a new probe, another
+# process group chosen by default), so that calibrations kept before stop matching.  firescale's own version does
+# not change with a checkout's commits.
 KEY_FORMAT = "firescale.calibration-key/1"
 # The parts of a site's profile that shape what its calibration measures (the nodes, their devices and links, how
 # ranks start and what the job exports to them); its paths, limits, accounts and polling do not.
