@@ -91,7 +91,7 @@ def _command(output: str, *words: str) -> str:
 def test_calibrate_false_plans_no_calibration_and_recalibrate_reaches_the_calibration(tmp_path, config_home):
     """An experiment with `calibrate: false` is predicted for its report without a calibration (no calibration job
     to render or run); `--config recalibrate=True` passes --recalibrate to `sweep calibrate` and stays out of the
-    experiments the points' rules read."""
+    experiments files the rules read."""
     override = tmp_path / "uncalibrated.yaml"
     override.write_text(yaml.safe_dump({"experiments": {"fashion-lenet": {"calibrate": False}}}))
     proc = _snakemake(config_home, "--profile", "local", "speedup_sweep", "-n", "-p", "--configfile", str(override))
@@ -106,8 +106,9 @@ def test_calibrate_false_plans_no_calibration_and_recalibrate_reaches_the_calibr
     assert calibrate.split(" > ")[0].endswith(" --recalibrate")
     predict = _command(proc.stdout, "firescale predict experiment", "predict-calibrated.json")
     assert "--calibration results/local/fashion-lenet/calibration.json" in predict
-    written = yaml.safe_load((config_home / "work" / "results" / "local" / "experiments.yaml").read_text())
-    assert "recalibrate" not in written and written["experiments"]["fashion-lenet"]["calibrate"] is True
+    for written in ("experiments.yaml", "fashion-lenet/experiment.yaml"):
+        read = yaml.safe_load((config_home / "work" / "results" / "local" / written).read_text())
+        assert "recalibrate" not in read and read["experiments"]["fashion-lenet"]["calibrate"] is True, written
 
 
 def test_the_profile_is_not_read_from_site_folder(tmp_path, config_home):

@@ -68,9 +68,10 @@ def test_what_a_points_job_reads_changes_its_description(project):
     changed["experiments"][EXPERIMENT]["framework"] = "pytorch"
     write_descriptions(_plan(changed, project), results)
     assert baseline.read_text() != text and "framework: pytorch" in baseline.read_text()
-    # the description an experiment gives itself is read by no run
+    # the description an experiment gives itself is read by no run, nor whether it is calibrated
     described = copy.deepcopy(changed)
     described["experiments"][EXPERIMENT]["description"] = "the same runs, described anew"
+    described["experiments"][EXPERIMENT]["calibrate"] = False
     text = baseline.read_text()
     write_descriptions(_plan(described, project), results)
     assert baseline.read_text() == text

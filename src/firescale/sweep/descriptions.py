@@ -38,8 +38,8 @@ POINTS_FOLDER = "points"
 # Sweep keys that list the points rather than set how each one trains: a point's description leaves them
 # out, since the point itself says what they gave it.
 POINT_LISTING_KEYS = ("gpus", "batch", "batch_schedules", "lr", "points", "repeats")
-# Experiment keys no run reads.
-UNREAD_KEYS = ("description",)
+# Experiment keys no run reads (`calibrate` decides the experiment's calibration and report, not a point's job).
+UNREAD_KEYS = ("description", "calibrate")
 
 
 def portable_config(plan: SweepPlan, experiments: list[str] | None = None) -> dict[str, Any]:
