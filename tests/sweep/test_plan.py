@@ -212,3 +212,12 @@ def test_the_workflows_check_names_the_config_file_that_gives_the_key_and_fills_
     assert fashion["framework"] == "tensorflow" and fashion["warmup_iters"] == 0 and fashion["description"]
     assert fashion["dataset"]["test_fraction"] == 0.2 and fashion["dataset"]["transform"]["scale"] == 0.00390625
     assert fashion["target"] == {"tolerance": 0.01} and fashion["max_resubmits"] == 3
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "workflow" / "examples").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_example_merges_into_the_config_and_plans_on_this_machine(example):
+    added = yaml.safe_load(example.read_text())["experiments"]
+    merged = {**CONFIG, "experiments": {**CONFIG["experiments"], **added}}
+    p = SweepPlan.build({**merged, "site": "local"}, experiments=list(added), base=REPO, check_limits=True)
+    for name in added:
+        assert p.baselines(name) and len(p.points[name]) > len(p.baselines(name))
