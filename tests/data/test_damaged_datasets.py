@@ -101,6 +101,11 @@ def a_key_past_its_page(raw):  # key size 65535: a key that is not UTF-8 escaped
     raw[at + 6:at + 8] = b"\xff\xff"
 
 
+def a_branch_key_as_long_as_its_page(raw):  # the key took the page's bytes, newlines too, into the message
+    at = nodes(raw, root(raw))[1]
+    struct.pack_into("<H", raw, at + 6, (at // PSIZE + 1) * PSIZE - at - 8)
+
+
 def a_last_child_dropped(raw):  # every page still valid, the root's last subtree silently gone
     struct.pack_into("<H", raw, root(raw) * PSIZE + 12, struct.unpack_from("<H", raw, root(raw) * PSIZE + 12)[0] - 2)
 
@@ -115,6 +120,7 @@ def a_last_child_dropped(raw):  # every page still valid, the root's last subtre
                               r"are pages 2\.\.\d+"),
     (a_child_that_is_its_parent, r"from record key \d{8} on: tree page \d+ is named twice in the tree"),
     (a_key_past_its_page, r"tree page \d+ holds node 3 with a key out of order or past the page"),
+    (a_branch_key_as_long_as_its_page, r"from record key \d{8}(\\x[0-9a-f]{2})+ on: tree page \d+ holds node 0 "),
     (a_last_child_dropped, r"the tree holds \d+ records but the meta page counts 1438"),
 ])
 def test_damaged_lmdb_tree_is_named_before_lmdb_maps_it(pristine, tmp_path, target, damage, sentence):
@@ -171,3 +177,23 @@ def test_damaged_hdf5_is_named_not_raised_by_h5py(pristine, tmp_path, what, sent
         h5.write_bytes(bytes(raw))
     message = read_damaged(copy, "hdf5", h5)
     assert re.search(sentence, message), message
+
+
+def test_a_label_outside_the_manifests_classes_names_the_key(pristine, tmp_path):
+    """A damaged label varint that still decodes (99 of 10 classes) once reached the trainer's loss."""
+    import lmdb
+
+    from firescale.data.readers import open_dataset
+
+    copy = tmp_path / "copy"
+    shutil.copytree(pristine, copy)
+    env = lmdb.open(str(copy / "train.lmdb"), map_size=64 << 20)
+    with env.begin(write=True) as txn:
+        value = txn.get(b"00000007")
+        txn.put(b"00000007", value[:-4] + b"\x28\x63" + value[-2:])
+    env.close()
+    ds = open_dataset(copy, "train", fmt="lmdb")
+    with pytest.raises(FirescaleError, match=r"train.lmdb/data.mdb record key 00000007 has label 99; the dataset's "
+                                             r"10 classes are 0\.\.9"):
+        ds.read(np.arange(10))
+    ds.close()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from firescale.caffe.datum import DatumError, RawDatumCodec, datum_to_image, decode_datum, encode_datum, image_to_datum
-from firescale.data.hdf5_io import check_labels
+from firescale.data.labels import check_labels
 from firescale.data.lmdb_io import LmdbWriter
 from firescale.data.lmdb_pages import LayoutError, value_index
 from firescale.errors import FirescaleError

@@ -26,6 +26,7 @@ import numpy as np
 
 from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
 from firescale.data.batch import batch_array
+from firescale.data.labels import check_labels
 from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
 
@@ -73,26 +74,6 @@ def _first_line(exc: BaseException) -> str:
 def damaged(path: Path, what: str, exc: BaseException) -> FirescaleError:
     """The error for a part of an HDF5 file that h5py cannot read, in one sentence naming file and part."""
     return FirescaleError(f"{path} {what} cannot be read: HDF5 reports {_first_line(exc)}; the file is damaged")
-
-
-MAX_LABEL = (1 << 20) - 1  # far above any classification dataset's classes, far below a damaged label's
-
-
-def check_labels(labels: np.ndarray, where: str, num_classes: int | None = None) -> np.ndarray:
-    """`labels` as int64 when each is a whole number in 0..num_classes-1 (0..MAX_LABEL without a count);
-    otherwise an error naming the first record (its index in `where`) that is not."""
-    top = MAX_LABEL if num_classes is None else num_classes - 1
-    values = np.asarray(labels)
-    if values.dtype.kind not in "biuf":
-        raise FirescaleError(f"{where} holds labels of type {values.dtype}; labels are whole numbers")
-    with np.errstate(invalid="ignore"):
-        bad = (values < 0) | (values > top)
-        if values.dtype.kind == "f":
-            bad |= ~np.isfinite(values) | (values != np.round(values))
-    if bad.any():
-        j = int(np.argmax(bad))
-        raise FirescaleError(f"{where} record {j} has label {values[j]}; allowed are whole numbers 0..{top}")
-    return values.astype(np.int64)
 
 
 def read_records(data: h5py.Dataset, indices: np.ndarray, path: Path, first: int = 0) -> np.ndarray:

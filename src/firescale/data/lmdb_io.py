@@ -39,7 +39,7 @@ from firescale.caffe.datum import (
 )
 from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel
 from firescale.data.batch import batch_array
-from firescale.data.lmdb_pages import ValueIndex
+from firescale.data.lmdb_pages import ValueIndex, show_key
 from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
 
@@ -124,7 +124,7 @@ def checked_index(data: Path) -> ValueIndex:
         raise FirescaleError(f"{data} is truncated: {exc.size} bytes but its pages need {exc.needed}; "
                              + _describe_lost(data)) from exc
     except TreePageError as exc:
-        key = exc.first_key.decode(errors="replace")
+        key = show_key(exc.first_key)
         where = f"from record key {key} on" if key else "from the first record on"
         raise FirescaleError(f"{data} cannot be read {where}: {exc}; the file is corrupt") from exc
     except LayoutError as exc:
@@ -145,7 +145,7 @@ def _describe_lost(data: Path) -> str:
         return f"records stored past the end cannot be read (their keys cannot be listed: {exc})"
     if lost is None:
         return "every record is whole, but pages LMDB may touch lie past the end"
-    key = lost.first_key.decode(errors="replace")
+    key = show_key(lost.first_key)
     if lost.subtree:
         first = (f"the tree page holding the records from key {key} on" if key
                  else "the tree page holding the first records") + " lies past the end"
@@ -157,7 +157,7 @@ def _describe_lost(data: Path) -> str:
 
 def lmdb_record_error(data: Path, key: bytes, exc: lmdb.Error, env: lmdb.Environment | None = None) -> FirescaleError:
     """The error for a record LMDB cannot read (page not found, corrupted, bad transaction)."""
-    name = key.decode(errors="replace") or "(first)"
+    name = show_key(key) or "(first)"
     message = f"{data} record key {name} cannot be read: LMDB reports {exc}"
     try:
         have = data.stat().st_size
@@ -205,7 +205,7 @@ class LmdbReader:
         self.dtype = first.dtype
         self.shape = tuple(shape) if shape else tuple(first.shape)
         if first.shape != self.shape:
-            raise FirescaleError(f"{self.path / DATA_FILE} record key {keys[0].decode(errors='replace')} has shape "
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(keys[0])} has shape "
                                  f"{first.shape}, expected {self.shape}")
         self.codec = RawDatumCodec(self.shape)
         self._mapped: MappedFile | None = None
@@ -230,7 +230,7 @@ class LmdbReader:
         try:
             return datum_to_image(decode_datum(value))
         except DatumError as exc:
-            raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: {exc}") from exc
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)}: {exc}") from exc
 
     def read(self, indices: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(images (N, H, W, C), labels int64) of the records at `indices`, in that order.
@@ -259,10 +259,10 @@ class LmdbReader:
                     continue
                 image, labels[j] = datum_to_image(decode_datum(todo_values[j]))
             except DatumError as exc:
-                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)}: "
                                      f"{exc}") from exc
             if image.shape != self.shape:
-                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')} has shape "
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)} has shape "
                                      f"{image.shape}, expected {self.shape}")
             images[j] = image
         return images, labels
@@ -280,7 +280,7 @@ class LmdbReader:
         short = self._mapped.short_record(offsets, ends)
         if short is not None:
             j, why = short
-            key = self.keys[int(indices[j])].decode(errors="replace")
+            key = show_key(self.keys[int(indices[j])])
             raise FirescaleError(f"{self.path / DATA_FILE} record key {key} needs bytes {int(offsets[j])}.."
                                  f"{int(ends[j])} but {why}")
         h, w, c = self.shape
@@ -293,7 +293,7 @@ class LmdbReader:
             try:
                 labels[j] = self.codec.decode_into(value, images[j])
             except DatumError as exc:
-                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)}: "
                                      f"{exc}") from exc
         return images, labels
 
@@ -306,7 +306,7 @@ class LmdbReader:
             for key in keys:
                 value = get(key)
                 if value is None:
-                    name = key.decode(errors="replace")
+                    name = show_key(key)
                     raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {name}")
                 values.append(value)
         except lmdb.Error as exc:

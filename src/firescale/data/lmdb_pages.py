@@ -292,7 +292,7 @@ class _Walk:
                 raise _page_error(pgno, low, f"has node {i} whose key runs past the page")
             key = page[ptr + NODE_HEADER:ptr + NODE_HEADER + ksize] if i else low
             if i and (key <= children[-1][1] or key < low or (high is not None and key >= high)):
-                raise _page_error(pgno, low, f"holds key {_show(key)} out of order")
+                raise _page_error(pgno, low, f"holds key {show_key(key)} out of order")
             children.append((lo | hi << 16 | top << 32, key))
         for i, (child, key) in enumerate(children):
             self.visit(child, key, children[i + 1][1] if i + 1 < len(children) else high, level + 1)
@@ -312,27 +312,34 @@ class _Walk:
                 raise _page_error(pgno, low, f"holds node {i} with a key out of order or past the page")
             if node_flags == F_BIGDATA:
                 if start + 8 > psize:
-                    raise _page_error(pgno, low, f"has record {_show(key)} whose overflow page number runs past "
+                    raise _page_error(pgno, low, f"has record {show_key(key)} whose overflow page number runs past "
                                                  "the page")
                 first = struct.unpack_from("<Q", page, start)[0]
                 pages = -(-(PAGE_HEADER + size) // psize)
                 if first < 2 or first + pages - 1 > last:
-                    raise _page_error(pgno, low, f"has record {_show(key)} on overflow pages {first}.."
+                    raise _page_error(pgno, low, f"has record {show_key(key)} on overflow pages {first}.."
                                                  f"{first + pages - 1}, outside pages 2..{last}")
                 self.offsets.append(first * psize + PAGE_HEADER)
             elif node_flags == 0:
                 if start + size > psize:
-                    raise _page_error(pgno, low, f"has record {_show(key)} of {size} bytes running past the page")
+                    raise _page_error(pgno, low, f"has record {show_key(key)} of {size} bytes running past the page")
                 self.offsets.append(offset + start)
             else:
-                raise _page_error(pgno, low, f"has record {_show(key)} with node flags {node_flags:#x} (a record's "
+                raise _page_error(pgno, low, f"has record {show_key(key)} with node flags {node_flags:#x} (a record's "
                                              "are 0, or 0x1 on overflow pages)")
             self.keys.append(key)
             self.lengths.append(size)
 
 
-def _show(key: bytes) -> str:
-    return key.decode(errors="replace")
+KEY_SHOWN = 40  # characters of a key an error shows: a damaged key can hold a page of bytes
+
+
+def show_key(key: bytes) -> str:
+    """A record's key as an error shows it: UTF-8, unprintable characters escaped, at most KEY_SHOWN of them."""
+    text = key.decode(errors="replace")
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:KEY_SHOWN])
+    return shown + ("..." if len(text) > KEY_SHOWN else "")
+
 
 
 def value_index(path: str | os.PathLike[str]) -> ValueIndex:

@@ -74,7 +74,9 @@ class Dataset:
         """The file and record of record `index`, as an error names them."""
         keys = getattr(self.reader, "keys", None)
         if keys is not None:
-            return f"{self.reader.path / 'data.mdb'} record key {keys[index].decode(errors='replace')}"
+            from firescale.data.lmdb_pages import show_key
+
+            return f"{self.reader.path / 'data.mdb'} record key {show_key(keys[index])}"
         files = getattr(self.reader, "files", None)
         if files is not None:
             k = int(np.searchsorted(self.reader.offsets, index, side="right") - 1)
@@ -147,7 +149,8 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
 
 def _scan_labels(reader: Any) -> np.ndarray:
     """Every label of a bare Caffe LMDB, each a whole number in 0..MAX_LABEL (its classes are 0..the largest)."""
-    from firescale.data.hdf5_io import MAX_LABEL
+    from firescale.data.labels import MAX_LABEL
+    from firescale.data.lmdb_pages import show_key
 
     out = []
     for start in range(0, len(reader.keys), 4096):
@@ -155,7 +158,7 @@ def _scan_labels(reader: Any) -> np.ndarray:
         bad = (labels < 0) | (labels > MAX_LABEL)
         if bad.any():
             j = int(np.argmax(bad))
-            key = reader.keys[start + j].decode(errors="replace")
+            key = show_key(reader.keys[start + j])
             raise FirescaleError(f"{reader.path / 'data.mdb'} record key {key} has label {int(labels[j])}; "
                                  f"allowed are whole numbers 0..{MAX_LABEL}")
         out.append(labels)
