@@ -260,20 +260,19 @@ class CaffeHdf5Reader:
         self.files: list[Path] = []
         datas, labels = [], []
         self._handles: list[h5py.File] = []
-        for line in lines:
-            p = Path(line)
-            if not p.is_absolute() and not p.exists():
-                p = self.path.parent / p
-            f = _open(p)
-            self._handles.append(f)
-            try:
-                data, label = self._datasets(f, p)
-            except BaseException:
-                self.close()
-                raise
-            self.files.append(p)
-            datas.append(data)
-            labels.append(label)
+        try:
+            for line in lines:
+                p = Path(line)
+                if not p.is_absolute() and not p.exists():
+                    p = self.path.parent / p
+                self._handles.append(_open(p))
+                data, label = self._datasets(self._handles[-1], p)
+                self.files.append(p)
+                datas.append(data)
+                labels.append(label)
+        except BaseException:
+            self.close()
+            raise
         shapes = {tuple(d.shape[1:]) for d in datas}
         if len(shapes) != 1:
             raise FirescaleError(f"the files listed in {self.path} have different record shapes {sorted(shapes)}")
