@@ -50,6 +50,8 @@ COMMANDS: dict[str, dict[str | None, tuple[str, str]]] = {
                    "a layer profile of this device: each layer's time inside real iterations (pytorch)"),
         "store": ("firescale.commands.bench_store",
                   "adding 10,000 runs to a results store and comparing two sets of 1,000, beside JSON files"),
+        "damage": ("firescale.commands.bench_damage",
+                   "damaged copies of a dataset read by the training and test readers: read, stopped, crashed"),
         "gpu": ("firescale.commands.bench_gpu",
                 "the GPU check: GPU tests, the default experiment, trainer vs bare loop, step timings (a few min)"),
     },

@@ -128,10 +128,11 @@ def test_corrupted_leaf_page_names_the_key_being_read(tmp_path):
         reader.read(np.array([0, 321]))
     reader.close()
     # a cursor stepping onto the page would abort inside LMDB: the walk with plain reads reports it first
-    with pytest.raises(FirescaleError, match=r"small.lmdb/data.mdb record key 00000[23]\d\d and those after it cannot "
-                                             rf"be read: tree page {page} is neither a branch nor a leaf page"):
+    with pytest.raises(FirescaleError, match=r"small.lmdb/data.mdb cannot be read from record key 00000[23]\d\d on: "
+                                             rf"tree page {page} has flags 0x0, neither a branch nor a leaf "
+                                             "page's; the file is corrupt"):
         list(iter_lmdb(tmp_path / "small.lmdb"))
-    with pytest.raises(FirescaleError, match=rf"tree page {page} is neither"):
+    with pytest.raises(FirescaleError, match=rf"tree page {page} has flags 0x0, neither"):
         LmdbReader(tmp_path / "small.lmdb")
 
 

@@ -255,8 +255,11 @@ class RawDatumCodec:
         end = start + self.size
         tail = value[end:]
         if value[:start] == self.header and len(tail) >= 2 and tail[0] == 0x28:
-            label, pos = _tail_label(tail)
-            if tail[pos:] in (b"", b"\x38\x00"):
+            try:
+                label, pos = _tail_label(tail)
+            except WireError:  # a label varint cut short or out of int32's range: the full decoder says which
+                pos = -1
+            if pos >= 0 and tail[pos:] in (b"", b"\x38\x00"):
                 record_to_hwc(value, start, out, kernel=self.kernel)
                 return label
         image, label = datum_to_image(decode_datum(value))

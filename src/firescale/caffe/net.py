@@ -265,24 +265,74 @@ def _pair(message: dict[str, Any], key: str, default: int, where: str, required:
     return (values[0], values[-1])
 
 
+def _at_least(pair: tuple[int, int], key: str, least: int, where: str) -> tuple[int, int]:
+    """A size pair whose values are each `least` or more; else one sentence naming the layer and the key."""
+    if min(pair) < least:
+        given = pair[0] if pair[0] == pair[1] else f"{pair[0]}x{pair[1]} (height x width)"
+        raise FirescaleError(f"{where}: {key} is {given}; expected {least} or more")
+    return pair
+
+
 # ---------------------------------------------------------------- one layer
+
+
+def _convolution(p: dict[str, Any], at: str) -> Convolution:
+    """ConvolutionParameter with every size Caffe would accept: kernel, stride, dilation >= 1, pad >= 0."""
+    group = _int(p, "group", 1, at)
+    if group < 1:
+        raise FirescaleError(f"{at}: group is {group}; expected 1 or more, dividing the input and output channels")
+    kernel = _at_least(_pair(p, "kernel", 0, at, required=True), "kernel", 1, at)
+    return Convolution(_int(p, "num_output", 0, at), kernel,
+                       _at_least(_pair(p, "stride", 1, at), "stride", 1, at),
+                       _at_least(_pair(p, "pad", 0, at), "pad", 0, at),
+                       _at_least(_pair(p, "dilation", 1, at), "dilation", 1, at),
+                       group, bool(_bool(p, "bias_term", True, at)),
+                       _filler(p, "weight_filler", at), _filler(p, "bias_filler", at))
+
+
+def _pooling(p: dict[str, Any], at: str) -> Pooling:
+    """PoolingParameter as Caffe checks it: kernel and stride >= 1, 0 <= pad < kernel; global pooling takes
+    neither a kernel nor a stride or pad of its own."""
+    glob = bool(_bool(p, "global_pooling", False, at))
+    pool = _enum(p, "pool", "MAX", ("MAX", "AVE", "STOCHASTIC"), at)
+    round_mode = _enum(p, "round_mode", "CEIL", ("CEIL", "FLOOR"), at)
+    kernel = _pair(p, "kernel", 0, at, required=not glob)
+    stride, pad = _pair(p, "stride", 1, at), _pair(p, "pad", 0, at)
+    if glob:
+        if kernel != (0, 0) or stride != (1, 1) or pad != (0, 0):
+            raise FirescaleError(f"{at}: global_pooling covers the whole input; expected no kernel, stride 1 and "
+                                 f"pad 0, got kernel {kernel}, stride {stride}, pad {pad}")
+        return Pooling(pool, kernel, stride, pad, glob, round_mode)
+    _at_least(kernel, "kernel", 1, at)
+    _at_least(stride, "stride", 1, at)
+    _at_least(pad, "pad", 0, at)
+    if pad[0] >= kernel[0] or pad[1] >= kernel[1]:
+        raise FirescaleError(f"{at}: pad {pad} is not smaller than the kernel {kernel}; a window would hold "
+                             f"nothing but padding (Caffe requires pad < kernel)")
+    return Pooling(pool, kernel, stride, pad, glob, round_mode)
+
+
+def _eltwise(raw: dict[str, Any], where: str) -> EltwiseParam:
+    """EltwiseParameter as Caffe checks it: two or more bottoms, one coeff per bottom, coeffs only for SUM."""
+    p = _block(raw, "eltwise_param", where)
+    coeffs = _list(p.get("coeff"))
+    if any(isinstance(c, bool) or not isinstance(c, (int, float)) for c in coeffs):
+        raise FirescaleError(f"{where}: coeff is {coeffs!r}; expected numbers, one per bottom")
+    operation = _enum(p, "operation", "SUM", ("SUM", "PROD", "MAX"), where)
+    bottoms = len(_list(raw.get("bottom")))
+    if bottoms < 2:
+        raise FirescaleError(f"{where} reads {bottoms} blob(s); an Eltwise layer combines two or more")
+    if coeffs and (len(coeffs) != bottoms or operation != "SUM"):
+        raise FirescaleError(f"{where}: gives {len(coeffs)} coeff values for {bottoms} bottoms with operation "
+                             f"{operation}; expected one coeff per bottom, and only with SUM")
+    return EltwiseParam(operation, tuple(float(c) for c in coeffs))
 
 
 def _settings(kind: str, raw: dict[str, Any], where: str) -> Settings | None:
     if kind == "Convolution":
-        p = _block(raw, "convolution_param", where)
-        at = f"{where} convolution_param"
-        return Convolution(_int(p, "num_output", 0, at), _pair(p, "kernel", 0, at, required=True),
-                           _pair(p, "stride", 1, at), _pair(p, "pad", 0, at), _pair(p, "dilation", 1, at),
-                           _int(p, "group", 1, at), bool(_bool(p, "bias_term", True, at)),
-                           _filler(p, "weight_filler", at), _filler(p, "bias_filler", at))
+        return _convolution(_block(raw, "convolution_param", where), f"{where} convolution_param")
     if kind == "Pooling":
-        p = _block(raw, "pooling_param", where)
-        at = f"{where} pooling_param"
-        glob = bool(_bool(p, "global_pooling", False, at))
-        return Pooling(_enum(p, "pool", "MAX", ("MAX", "AVE", "STOCHASTIC"), at),
-                       _pair(p, "kernel", 0, at, required=not glob), _pair(p, "stride", 1, at),
-                       _pair(p, "pad", 0, at), glob, _enum(p, "round_mode", "CEIL", ("CEIL", "FLOOR"), at))
+        return _pooling(_block(raw, "pooling_param", where), f"{where} pooling_param")
     if kind == "InnerProduct":
         p = _block(raw, "inner_product_param", where)
         at = f"{where} inner_product_param"
@@ -291,22 +341,32 @@ def _settings(kind: str, raw: dict[str, Any], where: str) -> Settings | None:
     if kind == "LRN":
         p = _block(raw, "lrn_param", where)
         at = f"{where} lrn_param"
-        return LRNParam(_int(p, "local_size", 5, at), _number(p, "alpha", 1.0, at), _number(p, "beta", 0.75, at),
-                        _number(p, "k", 1.0, at),
+        size = _int(p, "local_size", 5, at)
+        if size < 1 or size % 2 == 0:
+            raise FirescaleError(f"{at}: local_size is {size}; expected an odd number, 1 or more (Caffe's LRN "
+                                 f"centres its window)")
+        return LRNParam(size, _number(p, "alpha", 1.0, at), _number(p, "beta", 0.75, at), _number(p, "k", 1.0, at),
                         _enum(p, "norm_region", "ACROSS_CHANNELS", ("ACROSS_CHANNELS", "WITHIN_CHANNEL"), at))
     if kind == "Dropout":
-        return DropoutParam(_number(_block(raw, "dropout_param", where), "dropout_ratio", 0.5, where))
+        ratio = _number(_block(raw, "dropout_param", where), "dropout_ratio", 0.5, where)
+        if not 0.0 <= ratio < 1.0:
+            raise FirescaleError(f"{where}: dropout_ratio is {ratio}; expected at least 0 and less than 1")
+        return DropoutParam(ratio)
     if kind == "Concat":
         p = _block(raw, "concat_param", where)
+        if len(_list(raw.get("bottom"))) < 2:
+            raise FirescaleError(f"{where} reads {len(_list(raw.get('bottom')))} blob(s); firescale takes a Concat "
+                                 f"as the merge of two or more branches")
         return ConcatParam(_int(p, "axis", _int(p, "concat_dim", 1, where), where))
     if kind == "Eltwise":
-        p = _block(raw, "eltwise_param", where)
-        coeff = tuple(float(c) for c in _list(p.get("coeff")))
-        return EltwiseParam(_enum(p, "operation", "SUM", ("SUM", "PROD", "MAX"), where), coeff)
+        return _eltwise(raw, where)
     if kind == "BatchNorm":
         p = _block(raw, "batch_norm_param", where)
-        return BatchNormParam(_bool(p, "use_global_stats", None, where), _number(p, "eps", 1e-5, where),
-                              _number(p, "moving_average_fraction", 0.999, where))
+        eps, fraction = _number(p, "eps", 1e-5, where), _number(p, "moving_average_fraction", 0.999, where)
+        if not eps > 0 or not 0.0 <= fraction <= 1.0:
+            raise FirescaleError(f"{where}: eps {eps} and moving_average_fraction {fraction}; expected eps above 0 "
+                                 f"and a fraction from 0 to 1")
+        return BatchNormParam(_bool(p, "use_global_stats", None, where), eps, fraction)
     if kind == "Scale":
         p = _block(raw, "scale_param", where)
         return ScaleParam(bool(_bool(p, "bias_term", False, where)), _int(p, "axis", 1, where),
@@ -318,7 +378,10 @@ def _settings(kind: str, raw: dict[str, Any], where: str) -> Settings | None:
     if kind == "Flatten":
         return SimpleParam(axis=_int(_block(raw, "flatten_param", where), "axis", 1, where))
     if kind == "Accuracy":
-        return SimpleParam(top_k=_int(_block(raw, "accuracy_param", where), "top_k", 1, where))
+        top_k = _int(_block(raw, "accuracy_param", where), "top_k", 1, where)
+        if top_k < 1:
+            raise FirescaleError(f"{where}: top_k is {top_k}; expected 1 or more")
+        return SimpleParam(top_k=top_k)
     if kind in DATA_TYPES:
         return _data(kind, raw, where)
     return None
@@ -329,6 +392,8 @@ def _data(kind: str, raw: dict[str, Any], where: str) -> DataParam:
     transform = _block(raw, "transform_param", where)
     at = f"{where} transform_param"
     crop = _int(transform, "crop_size", 0, at)
+    if crop < 0:
+        raise FirescaleError(f"{at}: crop_size is {crop}; expected 0 (no crop) or more")
     means = _list(transform.get("mean_value"))
     if any(isinstance(m, bool) or not isinstance(m, (int, float)) for m in means):
         raise FirescaleError(f"{at}: 'mean_value' is {means!r}; expected numbers, one or one per channel")
@@ -345,16 +410,22 @@ def _data(kind: str, raw: dict[str, Any], where: str) -> DataParam:
                                  f"dim: W }} }}")
         dims = _list(shapes[0].get("dim"))
         if len(dims) != 4 or not all(isinstance(d, int) and d > 0 for d in dims):
-            raise FirescaleError(f"{where}: input_param shape has dims {dims}; expected four: N, C, H, W")
+            raise FirescaleError(f"{where}: input_param shape has dims {dims}; expected four, each 1 or more: "
+                                 "N, C, H, W")
         return DataParam("", dims[0], (dims[2], dims[3], dims[1]))
     if kind == "ImageData":
         p = _block(raw, "image_data_param", where)
         channels = 3 if _bool(p, "is_color", True, where) else 1
         h, w = _int(p, "new_height", 0, where), _int(p, "new_width", 0, where)
+        if min(h, w) < 0 or _int(p, "batch_size", 1, where) < 1:
+            raise FirescaleError(f"{where}: new_height {h}, new_width {w}, batch_size {p.get('batch_size')}; "
+                                 f"expected sizes of 0 (as stored) or more and a batch of 1 or more")
         shape = (crop, crop, channels) if crop else ((h, w, channels) if h and w else None)
         return DataParam(str(_one(p, "source", "", where)), _int(p, "batch_size", 0, where), shape, crop, **kept)
     key = "data_param" if kind == "Data" else "hdf5_data_param"
     p = _block(raw, key, where)
+    if _int(p, "batch_size", 1, where) < 1:
+        raise FirescaleError(f"{where}: batch_size is {p['batch_size']}; expected 1 or more")
     # A Data layer's records carry their own size; the file gives it only as a crop (colour unless one mean).
     shape = (crop, crop, 1 if len(means) == 1 else 3) if crop and kind == "Data" else None
     return DataParam(str(_one(p, "source", "", where)), _int(p, "batch_size", 0, where), shape, crop, **kept)

@@ -20,6 +20,17 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def positive_int(text: str) -> int:
+    """A count that must be 1 or more (a batch, a number of ranks)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
+    return value
+
+
 def input_shape(text: str) -> tuple[int, int, int]:
     """A net's input as H,W,C (the argparse type of every --input)."""
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from firescale.atomic import atomic_write_json
-from firescale.commands.args import add_net_argument, chosen_net, input_shape
+from firescale.commands.args import add_net_argument, chosen_net, input_shape, positive_int
 from firescale.model.firecaffe_table1 import compare_table1
 from firescale.model.layers import NetCost, branch_bounds, net_cost
 from firescale.nets.zoo import get_net
@@ -12,9 +12,9 @@ from firescale.nets.zoo import get_net
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_net_argument(parser)
-    parser.add_argument("--batch", type=int, default=1024, help="images per batch (default 1024, as Table 1)")
+    parser.add_argument("--batch", type=positive_int, default=1024, help="images per batch (default 1024, as Table 1)")
     parser.add_argument("--input", type=input_shape, help="input H,W,C (default: the net's own)")
-    parser.add_argument("--classes", type=int, help="number of classes (default: the net's own)")
+    parser.add_argument("--classes", type=positive_int, help="number of classes (default: the net's own)")
     parser.add_argument("--json", help="also write the table and totals to this JSON file")
     parser.add_argument("--site", help="also each layer's predicted time on this site's device, and where each "
                                        "figure came from (its layer profile, a fit from it, or the peak)")

@@ -26,6 +26,7 @@ import numpy as np
 
 from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel, planar_to_hwc
 from firescale.data.batch import batch_array
+from firescale.data.labels import check_labels
 from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
 
@@ -55,7 +56,39 @@ def _open(path: Path) -> h5py.File:
     try:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:
-        raise FirescaleError(f"{path} is not a readable HDF5 file ({exc})") from exc
+        raise FirescaleError(f"{path} is not a readable HDF5 file ({_first_line(exc)})") from exc
+
+
+# What h5py raises for a file whose bytes are damaged: OSError and RuntimeError from the HDF5 library
+# (a checksum, a signature, an address past the end of the file), KeyError for an object whose header
+# cannot be read, ValueError and TypeError for a damaged datatype or dataspace, MemoryError for a
+# dataspace whose size is damaged.
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, MemoryError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().strip("'\"")
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def damaged(path: Path, what: str, exc: BaseException) -> FirescaleError:
+    """The error for a part of an HDF5 file that h5py cannot read, in one sentence naming file and part."""
+    return FirescaleError(f"{path} {what} cannot be read: HDF5 reports {_first_line(exc)}; the file is damaged")
+
+
+def read_records(data: h5py.Dataset, indices: np.ndarray, path: Path, first: int = 0) -> np.ndarray:
+    """data[indices] (increasing, unique); when HDF5 cannot read them, an error naming the first record it
+    cannot read (numbered from `first`), found by reading them one at a time."""
+    try:
+        return data[indices]
+    except H5_ERRORS as exc:
+        error: BaseException = exc
+    for i in indices.tolist():
+        try:
+            data[i]
+        except H5_ERRORS as exc:
+            raise damaged(path, f"record {first + i}", exc) from exc
+    raise damaged(path, f"records {first + int(indices[0])}..{first + int(indices[-1])}", error) from error
 
 
 class Hdf5Reader:
@@ -64,31 +97,68 @@ class Hdf5Reader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.file = _open(self.path)
-        if self.file.attrs.get("layout") != LAYOUT:
-            raise FirescaleError(f"{self.path} lacks the attribute layout={LAYOUT!r}; "
-                                 "for Caffe's HDF5Data layout pass the text file that lists the .h5 files")
-        version = int(self.file.attrs.get("layout_version", -1))
-        if version != LAYOUT_VERSION:
-            raise FirescaleError(f"{self.path} has layout_version {version}; this firescale reads {LAYOUT_VERSION}")
-        for name in ("data", "label"):
-            if name not in self.file:
-                raise FirescaleError(f"{self.path} has no dataset /{name}")
-        self.data = self.file["data"]
-        self.label = self.file["label"]
-        self.shape = tuple(int(s) for s in self.file.attrs["shape"])
-        self.classes = json.loads(self.file.attrs["classes"])
-        self.num_records = int(self.data.shape[0])
-        self.dtype = self.data.dtype
-        if tuple(self.data.shape[1:]) != self.shape or self.label.shape != (self.num_records,):
-            raise FirescaleError(f"{self.path}: /data {self.data.shape} and /label {self.label.shape} do not "
-                                 f"match the shape attribute {self.shape}")
-        self.labels = self.label[()]  # labels are small: read once
+        try:
+            self._read_layout()
+        except BaseException:
+            self.file.close()
+            raise
         # One uncompressed record per chunk: records are copied from the file's map into the batch.
-        self._direct = (self.data.chunks == (1, *self.shape)
-                        and self.data.id.get_create_plist().get_nfilters() == 0)
         self._chunk_offsets: np.ndarray | None = None
         self._mapped: MappedFile | None = None  # the file mapped read-only, once the chunk table is built
         self._windows: np.ndarray | None = None  # for small records: row k is the record-sized run at byte k
+
+    def _attribute(self, name: str):
+        try:
+            return self.file.attrs[name] if name in self.file.attrs else None
+        except H5_ERRORS as exc:
+            raise damaged(self.path, f"attribute {name}", exc) from exc
+
+    def _read_layout(self) -> None:
+        """The attributes, datasets and labels of our layout, each checked; a damaged one is named."""
+        if self._attribute("layout") != LAYOUT:
+            raise FirescaleError(f"{self.path} lacks the attribute layout={LAYOUT!r}; "
+                                 "for Caffe's HDF5Data layout pass the text file that lists the .h5 files")
+        version = self._attribute("layout_version")
+        if not isinstance(version, (int, np.integer)) or version != LAYOUT_VERSION:
+            raise FirescaleError(f"{self.path} has layout_version {version}; this firescale reads {LAYOUT_VERSION}")
+        shape = np.asarray(self._attribute("shape"))
+        if shape.shape != (3,) or shape.dtype.kind not in "iu" or shape.min() < 1:
+            raise FirescaleError(f"{self.path} has attribute shape {shape.tolist()}; it must be 3 positive "
+                                 "whole numbers (height, width, channels)")
+        self.shape = tuple(int(s) for s in shape)
+        try:
+            self.classes = json.loads(self._attribute("classes"))
+        except (TypeError, ValueError) as exc:
+            raise FirescaleError(f"{self.path} attribute classes is not a JSON list of class names ({exc})") from exc
+        if not isinstance(self.classes, list) or not self.classes:
+            raise FirescaleError(f"{self.path} attribute classes is not a JSON list of class names")
+        for name in ("data", "label"):
+            try:
+                found = name in self.file and isinstance(self.file[name], h5py.Dataset)
+            except H5_ERRORS as exc:
+                raise damaged(self.path, f"dataset /{name}", exc) from exc
+            if not found:
+                raise FirescaleError(f"{self.path} has no dataset /{name}")
+        try:
+            self.data = self.file["data"]
+            self.label = self.file["label"]
+            data_shape, label_shape, self.dtype = self.data.shape, self.label.shape, self.data.dtype
+        except H5_ERRORS as exc:
+            raise damaged(self.path, "dataset /data or /label", exc) from exc
+        self.num_records = int(data_shape[0]) if data_shape else 0
+        if tuple(data_shape[1:]) != self.shape or label_shape != (self.num_records,) or self.dtype != np.uint8:
+            raise FirescaleError(f"{self.path}: /data {self.dtype} {data_shape} and /label {label_shape} do not "
+                                 f"match the shape attribute {self.shape} of uint8 records")
+        try:
+            labels = self.label[()]  # labels are small: read once
+        except H5_ERRORS as exc:
+            raise damaged(self.path, "dataset /label", exc) from exc
+        self.labels = check_labels(labels, str(self.path), len(self.classes))
+        try:
+            self._direct = (self.data.chunks == (1, *self.shape)
+                            and self.data.id.get_create_plist().get_nfilters() == 0)
+        except H5_ERRORS as exc:
+            raise damaged(self.path, "the storage of /data", exc) from exc
 
     def _chunk_table(self) -> np.ndarray:
         """File offset of each record's chunk (-1 where none was written), from HDF5's chunk index."""
@@ -98,17 +168,23 @@ class Hdf5Reader:
             bad: list[str] = []
 
             def visit(info) -> None:
-                if info.size != size or info.filter_mask:
-                    bad.append(f"record {info.chunk_offset[0]}: chunk of {info.size} bytes, filter mask "
-                               f"{info.filter_mask}; expected {size} unfiltered bytes")
-                offsets[info.chunk_offset[0]] = info.byte_offset
+                record = info.chunk_offset[0]
+                if info.size != size or info.filter_mask or not 0 <= record < self.num_records:
+                    bad.append(f"record {record}: chunk of {info.size} bytes, filter mask "
+                               f"{info.filter_mask}; expected {size} unfiltered bytes of records "
+                               f"0..{self.num_records - 1}")
+                else:
+                    offsets[record] = info.byte_offset
 
             dsid = self.data.id
-            if hasattr(dsid, "chunk_iter"):
-                dsid.chunk_iter(visit)
-            else:
-                for k in range(dsid.get_num_chunks()):
-                    visit(dsid.get_chunk_info(k))
+            try:
+                if hasattr(dsid, "chunk_iter"):
+                    dsid.chunk_iter(visit)
+                else:
+                    for k in range(dsid.get_num_chunks()):
+                        visit(dsid.get_chunk_info(k))
+            except H5_ERRORS as exc:
+                raise damaged(self.path, "the chunk index of /data", exc) from exc
             if bad:
                 raise FirescaleError(f"{self.path} {bad[0]}")
             self._mapped = MappedFile(self.path)
@@ -133,9 +209,8 @@ class Hdf5Reader:
         else:
             order = np.argsort(indices, kind="stable")
             uniq, inverse = np.unique(indices[order], return_inverse=True)
-            block = self.data[uniq]
-            images[order] = block[inverse]
-        return images, self.labels[indices].astype(np.int64)
+            images[order] = read_records(self.data, uniq, self.path)[inverse]
+        return images, self.labels[indices]
 
     def _read_chunks(self, indices: np.ndarray, images: np.ndarray) -> None:
         """Copy each record's chunk from the map into its row of `images`, after checking the file's size."""
@@ -184,20 +259,20 @@ class CaffeHdf5Reader:
             raise FirescaleError(f"{self.path} lists no .h5 files")
         self.files: list[Path] = []
         datas, labels = [], []
-        for line in lines:
-            p = Path(line)
-            if not p.is_absolute() and not p.exists():
-                p = self.path.parent / p
-            f = _open(p)
-            if "data" not in f or "label" not in f:
-                raise FirescaleError(f"{p} (listed in {self.path}) needs datasets /data and /label")
-            data, label = f["data"], f["label"]
-            if data.ndim != 4 or label.shape[0] != data.shape[0]:
-                raise FirescaleError(f"{p}: /data must be (N, C, H, W) and /label (N,) or (N, 1), "
-                                     f"got {data.shape} and {label.shape}")
-            self.files.append(p)
-            datas.append(data)
-            labels.append(np.asarray(label[()]).reshape(data.shape[0], -1)[:, 0])
+        self._handles: list[h5py.File] = []
+        try:
+            for line in lines:
+                p = Path(line)
+                if not p.is_absolute() and not p.exists():
+                    p = self.path.parent / p
+                self._handles.append(_open(p))
+                data, label = self._datasets(self._handles[-1], p)
+                self.files.append(p)
+                datas.append(data)
+                labels.append(label)
+        except BaseException:
+            self.close()
+            raise
         shapes = {tuple(d.shape[1:]) for d in datas}
         if len(shapes) != 1:
             raise FirescaleError(f"the files listed in {self.path} have different record shapes {sorted(shapes)}")
@@ -206,8 +281,36 @@ class CaffeHdf5Reader:
         self.datas = datas
         self.offsets = np.cumsum([0] + [d.shape[0] for d in datas])
         self.num_records = int(self.offsets[-1])
-        self.labels = np.concatenate(labels).astype(np.int64)
+        self.labels = np.concatenate(labels)
         self.dtype = np.dtype(np.float32)
+
+    def _datasets(self, f: h5py.File, p: Path) -> tuple[h5py.Dataset, np.ndarray]:
+        """/data of one listed file and its labels, checked; a damaged part is named."""
+        try:
+            found = all(name in f and isinstance(f[name], h5py.Dataset) for name in ("data", "label"))
+        except H5_ERRORS as exc:
+            raise damaged(p, f"(listed in {self.path}) dataset /data or /label", exc) from exc
+        if not found:
+            raise FirescaleError(f"{p} (listed in {self.path}) needs datasets /data and /label")
+        try:
+            data, label = f["data"], f["label"]
+            data_shape, label_shape, kind = data.shape, label.shape, data.dtype.kind
+        except H5_ERRORS as exc:
+            raise damaged(p, f"(listed in {self.path}) dataset /data or /label", exc) from exc
+        if (len(data_shape) != 4 or min(data_shape[1:]) < 1 or kind not in "iuf" or not label_shape
+                or label_shape[0] != data_shape[0] or int(np.prod(label_shape)) != data_shape[0]):
+            raise FirescaleError(f"{p}: /data must be (N, C, H, W) numbers and /label (N,) or (N, 1), "
+                                 f"got {data.dtype} {data_shape} and {label_shape}")
+        try:
+            labels = np.asarray(label[()]).reshape(-1)
+        except H5_ERRORS as exc:
+            raise damaged(p, f"(listed in {self.path}) dataset /label", exc) from exc
+        return data, check_labels(labels, str(p))
+
+    def close(self) -> None:
+        for f in self._handles:
+            f.close()
+        self._handles = []
 
     def read(self, indices: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(images (N, H, W, C) float32, labels) of the records at `indices`, in that order."""
@@ -219,7 +322,7 @@ class CaffeHdf5Reader:
             local = indices[sel] - self.offsets[k]
             order = np.argsort(local)
             uniq, inverse = np.unique(local[order], return_inverse=True)
-            planar = np.ascontiguousarray(self.datas[k][uniq], np.float32)
+            planar = np.ascontiguousarray(read_records(self.datas[k], uniq, self.files[k]), np.float32)
             if len(uniq) == len(indices) and np.array_equal(sel[order], np.arange(len(indices))):
                 planar_to_hwc(planar, images, bgr=False)  # one file, increasing indices: straight into the batch
                 continue

@@ -7,8 +7,12 @@ once ingest has renamed it into place.  Without readahead the kernel reads only 
 touches: with random access by many ranks, readahead would fetch neighbouring pages that this rank
 never uses and multiply the traffic to the file servers.
 
-A finished dataset is immutable, so LmdbReader also walks data.mdb's B-tree once at open (plain
-reads, lmdb_pages.value_index) for the file offset and length of every value.  When the keys are the
+LMDB trusts its pages: a damaged page number sends it past the end of the file (SIGBUS), a damaged
+page header trips its assertions (SIGABRT).  So before LMDB maps data.mdb, the file is checked with
+plain reads (lmdb_pages.value_index): both meta pages, that the file holds every page in use, and
+every branch and leaf page a lookup or a cursor could touch; whatever bytes the file holds, opening it
+reads or stops with one sentence naming the file and a key.  A finished dataset is immutable, so the
+same walk gives the file offset and length of every value for LmdbReader.  When the keys are the
 dense "%08d" indices ingest writes and the pixels are uint8, a batch is then one fancy index into those
 arrays and one call of the compiled kernel over a read-only map of data.mdb: no LMDB lookup and no
 Python per record.  The file's size is checked before every batch, so a file cut short after open is
@@ -35,6 +39,7 @@ from firescale.caffe.datum import (
 )
 from firescale.caffe.pixels import PIXELS_KERNEL, compiled_kernel
 from firescale.data.batch import batch_array
+from firescale.data.lmdb_pages import ValueIndex, show_key
 from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
 
@@ -86,24 +91,44 @@ class LmdbWriter:
             self.env.close()
 
 
-def open_lmdb_readonly(path: str | os.PathLike[str]) -> lmdb.Environment:
-    """Open an LMDB directory read-only, lock-free, without readahead; a truncated data.mdb is an error."""
+def open_lmdb_readonly(path: str | os.PathLike[str]) -> tuple[lmdb.Environment, ValueIndex]:
+    """Check data.mdb with plain reads, then open the directory read-only, lock-free, without readahead.
+
+    Returns the environment and the value index of the check (lmdb_pages.value_index): every page
+    LMDB may touch is known to lie inside the file and to be laid out as LMDB expects before LMDB
+    maps it, so a damaged or short file is an error naming the file and a key, never a SIGBUS or an
+    abort inside LMDB.
+    """
     path = Path(path)
     data = path / DATA_FILE
     if not data.is_file():
         raise FirescaleError(f"{data} does not exist; an LMDB dataset is a directory holding {DATA_FILE}")
+    index = checked_index(data)
     try:
         env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True,
                         max_readers=1, max_spare_txns=1)
     except lmdb.Error as exc:
         raise FirescaleError(f"{data} is not a readable LMDB environment ({exc})") from exc
-    needed = _bytes_needed(env)
-    have = data.stat().st_size
-    if have < needed:
-        env.close()
-        raise FirescaleError(f"{data} is truncated: {have} bytes but its pages need {needed}; "
-                             + _describe_lost(data))
-    return env
+    return env, index
+
+
+def checked_index(data: Path) -> ValueIndex:
+    """The value index of data.mdb from the walk that checks it; what is wrong, in one sentence naming a key."""
+    from firescale.data.lmdb_pages import LayoutError, TreePageError, TruncatedError, value_index
+
+    try:
+        return value_index(data)
+    except OSError as exc:
+        raise FirescaleError(f"{data} cannot be read ({exc.strerror or exc})") from exc
+    except TruncatedError as exc:
+        raise FirescaleError(f"{data} is truncated: {exc.size} bytes but its pages need {exc.needed}; "
+                             + _describe_lost(data)) from exc
+    except TreePageError as exc:
+        key = show_key(exc.first_key)
+        where = f"from record key {key} on" if key else "from the first record on"
+        raise FirescaleError(f"{data} cannot be read {where}: {exc}; the file is corrupt") from exc
+    except LayoutError as exc:
+        raise FirescaleError(f"{data} is not the LMDB environment of a dataset: {exc}") from exc
 
 
 def _bytes_needed(env: lmdb.Environment) -> int:
@@ -116,11 +141,11 @@ def _describe_lost(data: Path) -> str:
 
     try:
         lost = lost_records(data)
-    except (LayoutError, OSError) as exc:
+    except (LayoutError, OSError, struct_error) as exc:
         return f"records stored past the end cannot be read (their keys cannot be listed: {exc})"
     if lost is None:
         return "every record is whole, but pages LMDB may touch lie past the end"
-    key = lost.first_key.decode(errors="replace")
+    key = show_key(lost.first_key)
     if lost.subtree:
         first = (f"the tree page holding the records from key {key} on" if key
                  else "the tree page holding the first records") + " lies past the end"
@@ -132,7 +157,7 @@ def _describe_lost(data: Path) -> str:
 
 def lmdb_record_error(data: Path, key: bytes, exc: lmdb.Error, env: lmdb.Environment | None = None) -> FirescaleError:
     """The error for a record LMDB cannot read (page not found, corrupted, bad transaction)."""
-    name = key.decode(errors="replace") or "(first)"
+    name = show_key(key) or "(first)"
     message = f"{data} record key {name} cannot be read: LMDB reports {exc}"
     try:
         have = data.stat().st_size
@@ -144,26 +169,9 @@ def lmdb_record_error(data: Path, key: bytes, exc: lmdb.Error, env: lmdb.Environ
     return FirescaleError(message)
 
 
-def check_tree(data: Path) -> None:
-    """Walk data.mdb's B-tree with plain reads before a cursor does: LMDB aborts the process on a
-    damaged page it meets while stepping a cursor, so such a page is reported here, naming a key."""
-    from firescale.data.lmdb_pages import LayoutError, TreePageError, record_spans
-
-    try:
-        for _ in record_spans(data):
-            pass
-    except TreePageError as exc:
-        key = exc.first_key.decode(errors="replace")
-        where = f"record key {key} and those after it" if key else "the records from the first key on"
-        raise FirescaleError(f"{data} {where} cannot be read: {exc}; the file is corrupt") from exc
-    except LayoutError:
-        return  # not the 0.9 layout this walk knows; LMDB checks it as it reads
-
-
 def iter_lmdb(path: str | os.PathLike[str]) -> Iterator[tuple[bytes, bytes]]:
-    """Every (key, value) in key order; the environment is opened read-only as above."""
-    env = open_lmdb_readonly(path)
-    check_tree(Path(path) / DATA_FILE)
+    """Every (key, value) in key order; the environment is checked and opened read-only as above."""
+    env, _ = open_lmdb_readonly(path)
     last = b""
     try:
         with env.begin() as txn:
@@ -187,15 +195,9 @@ class LmdbReader:
                  shape: tuple[int, int, int] | None = None, index: bool = True) -> None:
         """`index=False` keeps every read going through LMDB's lookups (to compare or to test them)."""
         self.path = Path(path)
-        self.env = open_lmdb_readonly(self.path)
-        found = self._value_index() if index else None
+        self.env, found = open_lmdb_readonly(self.path)
         if keys is None:
-            if found is not None:
-                keys = found.keys
-            else:
-                check_tree(self.path / DATA_FILE)
-                with self.env.begin() as txn:
-                    keys = list(txn.cursor().iternext(keys=True, values=False))
+            keys = found.keys
         self.keys = keys
         if not keys:
             raise FirescaleError(f"{self.path / DATA_FILE} holds no records")
@@ -203,12 +205,12 @@ class LmdbReader:
         self.dtype = first.dtype
         self.shape = tuple(shape) if shape else tuple(first.shape)
         if first.shape != self.shape:
-            raise FirescaleError(f"{self.path / DATA_FILE} record key {keys[0].decode()} has shape "
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(keys[0])} has shape "
                                  f"{first.shape}, expected {self.shape}")
         self.codec = RawDatumCodec(self.shape)
         self._mapped: MappedFile | None = None
         self._offsets = self._lengths = None
-        if (found is not None and self.dtype == np.uint8 and PIXELS_KERNEL == "c"
+        if (index and self.dtype == np.uint8 and PIXELS_KERNEL == "c"
                 and (keys is found.keys or keys == found.keys)
                 and keys == [datum_key(i) for i in range(len(keys))]):
             self._mapped = MappedFile(self.path / DATA_FILE)
@@ -219,14 +221,6 @@ class LmdbReader:
         """True when batches are read through the value index and the compiled kernel."""
         return self._mapped is not None
 
-    def _value_index(self):
-        from firescale.data.lmdb_pages import LayoutError, value_index
-
-        try:
-            return value_index(self.path / DATA_FILE)
-        except (LayoutError, OSError, struct_error):
-            return None  # not a layout the walk knows: LMDB reads it (and check_tree names a damaged page)
-
     def _get(self, key: bytes) -> bytes:
         with self.env.begin() as txn:
             return self._get_all(txn, [key])[0]
@@ -236,7 +230,7 @@ class LmdbReader:
         try:
             return datum_to_image(decode_datum(value))
         except DatumError as exc:
-            raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: {exc}") from exc
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)}: {exc}") from exc
 
     def read(self, indices: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(images (N, H, W, C), labels int64) of the records at `indices`, in that order.
@@ -265,10 +259,10 @@ class LmdbReader:
                     continue
                 image, labels[j] = datum_to_image(decode_datum(todo_values[j]))
             except DatumError as exc:
-                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)}: "
                                      f"{exc}") from exc
             if image.shape != self.shape:
-                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode()} has shape "
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)} has shape "
                                      f"{image.shape}, expected {self.shape}")
             images[j] = image
         return images, labels
@@ -286,8 +280,9 @@ class LmdbReader:
         short = self._mapped.short_record(offsets, ends)
         if short is not None:
             j, why = short
-            raise FirescaleError(f"{self.path / DATA_FILE} record key {self.keys[int(indices[j])].decode()} needs "
-                                 f"bytes {int(offsets[j])}..{int(ends[j])} but {why}")
+            key = show_key(self.keys[int(indices[j])])
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {key} needs bytes {int(offsets[j])}.."
+                                 f"{int(ends[j])} but {why}")
         h, w, c = self.shape
         mapped = self._mapped.map
         todo = compiled_kernel().decode_raw_datums_at(mapped, offsets, lengths, self.codec.header, images,
@@ -298,7 +293,7 @@ class LmdbReader:
             try:
                 labels[j] = self.codec.decode_into(value, images[j])
             except DatumError as exc:
-                raise FirescaleError(f"{self.path / DATA_FILE} record key {key.decode(errors='replace')}: "
+                raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(key)}: "
                                      f"{exc}") from exc
         return images, labels
 
@@ -311,7 +306,8 @@ class LmdbReader:
             for key in keys:
                 value = get(key)
                 if value is None:
-                    raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {key.decode()}")
+                    name = show_key(key)
+                    raise FirescaleError(f"{self.path / DATA_FILE} has no record with key {name}")
                 values.append(value)
         except lmdb.Error as exc:
             raise lmdb_record_error(self.path / DATA_FILE, key, exc, self.env) from exc

@@ -61,8 +61,27 @@ class Dataset:
         if len(indices) and (indices.min() < 0 or indices.max() >= self.num_records):
             raise FirescaleError(f"{self.path}: record indices must lie in 0..{self.num_records - 1}")
         if out is None:
-            return self.reader.read(indices)
-        return self.reader.read(indices, out=batch_array(out, len(indices), self.shape, self.dtype))
+            images, labels = self.reader.read(indices)
+        else:
+            images, labels = self.reader.read(indices, out=batch_array(out, len(indices), self.shape, self.dtype))
+        if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+            j = int(np.argmax((labels < 0) | (labels >= self.num_classes)))
+            raise FirescaleError(f"{self._record(int(indices[j]))} has label {int(labels[j])}; the dataset's "
+                                 f"{self.num_classes} classes are 0..{self.num_classes - 1}")
+        return images, labels
+
+    def _record(self, index: int) -> str:
+        """The file and record of record `index`, as an error names them."""
+        keys = getattr(self.reader, "keys", None)
+        if keys is not None:
+            from firescale.data.lmdb_pages import show_key
+
+            return f"{self.reader.path / 'data.mdb'} record key {show_key(keys[index])}"
+        files = getattr(self.reader, "files", None)
+        if files is not None:
+            k = int(np.searchsorted(self.reader.offsets, index, side="right") - 1)
+            return f"{files[k]} record {index - int(self.reader.offsets[k])}"
+        return f"{self.reader.path} record {index}"
 
     def close(self) -> None:
         close = getattr(self.reader, "close", None)
@@ -129,9 +148,19 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
 
 
 def _scan_labels(reader: Any) -> np.ndarray:
+    """Every label of a bare Caffe LMDB, each a whole number in 0..MAX_LABEL (its classes are 0..the largest)."""
+    from firescale.data.labels import MAX_LABEL
+    from firescale.data.lmdb_pages import show_key
+
     out = []
     for start in range(0, len(reader.keys), 4096):
         _, labels = reader.read(np.arange(start, min(start + 4096, len(reader.keys))))
+        bad = (labels < 0) | (labels > MAX_LABEL)
+        if bad.any():
+            j = int(np.argmax(bad))
+            key = show_key(reader.keys[start + j])
+            raise FirescaleError(f"{reader.path / 'data.mdb'} record key {key} has label {int(labels[j])}; "
+                                 f"allowed are whole numbers 0..{MAX_LABEL}")
         out.append(labels)
     return np.concatenate(out)
 

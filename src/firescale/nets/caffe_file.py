@@ -113,6 +113,8 @@ def _graph(net: CaffeNetFile) -> _Graph:
             continue
         ins = [version[b] for b in layer.bottom]
         if layer.type == "Split":
+            if len(ins) != 1:
+                raise FirescaleError(f"{where} reads {len(ins)} blobs; a Split copies exactly one bottom to its tops")
             for t in layer.top:
                 version[t] = ins[0]
             continue

@@ -253,6 +253,22 @@ def _check_window(spec_name: str, name: str, shape: Shape, kernel: tuple[int, in
                              f"expected a kernel of at most {h + 2 * ph}x{w + 2 * pw} or a larger input")
 
 
+def _check_sizes(spec_name: str, name: str, layer: Conv | Pool) -> None:
+    """Refuse a window no framework can slide: kernel, stride, dilation or groups below 1, a negative pad."""
+    if isinstance(layer, Conv):
+        sizes = {"kernel": min(layer.kernel_hw), "stride": min(layer.stride_hw), "dilation": layer.dilation,
+                 "groups": layer.groups}
+        pad = min(layer.pad_hw)
+    else:
+        sizes = {} if layer.global_pool else {"kernel": layer.kernel, "stride": layer.stride}
+        pad = layer.pad
+    for what, value in sizes.items():
+        if value < 1:
+            raise FirescaleError(f"net {spec_name!r} layer {name!r}: {what} is {value}; expected 1 or more")
+    if pad < 0:
+        raise FirescaleError(f"net {spec_name!r} layer {name!r}: pad is {pad}; expected 0 or more")
+
+
 def _merged(spec_name: str, name: str, merge: MergeMode, outs: list[Shape]) -> Shape:
     """The shape that merging branch outputs `outs` gives: concatenated channels, or one shape elementwise."""
     first = outs[0]
@@ -274,6 +290,8 @@ def _layer_shapes(layers: tuple[Layer, ...], shape: Shape, num_classes: int,
     for layer in layers:
         h, w, c = shape
         name = prefix + layer.name
+        if isinstance(layer, (Conv, Pool)):
+            _check_sizes(spec_name, name, layer)
         if isinstance(layer, Conv):
             if c % layer.groups or layer.out % layer.groups:
                 raise FirescaleError(f"net {spec_name!r} layer {name!r}: groups={layer.groups} must divide "
