@@ -20,7 +20,7 @@ TRAINER_FORMAT = "firescale.bench.trainer/1"
 _DISPLAY_LOSS = re.compile(r"^iter (\d+)/\d+ loss (\S+)", re.M)
 # Each framework's bare loop (a module run as ranks) and what it is called in messages.
 BARE_LOOPS = {"tensorflow": ("firescale.bench.bare_loop", "the bare Horovod loop"),
-              "pytorch": ("firescale.bench.bare_loop_torch", "the bare torch.distributed loop")}
+              "pytorch": ("firescale.bench.bare_loop_torch", "the bare PyTorch loop")}
 
 
 @dataclass(frozen=True)

@@ -471,8 +471,9 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
         timed = f"after a {step_s * 1e3:.3f} ms step: {seconds} more than the ranks' mean step (mean"
     else:
         timed = f"on its own: {seconds} (median"
-    over = f" over the {measurement['process_group']} process group" if measurement.get("process_group") else ""
-    say(f"measured: {LIBRARIES[framework]}{over} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
+    who = (f"the PyTorch trainer's ({measurement['process_group']} process group)"
+           if measurement.get("process_group") else LIBRARIES[framework])
+    say(f"measured: {who} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
         f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks {timed}; "
         f"the fastest of {_ms(measurement['rounds_s'])})"
         + (f"; requested as backward starts, {measurement['hidden_share']:.0%} of it ran beside the compute"
