@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,13 @@ def test_each_framework_sets_its_trainer_beside_its_own_bare_loop(tmp_path, fram
     assert bare[bare.index("-m") + 1] == module
     assert row.framework == framework and row.to_dict()["framework"] == framework
     assert row.percent == pytest.approx(90.0) and (row.trainer_loss, row.bare_loss) == (1.5025, 1.50248)
+    # pytorch's sides take one process group, auto unless named; TensorFlow's have none to take
+    assert all(("--process-group" in c) == (framework == "pytorch") for c in (trainer, bare))
+    if framework == "pytorch":
+        ranks = _RecordedRanks()
+        (tmp_path / "gloo").mkdir()
+        compare_trainer(replace(runs, ranks=ranks, process_group="gloo", workdir=tmp_path / "gloo"), [2], 1)
+        assert all(c[c.index("--process-group") + 1] == "gloo" for c in ranks.commands)
 
 
 @pytest.mark.slow

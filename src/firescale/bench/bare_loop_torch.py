@@ -103,7 +103,7 @@ def _warm_up(step: BareStep, batch: tuple[torch.Tensor, torch.Tensor], state: li
 
 
 def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_rank: int,
-                  iterations: int) -> dict[str, Any]:
+                  iterations: int, process_group: str = "auto") -> dict[str, Any]:
     """Train `iterations` iterations on every rank after one warm-up iteration undone; images/s from the
     slowest rank, and the last iteration's loss."""
     from firescale.caffe.lr_policies import learning_rate
@@ -112,7 +112,7 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     from firescale.train.torch.distributed import init_rank
     from firescale.train.torch.nets import CaffeNet
 
-    rank = init_rank(1)
+    rank = init_rank(1, process_group=process_group)
     device = torch.device(rank.device)
     cfg = load_solver(solver_path, [])
     seed = cfg.random_seed if cfg.random_seed >= 0 else 1
@@ -159,8 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-per-rank", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--json", type=Path, required=True, help="where rank 0 writes the result")
+    parser.add_argument("--process-group", default="auto", help="as firescale train's (default auto)")
     args = parser.parse_args(argv)
-    result = run_bare_loop(args.dataset, args.net, args.solver, args.batch_per_rank, args.iterations)
+    result = run_bare_loop(args.dataset, args.net, args.solver, args.batch_per_rank, args.iterations,
+                           args.process_group)
     if result.pop("rank") == 0:
         atomic_write_json(args.json, result)
     return 0
