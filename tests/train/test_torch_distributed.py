@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from firescale.cluster.collectives import resolve_process_group
 from firescale.errors import FirescaleError
-from firescale.train.backend import resolve_process_group
 from firescale.train.torch import distributed, rendezvous
 from firescale.train.torch.distributed import (
     GradientBuckets,

@@ -201,6 +201,25 @@ class AllreduceUsed:
         return self.model in TREE_MODELS
 
 
+# The PyTorch trainer's process groups (`firescale train --process-group`): auto is NCCL on GPUs; on CPUs MPI
+# (mpi4py on the tensors' memory) where MPI started the ranks, else Gloo.
+PROCESS_GROUPS = ("auto", "gloo", "mpi", "nccl")
+
+
+def resolve_process_group(requested: str, *, gpu: bool, mpi_ranks: bool) -> str:
+    """The process group `requested` (one of PROCESS_GROUPS) means for ranks on GPUs (`gpu`) or on CPUs, started
+    by an MPI launcher with mpi4py at hand (`mpi_ranks`): auto is nccl on GPUs, mpi on such CPU ranks, else gloo;
+    a named group is itself.  The trainer's ranks (train/torch/distributed.init_rank) and the prediction of their
+    allreduce (model/paleo.site_process_group) both resolve it here, so the model prices the group that runs."""
+    if requested not in PROCESS_GROUPS:
+        raise FirescaleError(f"process group {requested!r} is not known; known: {', '.join(PROCESS_GROUPS)}")
+    if requested != "auto":
+        return requested
+    if gpu:
+        return "nccl"
+    return "mpi" if mpi_ranks else "gloo"
+
+
 # The cost model of the PyTorch trainer's process groups whose algorithm no site setting reaches: Gloo's allreduce of
 # CPU tensors is its ring (decode_allreduce's "gloo ring").  The MPI group's MPI_Allreduce and NCCL follow the
 # site's settings, so they take the site's model.

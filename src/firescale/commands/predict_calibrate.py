@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mean allreduce time for this net's gradients (instead of --allreduce-json)")
     parser.add_argument("--allreduce-probe", type=int, metavar="RANKS",
                         help="time the trainer's allreduce of this net's gradients (Horovod's, or with "
-                             "--framework pytorch torch.distributed's) over RANKS ranks started as --site "
+                             "--framework pytorch its sum over --process-group) over RANKS ranks started as --site "
                              "starts them, and fit the communication factor from the fastest of --probe-rounds "
                              "probes (on a site with a scheduler, only inside one of its jobs: the workflow's "
                              "calibration job); with --short-run, the short run is also started once for each rank "
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without it a CPU site hides none)")
     parser.add_argument("--framework", metavar="NAME",
                         help="the backend whose trainer's allreduce --allreduce-probe times: tensorflow (Horovod's, "
-                             "after a step shaped as the trainer's) or pytorch (torch.distributed's, on its own) "
+                             "after a step shaped as the trainer's) or pytorch (over its process group, on its own) "
                              "(default: the first record's, else tensorflow)")
     parser.add_argument("--process-group", metavar="NAME",
                         help="with --framework pytorch: the process group the runs sum over (auto, gloo, mpi, nccl, "

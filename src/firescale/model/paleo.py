@@ -5,7 +5,12 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from firescale.cluster.collectives import launcher_starts_mpi, process_group_model, site_allreduce
+from firescale.cluster.collectives import (
+    launcher_starts_mpi,
+    process_group_model,
+    resolve_process_group,
+    site_allreduce,
+)
 from firescale.cluster.horovod import site_cycle_time_s
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
@@ -141,8 +146,6 @@ def site_process_group(site: SiteProfile, requested: str = "auto") -> str:
     (train.backend.resolve_process_group): NCCL on a GPU site; on a CPU site MPI where its launcher starts MPI
     ranks and mpi4py imports, else Gloo."""
     import importlib.util
-
-    from firescale.train.backend import resolve_process_group
 
     mpi = (launcher_starts_mpi(site.launcher, site.config.get("srun_mpi"))
            and importlib.util.find_spec("mpi4py") is not None)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from firescale.caffe.solver import SolverConfig
+from firescale.cluster.collectives import PROCESS_GROUPS
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
@@ -30,9 +31,8 @@ STACK_VERSIONS = {"tensorflow": ("tensorflow", "horovod", "mpi"), "pytorch": ("t
 # bf16: the forward and backward passes autocast to bfloat16, the weights and the update in float32.
 PRECISIONS = ("fp32", "tf32", "bf16")
 DEFAULT_PRECISION = "fp32"
-# The pytorch backend's process group (resolve_process_group): auto is NCCL on GPUs; on CPUs MPI (mpi4py on the
-# tensors' memory) where MPI started the ranks, else Gloo.
-PROCESS_GROUPS = ("auto", "gloo", "mpi", "nccl")
+# The pytorch backend's process groups (PROCESS_GROUPS, resolve_process_group) live in the allreduce vocabulary,
+# firescale.cluster.collectives, which the model reads too.
 _MODULES = {"tensorflow": "firescale.train.tensorflow.backend", "pytorch": "firescale.train.torch.backend"}
 _NEEDS = {"tensorflow": "TensorFlow and Horovod (`make setup`)", "pytorch": "PyTorch (`make setup`, or `pip install "
                                                                             "'firescale[pytorch]'`)"}
@@ -50,20 +50,6 @@ def check_precision(precision: str, where: str = "--precision") -> str:
         raise FirescaleError(f"{where} {precision!r} is not a precision firescale trains in; use one of "
                              f"{', '.join(PRECISIONS)}")
     return precision
-
-
-def resolve_process_group(requested: str, *, gpu: bool, mpi_ranks: bool) -> str:
-    """The process group `requested` (one of PROCESS_GROUPS) means for ranks on GPUs (`gpu`) or on CPUs, started
-    by an MPI launcher with mpi4py at hand (`mpi_ranks`): auto is nccl on GPUs, mpi on such CPU ranks, else gloo;
-    a named group is itself.  The trainer's ranks (train/torch/distributed.init_rank) and the prediction of their
-    allreduce (predict/experiment.py) both resolve it here, so the model prices the group that runs."""
-    if requested not in PROCESS_GROUPS:
-        raise FirescaleError(f"process group {requested!r} is not known; known: {', '.join(PROCESS_GROUPS)}")
-    if requested != "auto":
-        return requested
-    if gpu:
-        return "nccl"
-    return "mpi" if mpi_ranks else "gloo"
 
 
 class Steps(Protocol):

@@ -16,9 +16,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from firescale.cluster.collectives import decode_allreduce
+from firescale.cluster.collectives import PROCESS_GROUPS, decode_allreduce, resolve_process_group
 from firescale.errors import FirescaleError
-from firescale.train.backend import PROCESS_GROUPS, resolve_process_group
 from firescale.train.host import mpi_implementation, pin_cpus
 from firescale.train.torch import mpi_group
 from firescale.train.torch.rendezvous import Place, launcher_place, local_of_mpi, mpi_started, rendezvous
