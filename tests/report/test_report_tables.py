@@ -373,7 +373,7 @@ def test_a_pytorch_point_predicted_more_than_15_percent_off_is_flagged_as_a_cali
     (miss,) = to_json(summary, pt)["calibration_misses"]
     assert miss["point"] == "g2-b64" and miss["error_pct"] == pytest.approx((4.25 - 6.5) / 6.5 * 100)
     uncalibrated = summarize(records, TOL, predictions=load_predictions(path), predictions_source=str(path),
-                             predictions_calibrated=False)
+                             uncalibrated="compute at 1 of the device's peak and links at 1 of the link's")
     assert "the predictions are uncalibrated" in next(n for n in cells.detail_notes(uncalibrated) if "‡" in n)
 
 
