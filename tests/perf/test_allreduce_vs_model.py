@@ -39,6 +39,10 @@ PLATFORM = Platform("ib", Device("gpu", 1e13, 5e11), Link(1.25e9, 2e-6), "ring")
      "--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod and --compute-ms"),
     ("jax", None, {}, "--framework 'jax' is not a framework firescale trains with; use one of tensorflow, pytorch"),
     ("tensorflow", "ring,gossip", {"reps": 0}, "--algorithms: unknown gossip"),     # the names before the numbers
+    ("tensorflow", None, {"process_groups": "mpi"}, "--process-groups chooses what torch's allreduce sums over"),
+    ("pytorch", "mpi", {"process_groups": "gloo"}, "--process-groups chooses what torch's allreduce sums over"),
+    ("pytorch", None, {"process_groups": "gloo,ucc"}, "--process-groups 'gloo,ucc': unknown ucc; known: auto, gloo, "
+                                                      "mpi, nccl"),
 ])
 def test_bad_options_are_refused_by_name(framework, algorithms, options, message):
     with pytest.raises(FirescaleError, match=re.escape(message)):
@@ -49,6 +53,8 @@ def test_good_options_are_kept_as_given():
     bench = allreduce_bench("tensorflow", " mpi, horovod ,", reps=3, compute_ms=5.0, batch_per_rank=8, overlap_ms=2.0)
     assert bench == AllreduceBench("tensorflow", ("mpi", "horovod"), 3, 5.0, 8, 2.0)
     assert allreduce_bench("pytorch", None).algorithms == ("mpi", "torch")
+    assert allreduce_bench("pytorch", None).process_groups == ("auto",)
+    assert allreduce_bench("pytorch", None, process_groups=" gloo,mpi ,gloo").process_groups == ("gloo", "mpi")
 
 
 def test_the_sizes_are_given_swept_or_a_nets_gradients():
@@ -92,6 +98,9 @@ def test_each_algorithm_is_set_beside_its_own_models():
     assert models_for("ps", "ring") == ("ps", "firecaffe-ps")
     assert models_for("tree", "ring") == ("tree",)
     assert [models_for(a, "rabenseifner") for a in ("mpi", "horovod", "torch")] == [("rabenseifner",)] * 3
+    # torch's, by the process group it summed over: Gloo's ring whatever the site sets, MPI's and NCCL's the site's
+    assert models_for("torch", "tree", "gloo") == ("ring",)
+    assert models_for("torch", "tree", "mpi") == models_for("torch", "tree", "nccl") == ("tree",)
 
 
 class _Comm:
@@ -109,8 +118,9 @@ def _measure(calls: list):
     """A stand-in for measure_allreduce: 1 ns a byte, every call kept."""
     def measure(comm, algorithm, nbytes, reps, **options) -> AllreduceMeasurement:
         calls.append((algorithm, nbytes, reps, options))
-        return AllreduceMeasurement(algorithm, comm.Get_size(), nbytes, [nbytes * 1e-9] * reps,
-                                    tensors=len(options["tensors"]))
+        group = options.get("process_group", "")
+        return AllreduceMeasurement(algorithm, comm.Get_size(), nbytes, [nbytes * (2 if group == "gloo" else 1) * 1e-9]
+                                    * reps, tensors=len(options["tensors"]), process_group=group)
     return measure
 
 
@@ -131,6 +141,20 @@ def test_every_size_of_each_algorithm_is_timed_a_frameworks_own_last():
     assert 0 < results[-2][1]["ring"] < results[-1][1]["ring"]     # more bytes, longer
     unpredicted = time_allreduces(_Comm(0, 4), bench, sizes, None, "tree", _measure([]))
     assert all(p == {} for _, p in unpredicted)
+
+
+def test_torch_s_allreduce_is_timed_over_each_process_group_and_priced_as_that_group_runs():
+    calls: list = []
+    bench = allreduce_bench("pytorch", None, process_groups="gloo,mpi")
+    sizes = BenchSizes((1000,), (150, 100), (8, 8, 1), "lenet_same")
+    results = time_allreduces(_Comm(0, 2), bench, sizes, PLATFORM.link, "tree", _measure(calls))
+    assert [(a, o.get("process_group")) for a, _, _, o in calls] == [("mpi", None), ("torch", "gloo"),
+                                                                     ("torch", "mpi")]
+    assert [list(p) for _, p in results] == [["tree"], ["ring"], ["tree"]]   # Gloo's ring, MPI's the site's tree
+    lines = table_lines(2, bench, sizes, results, {}, (0.5, 0.75))
+    assert [line.split()[0] for line in lines[3:6]] == ["mpi", "torch/gloo", "torch/mpi"]
+    pairs = [line.split()[:2] for line in lines if line.split()[1:2] in (["gloo"], ["mpi"])]
+    assert pairs == [["1", "gloo"], ["1", "mpi"]]   # KiB and group: each beside MPI_Allreduce of the same bytes
 
 
 def test_rank_0_says_the_table_and_writes_the_record_the_others_neither(tmp_path):

@@ -222,31 +222,59 @@ def test_the_ranks_agree_on_one_matmul_cost_for_the_synthetic_step():
 
 @pytest.mark.pytorch
 @pytest.mark.mpi
-def test_torch_distributed_allreduce_is_timed_beside_mpi_and_sums_as_the_pytorch_trainer(run_ranks, tmp_path, repo):
-    """`torch` is the PyTorch trainer's allreduce (Rank.sum over Gloo here): its sum is checked like MPI's, it is
-    timed by the same protocol and set beside MPI_Allreduce of the same bytes; with --gradients-of it sums the
-    net's gradients and the loss pair as one group, as the trainer does, where MPI sums them as one buffer."""
+def test_torch_s_allreduce_over_gloo_and_mpi_is_timed_beside_mpi_and_fitted_as_each_group_runs(run_ranks, tmp_path,
+                                                                                                 repo):
+    """`torch` is the PyTorch trainer's allreduce (Rank.sum), here over Gloo and over the MPI group in one run: its sum
+    is checked like MPI's, it is timed by the same protocol and set beside MPI_Allreduce of the same bytes; with
+    --gradients-of it sums the net's gradients and the loss pair as one group, as the trainer does, where MPI sums
+    them as one buffer.  A calibration fitted from the record takes the group the runs use, priced as it runs:
+    Gloo as its ring, the MPI group as the site's allreduce."""
     from firescale.model.layers import net_cost
     from firescale.nets.zoo import get_net
+    from firescale.predict.calibrate import allreduce_measurement
 
     out = tmp_path / "torch.json"
     proc = run_ranks(2, ["bench", "allreduce", "--framework", "pytorch", "--gradients-of", "lenet_same", "--input",
-                         "8,8,1", "--classes", "10", "--reps", "5", "--json", str(out)], timeout=240, cwd=repo)
+                         "8,8,1", "--classes", "10", "--reps", "5", "--process-groups", "gloo,mpi", "--json",
+                         str(out)], timeout=240, cwd=repo)
     data = json.loads(out.read_text())
-    assert data["framework"] == "pytorch"
-    runs = {m["algorithm"]: m for m in data["measurements"]}
-    assert set(runs) == {"mpi", "torch"}        # --framework pytorch's default algorithms
+    assert data["framework"] == "pytorch" and data["process_groups"] == ["gloo", "mpi"]
+    runs = {(m["algorithm"], m.get("process_group")): m for m in data["measurements"]}
+    assert set(runs) == {("mpi", None), ("torch", "gloo"), ("torch", "mpi")}   # --framework pytorch's algorithms
     cost = net_cost(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1)
-    torch_run, mpi_run = runs["torch"], runs["mpi"]
-    assert torch_run["bytes"] == mpi_run["bytes"] == cost.weight_bytes
-    assert torch_run["tensors"] == len(cost.gradient_tensors) and mpi_run["tensors"] == 0
-    assert torch_run["ranks"] == 2 and torch_run["process_group"] == "gloo" and "process_group" not in mpi_run
-    # sane timings: every repetition measured, none longer than a second for half a megabyte on one machine
-    assert len(torch_run["seconds"]) == 5 and 0 < torch_run["min_s"] <= torch_run["median_s"] < 1.0
-    (pair,) = data["torch_vs_mpi"]
-    assert pair["bytes"] == cost.weight_bytes and pair["percent_of_mpi"] == pytest.approx(
-        100 * mpi_run["median_s"] / torch_run["median_s"])
-    assert data["horovod_vs_mpi"] == [] and "torch % of MPI rate" in proc.stdout and "over gloo" in proc.stdout
+    mpi_run = runs["mpi", None]
+    for group in ("gloo", "mpi"):
+        torch_run = runs["torch", group]
+        assert torch_run["bytes"] == mpi_run["bytes"] == cost.weight_bytes
+        assert torch_run["tensors"] == len(cost.gradient_tensors) and mpi_run["tensors"] == 0
+        assert torch_run["ranks"] == 2
+        # sane timings: every repetition measured, none longer than a second for half a megabyte on one machine
+        assert len(torch_run["seconds"]) == 5 and 0 < torch_run["min_s"] <= torch_run["median_s"] < 1.0
+    pairs = {p["process_group"]: p for p in data["torch_vs_mpi"]}
+    assert set(pairs) == {"gloo", "mpi"} and all(p["bytes"] == cost.weight_bytes for p in pairs.values())
+    assert pairs["mpi"]["percent_of_mpi"] == pytest.approx(100 * mpi_run["median_s"] / runs["torch", "mpi"]["median_s"])
+    assert data["horovod_vs_mpi"] == [] and "torch % of MPI rate" in proc.stdout and "torch/gloo" in proc.stdout
+    gloo = allreduce_measurement(out, "tree", cost.weight_bytes, "gloo")
+    mpi = allreduce_measurement(out, "tree", cost.weight_bytes, "mpi")
+    assert (gloo["measured"], gloo["process_group"], gloo["algorithm"]) == ("torch", "gloo", "ring")
+    assert (mpi["measured"], mpi["process_group"], mpi["algorithm"]) == ("torch", "mpi", "tree")
+    assert gloo["seconds"] == runs["torch", "gloo"]["median_s"] and mpi["seconds"] == runs["torch", "mpi"]["median_s"]
+    with pytest.raises(FirescaleError, match="timed over the process groups gloo, mpi; name the one the runs use"):
+        allreduce_measurement(out, "tree", cost.weight_bytes)
+
+
+def test_a_calibration_refuses_torch_s_allreduce_over_another_group_than_the_runs(tmp_path):
+    from firescale.predict.calibrate import allreduce_measurement
+
+    path = tmp_path / "ar.json"
+    runs = [{"algorithm": "mpi", "ranks": 2, "bytes": 1000, "median_s": 0.001},
+            {"algorithm": "torch", "ranks": 2, "bytes": 1000, "median_s": 0.004, "process_group": "gloo"}]
+    path.write_text(json.dumps({"measurements": runs}))
+    with pytest.raises(FirescaleError) as e:
+        allreduce_measurement(path, "tree", 1000, "mpi")
+    assert str(e.value) == (f"{path}: torch's allreduce was timed over gloo, not over mpi, the process group the runs "
+                            "use; time it with `firescale bench allreduce --framework pytorch --process-groups mpi`")
+    assert allreduce_measurement(path, "tree", 1000)["algorithm"] == "ring"   # its only group: Gloo's, its ring
 
 
 @pytest.mark.parametrize("framework, algorithms, message", [

@@ -143,4 +143,5 @@ def test_a_bucket_size_reaches_the_pytorch_trainers_ranks(tmp_path, repo, digits
     small_run = json.loads((runs / "b4-s1-0" / "result.json").read_text())["allreduce"]
     assert (site_run["overlap"], site_run["bucket_bytes"]) == (False, None)
     assert (small_run["overlap"], small_run["bucket_bytes"]) == (True, int(0.1 * 2**20))
-    assert small_run["controller"] == "torch.distributed" and small_row["median_s"] > 0
+    assert small_run["controller"] == "mpi4py" and small_run["process_group"] == "mpi"   # auto under mpirun
+    assert small_row["median_s"] > 0

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -76,14 +77,22 @@ def test_each_framework_sets_its_trainer_beside_its_own_bare_loop(tmp_path, fram
     assert bare[bare.index("-m") + 1] == module
     assert row.framework == framework and row.to_dict()["framework"] == framework
     assert row.percent == pytest.approx(90.0) and (row.trainer_loss, row.bare_loss) == (1.5025, 1.50248)
+    # pytorch's sides take one process group, auto unless named; TensorFlow's have none to take
+    assert all(("--process-group" in c) == (framework == "pytorch") for c in (trainer, bare))
+    if framework == "pytorch":
+        ranks = _RecordedRanks()
+        (tmp_path / "gloo").mkdir()
+        compare_trainer(replace(runs, ranks=ranks, process_group="gloo", workdir=tmp_path / "gloo"), [2], 1)
+        assert all(c[c.index("--process-group") + 1] == "gloo" for c in ranks.commands)
 
 
 @pytest.mark.slow
 @pytest.mark.pytorch
 @pytest.mark.mpi
 def test_bench_trainer_pytorch_runs_both_sides_on_two_ranks_with_the_same_arithmetic(tmp_path, repo, digits_dataset):
-    """The torch trainer against the bare torch.distributed loop (Gloo): the same first batches in firescale's
-    sharded order, the same net, seed and Caffe update on both sides give the same loss after 12 iterations."""
+    """The torch trainer against the bare torch loop (on the MPI group auto takes under mpirun): the same first
+    batches in firescale's sharded order, the same net, seed and Caffe update on both sides give the same loss
+    after 12 iterations."""
     out = tmp_path / "bt.json"
     proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "trainer", "--framework", "pytorch",
                            "--dataset", str(digits_dataset), "--ranks", "2", "--iterations", "12", "--repeats", "1",
@@ -98,7 +107,7 @@ def test_bench_trainer_pytorch_runs_both_sides_on_two_ranks_with_the_same_arithm
     # The trainer prints its loss to 4 decimals (off by at most 5e-5); the arithmetic itself is the same.
     assert row["trainer_loss"] == pytest.approx(row["bare_loss"], abs=1e-4)
     bare = json.loads((tmp_path / "runs" / "bare-r2-0.json").read_text())
-    assert bare["framework"] == "pytorch" and bare["process_group"] == "gloo" and bare["ranks"] == 2
+    assert bare["framework"] == "pytorch" and bare["process_group"] == "mpi" and bare["ranks"] == 2
     result = json.loads((tmp_path / "runs" / "trainer-r2-0" / "result.json").read_text())
     assert result["ranks"] == 2 and result["iterations"] == 12 and result["versions"]["framework"] == "pytorch"
     assert "pytorch" in proc.stdout and "trainer % of bare" in proc.stdout

@@ -125,9 +125,31 @@ def test_the_probe_times_the_allreduce_of_the_records_backend_unless_framework_s
         probe_framework(CalibrationRequest(), [bad])
 
 
+def test_the_probe_takes_the_process_group_the_runs_ask_for(tmp_path):
+    """A pytorch calibration probes the group its runs ask for: --process-group, else the first record's command's,
+    else auto (resolved by the probe's ranks as by the runs'); a tensorflow one has none to take."""
+    from firescale.predict.calibration_run import probe_process_group
+
+    plain = MeasuredIteration("a.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
+                              ("firescale", "train", "--framework", "pytorch"))
+    gloo = MeasuredIteration("b.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
+                             ("firescale", "train", "--framework", "pytorch", "--process-group", "gloo"))
+    assert probe_process_group(CalibrationRequest(), [plain], "pytorch") == "auto"
+    assert probe_process_group(CalibrationRequest(), [gloo, plain], "pytorch") == "gloo"
+    assert probe_process_group(CalibrationRequest(process_group="mpi"), [gloo], "pytorch") == "mpi"
+    assert probe_process_group(CalibrationRequest(), [plain], "tensorflow") is None
+    with pytest.raises(FirescaleError, match="--process-group gloo is the pytorch trainer's; the tensorflow trainer"):
+        probe_process_group(CalibrationRequest(process_group="gloo"), [], "tensorflow")
+    odd = MeasuredIteration("odd.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
+                            ("firescale", "train", "--process-group", "ucc"))
+    with pytest.raises(FirescaleError, match=r"odd\.json: --process-group 'ucc' is not a process group; known: auto"):
+        probe_process_group(CalibrationRequest(), [odd], "pytorch")
+
+
 def test_the_probe_starts_the_backends_own_bench(monkeypatch, tmp_path):
     """What each backend's probe starts as the site's ranks: Horovod's after a step shaped as the trainer's,
-    torch.distributed's on its own (the real ranks of both: test_overhead_calibration, test_calibrate_torch)."""
+    the PyTorch trainer's on its own, over the process group asked for (auto unless named; the real ranks of
+    both: test_overhead_calibration, test_calibrate_torch)."""
     from firescale.cluster.ranks import probe_allreduce, site_ranks
     from firescale.nets.zoo import get_net
 
@@ -137,9 +159,12 @@ def test_the_probe_starts_the_backends_own_bench(monkeypatch, tmp_path):
     spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     probe_allreduce(here, 2, spec, tmp_path / "tf.json", step_s=0.004, batch_per_rank=32)
     probe_allreduce(here, 2, spec, tmp_path / "torch.json", step_s=0.004, batch_per_rank=32, framework="pytorch")
-    (n_tf, tf, what_tf), (n_torch, torch, what_torch) = started
+    probe_allreduce(here, 2, spec, tmp_path / "gloo.json", framework="pytorch", process_group="gloo")
+    (n_tf, tf, what_tf), (n_torch, torch, what_torch), (_, gloo, _) = started
     assert n_tf == n_torch == 2
-    assert what_tf == "the Horovod allreduce probe" and what_torch == "the torch.distributed allreduce probe"
+    assert what_tf == "the Horovod allreduce probe" and what_torch == "the PyTorch trainer's allreduce probe"
+    assert torch[torch.index("--process-groups") + 1] == "auto" and gloo[gloo.index("--process-groups") + 1] == "gloo"
+    assert "--process-groups" not in tf
     assert tf[tf.index("--algorithms") + 1] == "horovod" and tf[tf.index("--compute-ms") + 1] == "4.0000"
     assert "--framework" not in tf and tf[tf.index("--batch-per-rank") + 1] == "32"
     assert torch[torch.index("--framework") + 1] == "pytorch" and torch[torch.index("--algorithms") + 1] == "torch"
@@ -152,7 +177,7 @@ def test_the_probe_starts_the_backends_own_bench(monkeypatch, tmp_path):
         probe_allreduce(here, 2, spec, tmp_path / "x.json", overlap_s=0.002, framework="pytorch")
     with pytest.raises(FirescaleError, match="the tensorflow or the pytorch trainer's allreduce, not 'jax'"):
         probe_allreduce(here, 2, spec, tmp_path / "x.json", framework="jax")
-    assert len(started) == 2
+    assert len(started) == 3
 
 
 def test_copies_of_the_short_run_without_a_core_each_are_refused_before_it_starts(tmp_path, monkeypatch):

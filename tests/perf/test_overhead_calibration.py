@@ -369,8 +369,9 @@ def test_a_probe_round_past_its_timeout_is_stopped_and_said_and_all_failing_is_t
 @pytest.mark.slow
 def test_a_pytorch_baseline_is_calibrated_with_torch_distributeds_allreduce(repo, tmp_path):
     """A PyTorch experiment's calibration, as its job runs it, needs neither TensorFlow nor Horovod: the short run
-    repeats the record's own trainer (--framework pytorch) and the probe times torch.distributed's all_reduce of
-    LeNet's gradients over 2 Gloo ranks, which the communication factor is fitted to as measured (no cycle)."""
+    repeats the record's own trainer (--framework pytorch) and the probe times the trainer's allreduce of LeNet's
+    gradients over 2 ranks on the process group they take under mpirun (auto: MPI's), which the communication
+    factor is fitted to as measured (no cycle), priced as the site's MPI_Allreduce (its tree)."""
     _digits_baseline(repo, tmp_path, 60, "--framework", "pytorch")
     out = tmp_path / "calibration.json"
     proc = run_firescale("predict", "calibrate", "--site", "local", "--record", tmp_path / "base" / "result.json",
@@ -385,10 +386,11 @@ def test_a_pytorch_baseline_is_calibrated_with_torch_distributeds_allreduce(repo
     assert comm["after_step_s"] == 0.0 and "cycle_s" not in comm and len(comm["rounds_s"]) == 2
     probes = sorted((tmp_path / "work").glob("allreduce-probe-*.json"))
     (measured,) = json.loads(probes[0].read_text())["measurements"]
-    assert measured["algorithm"] == "torch" and measured["process_group"] == "gloo"
+    assert measured["algorithm"] == "torch" and measured["process_group"] == "mpi" == comm["process_group"]
+    assert comm["algorithm"] == "tree"   # site local's allreduce: the MPI group's MPI_Allreduce runs it
     assert measured["bytes"] == comm["bytes"] == DIGITS_LENET_BYTES
     assert min(comm["rounds_s"]) == comm["seconds"]
-    assert "measured: torch.distributed allreduce of lenet_same's" in proc.stdout
+    assert "measured: the PyTorch trainer's (mpi process group) allreduce of lenet_same's" in proc.stdout
     assert cal.ppp_comm > 0 and cal.contention >= 1.0
 
 

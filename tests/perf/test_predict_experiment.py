@@ -396,3 +396,45 @@ def predict_experiment_points(plan) -> dict:
     from firescale.predict.experiment import predict_experiment
 
     return predict_experiment(plan, "digits-lenet")["points"]
+
+
+def test_a_pytorch_experiment_is_priced_on_the_process_group_its_ranks_take(repo, tmp_path, local_site,
+                                                                           digits_config):
+    """The ranks of a CPU site whose launcher starts MPI take the MPI group (auto), whose MPI_Allreduce runs the
+    site's allreduce (local: mpirun, a binomial tree; vcluster: srun --mpi=pmix, the same); srun without an MPI
+    plugin leaves them Gloo, priced as Gloo's ring whatever the site asks of MPI.  A TensorFlow experiment names
+    no process group."""
+    from firescale.cluster.site import load_site
+    from firescale.model.comm import allreduce_time
+    from firescale.model.paleo import platform_from_site, site_process_group
+    from firescale.predict.experiment import predict_experiment
+    from firescale.sweep.plan import load_plan
+
+    config = yaml.safe_load(digits_config.read_text())
+    config["experiments"]["digits-lenet"]["framework"] = "pytorch"
+    config_path = tmp_path / "pytorch.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    site = yaml.safe_load((repo / "site" / "vcluster" / "site.yaml").read_text())
+    site.update(srun_mpi="none", paths=yaml.safe_load(local_site.read_text())["paths"])
+    path = tmp_path / "vcluster" / "site.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(site))
+    assert site_process_group(load_site(local_site)) == site_process_group(load_site("vcluster")) == "mpi"
+    assert site_process_group(load_site(path)) == "gloo" and site_process_group(load_site("titan")) == "nccl"
+    results = {group: predict_experiment(load_plan(where, config_path), "digits-lenet")
+               for group, where in (("mpi", local_site), ("gloo", path))}
+    two = {}
+    for group, model in (("mpi", "tree"), ("gloo", "ring")):
+        result = results[group]
+        assert result["process_group"] == group and result["model"]["platform"]["algorithm"] == model
+        two[group] = next(p for p in result["points"].values() if p["gpus"] == 2)
+        assert two[group]["allreduce_model"] == model
+    from firescale.model.layers import net_cost
+    from firescale.nets.zoo import get_net
+
+    nbytes = net_cost(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
+    link = platform_from_site(load_site(local_site)).link
+    assert two["mpi"]["comm_s"] == pytest.approx(allreduce_time("tree", nbytes, 2, link))
+    config["experiments"]["digits-lenet"]["framework"] = "tensorflow"
+    config_path.write_text(yaml.safe_dump(config))
+    assert predict_experiment(load_plan(local_site, config_path), "digits-lenet")["process_group"] is None

@@ -190,3 +190,17 @@ def test_the_schema_has_calibrate_for_an_experiment_and_recalibrate_for_a_run(pr
     plan = SweepPlan.build({**experiments(), "recalibrate": True}, load_site("local"), base=project)
     assert "recalibrate" not in plan.anchored_config()       # not in experiments.yaml: toggling it re-plans nothing
     assert replace(plan, config=validate_config(experiments(calibrate=False))).calibrates(EXPERIMENT) is False
+
+
+def test_a_pytorch_calibration_is_keyed_by_the_process_group_its_runs_take(project):
+    """auto resolved as the runs' ranks resolve it: MPI's group under the local site's mpirun, Gloo's where the
+    launcher starts no MPI; a TensorFlow calibration has none."""
+    assert key_of(project).fields["process_group"] is None
+    write_experiments(project, experiments(framework="pytorch"))
+    mpi = key_of(project)
+    assert mpi.fields["process_group"] == "mpi"
+    local = load_site("local")
+    config = copy.deepcopy(local.config)
+    config.update(launcher="srun", srun_mpi="none")
+    gloo = key_of(project, SiteProfile(name=local.name, source=local.source, config=config))
+    assert gloo.fields["process_group"] == "gloo" and gloo.digest != mpi.digest

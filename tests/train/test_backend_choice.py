@@ -49,7 +49,8 @@ def _one_sentence(proc: subprocess.CompletedProcess[str]) -> str:
                                 "tensorflow, pytorch"),
     (["--precision", "fp16"], "--precision 'fp16' is not a precision firescale trains in; use one of fp32, tf32, "
                               "bf16"),
-    (["--process-group", "mpi", "--framework", "pytorch"], "--process-group 'mpi' is not one of auto, gloo, nccl"),
+    (["--process-group", "ucc", "--framework", "pytorch"], "--process-group 'ucc' is not one of auto, gloo, mpi, "
+                                                           "nccl"),
     (["--process-group", "gloo"], "picks the pytorch backend's process group"),
 ])
 def test_an_unknown_choice_is_one_sentence(work, options, words):

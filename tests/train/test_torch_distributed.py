@@ -1,5 +1,6 @@
-"""The PyTorch backend's ranks: their places from each launcher's variables, the rendezvous, and Gloo's sums on
-real ranks (two mpirun jobs and one Slurm step without MPI, all started at once)."""
+"""The PyTorch backend's ranks: their places from each launcher's variables, the rendezvous, the process group each
+launcher's ranks take, and the sums of Gloo and of the MPI group on real ranks (two mpirun jobs over Gloo, one
+Slurm step without MPI, and one mpirun job on the MPI group that auto takes there, all started at once)."""
 from __future__ import annotations
 
 import json
@@ -16,18 +17,27 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from firescale.cluster.collectives import resolve_process_group
 from firescale.errors import FirescaleError
 from firescale.train.torch import distributed, rendezvous
 from firescale.train.torch.distributed import (
     GradientBuckets,
     Rank,
+    choose_process_group,
     describe_allreduce,
     init_rank,
     plan_buckets,
     summed_gradients,
     versions,
 )
-from firescale.train.torch.rendezvous import Place, expand_counts, expand_nodelist, launcher_place, slurm_port
+from firescale.train.torch.rendezvous import (
+    Place,
+    expand_counts,
+    expand_nodelist,
+    launcher_place,
+    mpi_started,
+    slurm_port,
+)
 from mpitools import mpirun_argv
 
 pytestmark = [pytest.mark.pytorch]
@@ -184,11 +194,30 @@ def test_nccl_on_a_node_without_a_gpu_is_one_sentence(alone, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(FirescaleError) as e:
         init_rank(process_group="nccl")
-    assert str(e.value) == "NCCL needs a CUDA GPU on every rank, and this node has none; use gloo or a GPU site"
+    assert str(e.value) == ("NCCL needs a CUDA GPU on every rank, and this node has none; use mpi or gloo, or a GPU "
+                            "site")
     with pytest.raises(FirescaleError, match="devices is 2, but the PyTorch backend runs one device per rank"):
         init_rank(devices=2)
-    with pytest.raises(FirescaleError, match="process group 'mpi' is not known; known: auto, gloo, nccl"):
-        init_rank(process_group="mpi")
+    with pytest.raises(FirescaleError, match="process group 'ucc' is not known; known: auto, gloo, mpi, nccl"):
+        init_rank(process_group="ucc")
+
+
+def test_auto_is_nccl_on_gpus_mpi_on_cpu_ranks_mpi_started_and_gloo_otherwise():
+    assert resolve_process_group("auto", gpu=True, mpi_ranks=True) == "nccl"
+    assert resolve_process_group("auto", gpu=False, mpi_ranks=True) == "mpi"
+    assert resolve_process_group("auto", gpu=False, mpi_ranks=False) == "gloo"
+    assert resolve_process_group("gloo", gpu=False, mpi_ranks=True) == "gloo"   # a named group is itself
+    two = Place(0, 2, 0, 2, "slurm")
+    assert not mpi_started(two, {}) and mpi_started(two, {"PMIX_RANK": "0"})   # srun --mpi=pmix
+    assert mpi_started(Place(0, 2, 0, 2, "openmpi"), {}) and mpi_started(Place(0, 2, None, None, "aprun"), {})
+    assert not mpi_started(Place(0, 2, 0, 2, "torchrun"), {"PMIX_RANK": "0"})   # the innermost launcher's
+    # no MPI started these ranks: auto takes Gloo without asking MPI
+    assert choose_process_group("auto", False, two, {}) == "gloo"
+    assert choose_process_group("auto", True, two, {"PMIX_RANK": "0"}) == "nccl"
+    with pytest.raises(FirescaleError) as e:
+        choose_process_group("mpi", True, two, {})
+    assert str(e.value) == ("the MPI process group sums CPU tensors, and this rank trains on a GPU; use nccl (or "
+                            "auto) on GPUs")
 
 
 def test_one_rank_has_no_process_group_and_sums_nothing(alone):
@@ -214,8 +243,8 @@ def test_one_rank_has_no_process_group_and_sums_nothing(alone):
         "none", "none (one rank)", None, "none")
     shown = versions(rank)
     assert set(shown) == {"firescale", "python", "numpy", "torch", "cuda", "cudnn", "nccl", "process_group", "mpi",
-                          "hostname"}
-    assert shown["torch"] == torch.__version__ and shown["process_group"] == "none"
+                          "mpi_library", "hostname"}
+    assert shown["torch"] == torch.__version__ and shown["process_group"] == "none" and shown["mpi_library"] is None
     assert (shown["mpi"] is None) == (shutil.which("mpirun") is None)
     rank.close()
 
@@ -268,15 +297,16 @@ def slurm_job() -> str:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory, slurm_job) -> dict[str, list[dict]]:
-    """Three 2-rank jobs started at once on this machine, each rank running data/torch_ranks.py: two under mpirun
-    (they meet through MPI on ports the kernel picks) and one as an srun step's tasks, without MPI (they meet on
-    the first host of the node list and the job's port)."""
+    """Four 2-rank jobs started at once on this machine, each rank running data/torch_ranks.py: two under mpirun
+    over Gloo (--process-group gloo: they meet through MPI on ports the kernel picks), one as an srun step's tasks
+    without MPI (auto: Gloo; they meet on the first host of the node list and the job's port), and one under
+    mpirun on the process group auto takes there, MPI's."""
     root = tmp_path_factory.mktemp("torch-ranks")
     host, job = socket.gethostname(), slurm_job
     started = {}
-    for name in ("mpi-a", "mpi-b"):
+    for name, group in (("mpi-a", "gloo"), ("mpi-b", "gloo"), ("mpi", "auto")):
         (root / name).mkdir()
-        argv = mpirun_argv(2, [sys.executable, str(SCRIPT), str(root / name)], ENV)
+        argv = mpirun_argv(2, [sys.executable, str(SCRIPT), str(root / name), group], ENV)
         started[name] = subprocess.Popen(argv, env={**os.environ, **ENV}, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True)
     (root / "slurm").mkdir()
@@ -298,20 +328,25 @@ def jobs(tmp_path_factory, slurm_job) -> dict[str, list[dict]]:
             failed.append(f"--- {name} exited {proc.returncode}\n{output[-3000:]}")
     assert not failed, "\n".join(failed)
     return {name: [json.loads((root / name / f"rank-{r}.json").read_text()) for r in range(2)]
-            for name in ("mpi-a", "mpi-b", "slurm")}
+            for name in ("mpi-a", "mpi-b", "slurm", "mpi")}
+
+
+GLOO_JOBS = ("mpi-a", "mpi-b", "slurm")
 
 
 @pytest.mark.mpi
 def test_two_jobs_at_once_meet_on_ports_of_their_own(jobs, slurm_job):
-    met = {name: {report["rendezvous"] for report in reports} for name, reports in jobs.items()}
+    met = {name: {report["rendezvous"] for report in jobs[name]} for name in GLOO_JOBS}
     assert all(len(places) == 1 for places in met.values()), met
     a, b, slurm = (places.pop() for places in met.values())
     assert a.startswith("127.0.0.1:") and b.startswith("127.0.0.1:") and a != b   # all ranks on one host
     assert slurm == f"{socket.gethostname()}:{slurm_port({'SLURM_JOB_ID': slurm_job, 'SLURM_STEP_ID': '0'})}"
-    for reports in jobs.values():
+    for name, reports in jobs.items():
         places = [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in reports]
         assert places == [(0, 2, 0, 2), (1, 2, 1, 2)]
-        assert {(r["device"], r["process_group"]) for r in reports} == {("cpu", "gloo")}
+        group = "mpi" if name == "mpi" else "gloo"
+        assert {(r["device"], r["process_group"]) for r in reports} == {("cpu", group)}
+    assert {r["rendezvous"] for r in jobs["mpi"]} == {""}   # MPI's own communicator: no TCP store
 
 
 @pytest.mark.mpi
@@ -352,8 +387,38 @@ def test_buckets_summed_during_backward_equal_the_grouped_sum_after_it(jobs):
 
 
 @pytest.mark.mpi
+def test_the_mpi_group_s_sums_are_gloo_s_to_the_bit(jobs):
+    """Two ranks' float32 sums are a + b whichever library adds them: the MPI group's gradient buckets equal Gloo's
+    on the same data exactly; bfloat16 (summed by MPI in a float32 copy) rounds as Gloo's bf16 sum does."""
+    for mpi, gloo in zip(jobs["mpi"], jobs["mpi-a"]):
+        assert [s["first"] for s in mpi["buckets"]["steps"]] == [s["first"] for s in gloo["buckets"]["steps"]]
+        assert mpi["collectives"]["bf16"] == gloo["collectives"]["bf16"]
+        # 1 + 2**-8 is halfway between bf16's 1 and 1 + 2**-7: it rounds to even, 1
+        assert mpi["collectives"]["bf16"]["sum"] == ["bfloat16", [4], [2.0, 1.0, 9.0, 0.30078125]]
+        assert mpi["collectives"]["bf16"]["float32_beside"] == ["float32", [2], [2.0, 2.0]]
+        assert mpi["collectives"]["bf16"]["broadcast"] == ["bfloat16", [3], [0.5] * 3]
+
+
+@pytest.mark.mpi
+def test_the_mpi_group_records_mpi_and_its_library(jobs):
+    for report in jobs["mpi"]:
+        record = report["allreduce"]
+        assert set(record) == KEYS
+        assert {k: record[k] for k in ("controller", "cpu_operations", "library", "algorithm", "model", "ranks",
+                                       "message_bytes", "process_group")} == {
+            "controller": "mpi4py", "cpu_operations": "mpi", "library": "openmpi",
+            "algorithm": "mpi recursive_doubling (Open MPI's fixed rules for 1000 bytes over 2 ranks)",
+            "model": "butterfly", "ranks": 2, "message_bytes": 1000, "process_group": "mpi"}
+        assert record["collectives"]["library"] == "MPI"
+        shown = report["versions"]
+        assert shown["process_group"] == "mpi" and shown["mpi_library"].startswith("Open MPI v")
+    for report in jobs["mpi-a"]:
+        assert report["versions"]["process_group"] == "gloo" and report["versions"]["mpi_library"] is None
+
+
+@pytest.mark.mpi
 def test_two_ranks_record_gloo_s_ring(jobs):
-    for reports in jobs.values():
+    for reports in (jobs[name] for name in GLOO_JOBS):
         for report in reports:
             record = report["allreduce"]
             assert set(record) == KEYS

@@ -1,5 +1,6 @@
-"""`firescale train --framework pytorch` as real ranks over Gloo on digits: N x b == 1 x N*b, exact resume, the
-same Caffe snapshots and records as the TensorFlow backend, and the two backends' trajectories side by side."""
+"""`firescale train --framework pytorch` as real ranks on digits, on the MPI group auto takes under mpirun and on
+Gloo: N x b == 1 x N*b, exact resume (across the two groups), the same Caffe snapshots and records as the
+TensorFlow backend, and the two backends' trajectories side by side."""
 from __future__ import annotations
 
 import json
@@ -46,7 +47,8 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def two_rank_run(work) -> Path:
-    """An uninterrupted 2-rank pytorch run (2 x 16) of 100 iterations over Gloo, snapshots every 5."""
+    """An uninterrupted 2-rank pytorch run (2 x 16) of 100 iterations on the process group auto takes under
+    mpirun (MPI's), snapshots every 5."""
     from mpitools import mpirun_argv
 
     argv = [sys.executable, "-m", "firescale", *torch_args(work, "a", "--batch-per-rank", "16")]
@@ -57,7 +59,7 @@ def two_rank_run(work) -> Path:
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank_run):
+def test_two_mpi_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two_rank_run):
     """The sum over two ranks of 16 images each is the sum over one rank's 32 in another order: within 1e-5 of
     the weights' scale after 5 and 10 updates (float32 sums in another order; measured 3.5e-7)."""
     run_ranks(1, torch_args(work, "one", "--batch-per-rank", "32", "--set", "max_iter=10"), timeout=300)
@@ -74,19 +76,22 @@ def test_two_gloo_ranks_equal_one_rank_with_twice_the_batch(work, run_ranks, two
     assert result["status"] == "finished" and result["evals"][-1]["iter"] == 100
     assert result["evals"][-1]["top1"] > 0.8    # LeNet on digits after 100 updates of 32 images
     assert result["versions"]["framework"] == "pytorch" and result["versions"]["precision"] == "fp32"
-    assert result["versions"]["torch"].startswith("2.") and result["versions"]["process_group"] == "gloo"
+    assert result["versions"]["torch"].startswith("2.") and result["versions"]["process_group"] == "mpi"
+    assert result["versions"]["mpi_library"].startswith("Open MPI v")
     allreduce = result["allreduce"]
-    assert allreduce["library"] == "gloo" and allreduce["ranks"] == 2 and allreduce["overlap"] is False
+    assert allreduce["library"] == "openmpi" and allreduce["ranks"] == 2 and allreduce["overlap"] is False
+    assert allreduce["controller"] == "mpi4py" and allreduce["collectives"]["library"] == "MPI"
     per = result["per_iteration"]
     assert per["split_iterations"] == 2 and per["allreduce_s"] > 0 and per["compute_s"] > 0
 
 
 @pytest.mark.slow
-def test_a_pytorch_snapshot_resumes_bit_for_bit(work, run_ranks, two_rank_run):
-    """Resumed from the 2-rank run's Caffe snapshot at iteration 50, the run ends on the uninterrupted one's
-    weights and history exactly, and takes the evaluation at 100 it would have taken."""
+def test_a_pytorch_snapshot_resumes_bit_for_bit_on_gloo(work, run_ranks, two_rank_run):
+    """Resumed from the 2-rank MPI run's Caffe snapshot at iteration 50 with --process-group gloo, the run ends on
+    the uninterrupted one's weights and history exactly (two ranks' sums are a + b whichever library adds them),
+    and takes the evaluation at 100 it would have taken."""
     out = work / "resumed"
-    run_ranks(2, torch_args(work, "resumed", "--batch-per-rank", "16", "--snapshot",
+    run_ranks(2, torch_args(work, "resumed", "--batch-per-rank", "16", "--process-group", "gloo", "--snapshot",
                             str(two_rank_run / "snapshots" / "snapshot_iter_50.solverstate")), timeout=300)
     a = weights(two_rank_run / "snapshots" / "snapshot_iter_100.solverstate")
     b = weights(out / "snapshots" / "snapshot_iter_100.solverstate")
@@ -96,6 +101,7 @@ def test_a_pytorch_snapshot_resumes_bit_for_bit(work, run_ranks, two_rank_run):
     resumed = json.loads((out / "result.json").read_text())
     whole = json.loads((two_rank_run / "result.json").read_text())
     assert [e["iter"] for e in resumed["evals"]] == [50, 100]
+    assert resumed["versions"]["process_group"] == "gloo" and resumed["allreduce"]["library"] == "gloo"
     assert resumed["evals"][-1]["top1"] == whole["evals"][-1]["top1"]
 
 

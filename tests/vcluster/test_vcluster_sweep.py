@@ -1,8 +1,8 @@
 """End to end on the virtual cluster: `snakemake --profile vcluster speedup_sweep` submits the baseline, the
 2-GPU point and the calibration job with sbatch, watches them with squeue, and the report's 2-GPU row ran on
-two hosts.  The experiment trains with the pytorch backend here (Gloo between the nodes, the ranks meeting
-through mpi4py under srun), and is calibrated with torch.distributed's allreduce: the sweep needs neither
-TensorFlow nor Horovod.  The local sweep (tests/workflow) keeps the TensorFlow backend."""
+two hosts.  The experiment trains with the pytorch backend here (on the MPI group between the nodes, which auto
+takes for ranks srun --mpi=pmix starts), and is calibrated with the trainer's own allreduce: the sweep needs
+neither TensorFlow nor Horovod.  The local sweep (tests/workflow) keeps the TensorFlow backend."""
 from __future__ import annotations
 
 import json
@@ -56,9 +56,10 @@ def test_two_gpu_point_ran_as_two_nodes_of_one_rank(sweep):
     # a fixed-epoch budget: both train the solver's whole max_iter at the same batch, to a useful accuracy
     assert baseline["train"]["iterations"] == point["train"]["iterations"] == 469
     assert point["train"]["evals"][-1]["top1"] > 0.7
-    # trained by the pytorch backend, its two ranks summing over Gloo across the bridge
+    # trained by the pytorch backend, its two ranks summing over the MPI group (Open MPI) across the bridge
     assert point["train"]["versions"]["framework"] == baseline["train"]["versions"]["framework"] == "pytorch"
-    assert point["train"]["allreduce"]["library"] == "gloo" and point["train"]["allreduce"]["ranks"] == 2
+    assert point["train"]["versions"]["process_group"] == "mpi"
+    assert point["train"]["allreduce"]["library"] == "openmpi" and point["train"]["allreduce"]["ranks"] == 2
 
 
 def test_report_row_of_the_two_gpu_point_names_two_nodes(sweep):

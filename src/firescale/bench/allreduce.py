@@ -5,8 +5,8 @@ tensor, inside a graph): the MPI algorithm plus what the framework adds per call
 background thread's negotiation cycle, a freshly allocated output).  It is the measurement to
 calibrate the communication factor from, since that is the cost a training iteration pays.  After a
 step (`compute_s`), it runs in the shape of the trainer's iteration (`HorovodIteration`).  `torch` times
-the PyTorch trainer's (torch.distributed's all_reduce through `Rank.sum`: Gloo on CPUs, NCCL on GPUs,
-bench/allreduce_torch.py), as the MPI algorithms are timed.
+the PyTorch trainer's (`Rank.sum` over its process group: MPI through mpi4py or Gloo on CPUs, NCCL on GPUs,
+bench/allreduce_torch.py), as the MPI algorithms are timed, once for each process group asked for.
 """
 from __future__ import annotations
 
@@ -416,7 +416,7 @@ class AllreduceMeasurement:
     # overlapped allreduce can hide behind): what it then added, per repetition, and the window's median
     overlapped_seconds: list[float] = field(default_factory=list)
     window_s: float = 0.0
-    process_group: str = ""    # torch: the library that summed (gloo, nccl; none with one rank)
+    process_group: str = ""    # torch: the process group that summed (gloo, mpi, nccl; none with one rank)
 
     @property
     def median_s(self) -> float:
@@ -487,7 +487,8 @@ class SyntheticStep:
 
 def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup: int = 1,
                       compute_s: float = 0.0, tensors: Sequence[int] = (), batch: int = 1,
-                      input_shape: Sequence[int] = (1, 1, 1), overlap_s: float = 0.0) -> AllreduceMeasurement:
+                      input_shape: Sequence[int] = (1, 1, 1), overlap_s: float = 0.0,
+                      process_group: str = "auto") -> AllreduceMeasurement:
     """Time `reps` allreduces of a float32 vector of `nbytes` (after `warmup`), checking the sum.
 
     With `tensors` (element counts, e.g. a net's gradients, `NetCost.gradient_tensors`), the vector
@@ -499,6 +500,7 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     that repetition is subtracted from its slowest rank's total; Horovod's runs inside an iteration
     shaped as the trainer's, fed a `batch` of `input_shape` images each time (HorovodIteration); with
     `overlap_s` also with the allreduce beside compute of about that long (`AllreduceMeasurement.hidden_share`).
+    `torch` sums over `process_group` (train.backend.PROCESS_GROUPS), the measurement naming the group it resolved to.
     """
     import numpy as np
     from mpi4py import MPI
@@ -524,7 +526,7 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
         return AllreduceMeasurement(algorithm, size, count * 4, seconds, statistics.median(steps), len(tensors),
                                     overlapped_seconds=overlapped,
                                     window_s=statistics.median(windows) if windows else 0.0)
-    run = _implementation(algorithm, tensors)
+    run = _implementation(algorithm, tensors, process_group)
     step = SyntheticStep(compute_s) if compute_s > 0 else None
     local = np.zeros((warmup + reps, 2))      # per repetition: this rank's total and its step
     comm.Barrier()
@@ -556,15 +558,15 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
                                 process_group=process_group)
 
 
-def _implementation(algorithm: str, tensors: Sequence[int]) -> Any:
+def _implementation(algorithm: str, tensors: Sequence[int], process_group: str = "auto") -> Any:
     """What one repetition of `algorithm` calls: an MPI implementation, or a framework's allreduce (imported only
-    when asked for: a run of one framework needs only its own)."""
+    when asked for: a run of one framework needs only its own); torch's over `process_group`."""
     if algorithm == "horovod":
         return HorovodAllreduce(tensors)
     if algorithm == "torch":
         from firescale.bench.allreduce_torch import TorchAllreduce
 
-        return TorchAllreduce(tensors)
+        return TorchAllreduce(tensors, process_group)
     return IMPLEMENTATIONS[algorithm]
 
 
@@ -687,8 +689,8 @@ def horovod_vs_mpi(measurements: list[AllreduceMeasurement]) -> list[HorovodVsMp
 
 @dataclass(frozen=True)
 class TorchVsMpi:
-    """torch.distributed's allreduce (as the PyTorch trainer calls it) beside MPI_Allreduce of the same buffer,
-    measured in the same run: medians, and the fastest repetitions (on a shared machine, the least disturbed)."""
+    """The PyTorch trainer's allreduce over one process group beside MPI_Allreduce of the same buffer, measured in
+    the same run: medians, and the fastest repetitions (on a shared machine, the least disturbed)."""
 
     bytes: int
     ranks: int
@@ -696,6 +698,7 @@ class TorchVsMpi:
     torch_s: float
     mpi_min_s: float
     torch_min_s: float
+    process_group: str = ""
 
     @property
     def percent_of_mpi(self) -> float:
@@ -711,9 +714,9 @@ class TorchVsMpi:
 
 
 def torch_vs_mpi(measurements: list[AllreduceMeasurement]) -> list[TorchVsMpi]:
-    """One comparison per size that has both an `mpi` and a `torch` measurement, smallest first."""
-    by = {(m.algorithm, m.bytes): m for m in measurements}
-    sizes = sorted({m.bytes for m in measurements})
-    return [TorchVsMpi(n, by["mpi", n].ranks, by["mpi", n].median_s, by["torch", n].median_s,
-                       by["mpi", n].min_s, by["torch", n].min_s)
-            for n in sizes if ("mpi", n) in by and ("torch", n) in by]
+    """One comparison per size and process group that has both an `mpi` and a `torch` measurement, smallest size
+    first, each size's groups in the order they were measured."""
+    mpi = {m.bytes: m for m in measurements if m.algorithm == "mpi"}
+    ours = sorted((m for m in measurements if m.algorithm == "torch" and m.bytes in mpi), key=lambda m: m.bytes)
+    return [TorchVsMpi(t.bytes, mpi[t.bytes].ranks, mpi[t.bytes].median_s, t.median_s, mpi[t.bytes].min_s, t.min_s,
+                       t.process_group) for t in ours]

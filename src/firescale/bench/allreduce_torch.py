@@ -1,8 +1,9 @@
-"""torch.distributed's allreduce as the PyTorch trainer calls it (Gloo on CPUs, NCCL on GPUs), for `bench allreduce`.
+"""The PyTorch trainer's allreduce as it calls it (MPI or Gloo on CPUs, NCCL on GPUs), for `bench allreduce`.
 
 The PyTorch trainer sums a micro-batch's gradients and its (loss, stop flag) pair with `Rank.sum`: the
-tensors flattened into one buffer per dtype, one all_reduce(SUM) of each, the sums split back into tensors
-of the inputs' shapes.  `TorchAllreduce` calls that same function on tensors on the rank's device, so what
+tensors flattened into one buffer per dtype, one all_reduce(SUM) of each over the rank's process group
+(MPI_Allreduce in place through mpi4py for the MPI group), the sums split back into tensors of the inputs'
+shapes.  `TorchAllreduce` calls that same function on tensors on the rank's device, so what
 it times is what a training iteration pays: the copy into the flat buffer, the library's allreduce, and on a
 GPU the wait for the device.  It is timed as `measure_allreduce` times MPI_Allreduce: the same sizes, the
 repetitions back to back after one barrier, the slowest rank's time per repetition.
@@ -21,13 +22,15 @@ from firescale.errors import FirescaleError
 
 class TorchAllreduce:
     """`Rank.sum` of `send` (one tensor) or, with `tensors` (element counts adding up to `send`'s), of `send` cut into
-    tensors of those sizes and the loss pair, as the trainer sums a net's gradients.  The process group is made on
-    the first (warm-up) call, on the ranks MPI already has, through the trainer's own `init_rank`; the ranks then
+    tensors of those sizes and the loss pair, as the trainer sums a net's gradients.  The process group
+    (`process_group`, as the trainer's --process-group) is made on the first (warm-up) call, on the ranks MPI
+    already has, through the trainer's own `init_rank`; the ranks then
     keep the cores their launcher gave them, as the MPI algorithms timed before had them (init_rank would pin each
     to one core)."""
 
-    def __init__(self, tensors: Sequence[int] = ()) -> None:
+    def __init__(self, tensors: Sequence[int] = (), process_group: str = "auto") -> None:
         self._sizes = tuple(tensors)
+        self._group = process_group
         self._rank: Any = None
         self._inputs: list[torch.Tensor] = []
         self._result: list[torch.Tensor] = []
@@ -37,7 +40,7 @@ class TorchAllreduce:
         from firescale.train.torch.distributed import init_rank
 
         placed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        self._rank = init_rank(1)
+        self._rank = init_rank(1, process_group=self._group)
         if placed is not None:
             for thread in thread_ids():
                 try:
@@ -63,7 +66,7 @@ class TorchAllreduce:
 
     @property
     def process_group(self) -> str:
-        """gloo, nccl, or none (one rank); '' before the first call."""
+        """gloo, mpi, nccl, or none (one rank); '' before the first call."""
         return self._rank.process_group if self._rank is not None else ""
 
     def copy_result(self, recv: np.ndarray) -> None:

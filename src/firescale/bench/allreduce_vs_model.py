@@ -36,8 +36,9 @@ Measured = list[tuple[AllreduceMeasurement, Predicted]]
 @dataclass(frozen=True)
 class AllreduceBench:
     """What is timed, and how: whose trainer's allreduce may be, the algorithms, repetitions per size, the
-    synthetic step before each allreduce (0: none) and the images a rank it is fed, and the compute that
-    Horovod's overlapped requests start beside (0: not timed)."""
+    synthetic step before each allreduce (0: none) and the images a rank it is fed, the compute that
+    Horovod's overlapped requests start beside (0: not timed), and the process groups torch's is timed over,
+    each in turn."""
 
     framework: str
     algorithms: tuple[str, ...]
@@ -45,6 +46,7 @@ class AllreduceBench:
     compute_ms: float = 0.0
     batch_per_rank: int = 1
     overlap_ms: float = 0.0
+    process_groups: tuple[str, ...] = ("auto",)
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,17 @@ class BenchSizes:
 
 
 def allreduce_bench(framework: str, algorithms: str | None, *, reps: int = 5, compute_ms: float = 0.0,
-                    batch_per_rank: int = 1, overlap_ms: float = 0.0) -> AllreduceBench:
+                    batch_per_rank: int = 1, overlap_ms: float = 0.0,
+                    process_groups: str | None = None) -> AllreduceBench:
     """The bench's options, checked: a framework firescale trains with, known algorithms (`bench_algorithms`),
     at least one repetition and one image a rank, no step or overlap below 0, a synthetic step only for
-    TensorFlow, and an overlap only beside Horovod's allreduce after a step."""
+    TensorFlow, an overlap only beside Horovod's allreduce after a step, and process groups (comma-separated)
+    only for torch's."""
     from firescale.train.backend import check_framework
 
     check_framework(framework)
     chosen = bench_algorithms(framework, algorithms)
+    groups = bench_process_groups(process_groups, "torch" in chosen)
     if reps < 1:
         raise FirescaleError("--reps must be at least 1")
     if not compute_ms >= 0:
@@ -81,7 +86,25 @@ def allreduce_bench(framework: str, algorithms: str | None, *, reps: int = 5, co
     if overlap_ms and not (compute_ms > 0 and "horovod" in chosen):
         raise FirescaleError("--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod "
                              "and --compute-ms")
-    return AllreduceBench(framework, tuple(chosen), reps, compute_ms, batch_per_rank, overlap_ms)
+    return AllreduceBench(framework, tuple(chosen), reps, compute_ms, batch_per_rank, overlap_ms, groups)
+
+
+def bench_process_groups(given: str | None, torch: bool) -> tuple[str, ...]:
+    """--process-groups (comma-separated, each one of train.backend.PROCESS_GROUPS; None: auto), checked: given only
+    where torch's allreduce is timed, each once."""
+    from firescale.train.backend import PROCESS_GROUPS
+
+    if given is None:
+        return ("auto",)
+    if not torch:
+        raise FirescaleError("--process-groups chooses what torch's allreduce sums over: give --framework pytorch with "
+                             "torch among --algorithms")
+    groups = tuple(dict.fromkeys(g.strip() for g in given.split(",") if g.strip()))
+    unknown = [g for g in groups if g not in PROCESS_GROUPS]
+    if unknown or not groups:
+        raise FirescaleError(f"--process-groups {given!r}: {'unknown ' + ', '.join(unknown) if unknown else 'none'}; "
+                             f"known: {', '.join(PROCESS_GROUPS)}")
+    return groups
 
 
 def bench_algorithms(framework: str, given: str | None) -> list[str]:
@@ -138,8 +161,13 @@ def bench_link(platform: Platform | None, *, reduce_gbs: float | None = None,
     return link, platform.algorithm
 
 
-def models_for(algorithm: str, site_algorithm: str) -> tuple[str, ...]:
-    """The cost models a measured algorithm is set beside: its own (the site's for mpi and the frameworks')."""
+def models_for(algorithm: str, site_algorithm: str, process_group: str = "") -> tuple[str, ...]:
+    """The cost models a measured algorithm is set beside: its own (the site's for mpi and Horovod's; for torch's
+    that of the process group it summed over, collectives.process_group_model: Gloo's ring, else the site's)."""
+    if algorithm == "torch":
+        from firescale.cluster.collectives import process_group_model
+
+        return (process_group_model(process_group, site_algorithm),)
     if algorithm in ("mpi", *FRAMEWORK_ALGORITHMS.values()):
         return (site_algorithm,)
     return BENCH_MODELS.get(algorithm, (algorithm,))
@@ -147,16 +175,19 @@ def models_for(algorithm: str, site_algorithm: str) -> tuple[str, ...]:
 
 def time_allreduces(comm: Any, bench: AllreduceBench, sizes: BenchSizes, link: Link | None, site_algorithm: str,
                     measure: Callable[..., AllreduceMeasurement] = measure_allreduce) -> Measured:
-    """Each algorithm (a framework's own last) at each size, on every rank of `comm`, each beside its models'
-    predictions on `link` (none without one)."""
+    """Each algorithm (a framework's own last; torch's once per process group) at each size, on every rank of
+    `comm`, each beside its models' predictions on `link` (none without one)."""
     results: Measured = []
-    for algo in framework_last(list(bench.algorithms)):
+    runs = [(algo, group) for algo in framework_last(list(bench.algorithms))
+            for group in (bench.process_groups if algo == "torch" else ("auto",))]
+    for algo, group in runs:
         for nbytes in sizes.sizes:
+            extra = {"process_group": group} if algo == "torch" else {}
             m = measure(comm, algo, nbytes, bench.reps, compute_s=bench.compute_ms / 1e3, tensors=sizes.tensors,
                         batch=bench.batch_per_rank, input_shape=sizes.input_shape,
-                        overlap_s=bench.overlap_ms / 1e3 if algo == "horovod" else 0.0)
+                        overlap_s=bench.overlap_ms / 1e3 if algo == "horovod" else 0.0, **extra)
             predicted = {model: allreduce_time(model, m.bytes, m.ranks, link)
-                         for model in models_for(algo, site_algorithm)} if link else {}
+                         for model in models_for(algo, site_algorithm, m.process_group)} if link else {}
             results.append((m, predicted))
     return results
 
@@ -200,7 +231,8 @@ def table_lines(ranks: int, bench: AllreduceBench, sizes: BenchSizes, results: M
         rows: list[tuple[str, float | None]] = list(predicted.items()) or [("-", None)]
         for model, pred in rows:
             ratio = f"{m.median_s / pred:.2f}" if pred else "-"
-            lines.append(f"{m.algorithm:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} "
+            name = f"{m.algorithm}/{m.process_group}" if m.process_group else m.algorithm
+            lines.append(f"{name:<10} {m.ranks:>5} {m.bytes / 1e6:>8.3f} {m.median_s * 1e3:>10.3f} "
                          f"{m.min_s * 1e3:>9.3f} {model:>15} "
                          f"{(f'{pred * 1e3:.3f}' if pred is not None else '-'):>13} {ratio:>10}")
     for m, _ in results:
@@ -226,11 +258,10 @@ def _against_mpi(measured: list[AllreduceMeasurement]) -> list[str]:
                      "a training step pays once whatever its graph holds")
     torch_pairs = torch_vs_mpi(measured)
     if torch_pairs:
-        group = next(m.process_group for m in measured if m.process_group)
-        lines.append(f"{'KiB':>8} {'MPI ms':>9} {'torch ms':>9} {'torch % of MPI rate':>20} {'(fastest reps)':>15}   "
-                     f"(torch.distributed over {group})")
-        lines += [f"{t.bytes / 1024:>8.0f} {t.mpi_s * 1e3:>9.3f} {t.torch_s * 1e3:>9.3f} {t.percent_of_mpi:>19.1f}% "
-                  f"{t.best_percent_of_mpi:>14.1f}%" for t in torch_pairs]
+        lines.append(f"{'KiB':>8} {'group':>6} {'MPI ms':>9} {'torch ms':>9} {'torch % of MPI rate':>20} "
+                     f"{'(fastest reps)':>15}   (the PyTorch trainer's Rank.sum over each process group)")
+        lines += [f"{t.bytes / 1024:>8.0f} {t.process_group:>6} {t.mpi_s * 1e3:>9.3f} {t.torch_s * 1e3:>9.3f} "
+                  f"{t.percent_of_mpi:>19.1f}% {t.best_percent_of_mpi:>14.1f}%" for t in torch_pairs]
     return lines
 
 
@@ -240,6 +271,7 @@ def bench_record(ranks: int, bench: AllreduceBench, sizes: BenchSizes, link: Lin
     measured = [m for m, _ in results]
     return {
         "ranks": ranks, "framework": bench.framework, "reps": bench.reps, "compute_ms": bench.compute_ms,
+        "process_groups": list(bench.process_groups) if "torch" in bench.algorithms else [],
         "gradients_of": sizes.gradients_of,
         "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
         "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,

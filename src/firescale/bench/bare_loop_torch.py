@@ -1,12 +1,12 @@
-"""A minimal bare torch.distributed loop: the yardstick `bench trainer --framework pytorch` measures the trainer by.
+"""A minimal bare PyTorch loop: the yardstick `bench trainer --framework pytorch` measures the trainer by.
 
 What a user would write: the batches already in memory as NCHW tensors on the rank's device, and per
 iteration the forward pass, the summed softmax cross-entropy, its gradients by torch.autograd.grad, one
-all_reduce(SUM) of them and the loss flattened into one buffer, the mean over the global batch and the
-solver's update, with no wait for the device on the host.  It shares with the trainer only what must be
-the same for a fair comparison: the rank set-up (init_rank: one core per rank, one thread, the Gloo or
-NCCL process group), the net (CaffeNet) and Caffe's update rule (CaffeSolver); run it as ranks of a
-launcher:
+all_reduce(SUM) of them and the loss flattened into one buffer (torch.distributed's, or on the MPI group
+mpi4py's MPI_Allreduce in place on the buffer's memory), the mean over the global batch and the solver's
+update, with no wait for the device on the host.  It shares with the trainer only what must be the same for
+a fair comparison: the rank set-up (init_rank: one core per rank, one thread, the MPI, Gloo or NCCL process
+group), the net (CaffeNet) and Caffe's update rule (CaffeSolver); run it as ranks of a launcher:
 
     mpirun -np 2 python -m firescale.bench.bare_loop_torch --dataset D --net lenet_same --solver S \
         --batch-per-rank 64 --iterations 400 --json out.json
@@ -50,8 +50,10 @@ def _in_memory_batches(dataset: Path, rank: int, size: int, batch: int, seed: in
 class BareStep:
     """One iteration as a user writes it (see the module's note); the summed loss stays on the device."""
 
-    def __init__(self, net: Any, solver: Any, size: int, effective_batch: int, seed: int, rank: int) -> None:
+    def __init__(self, net: Any, solver: Any, size: int, effective_batch: int, seed: int, rank: int,
+                 comm: Any = None) -> None:
         self.net, self.solver, self.size = net, solver, size
+        self.comm = comm       # the MPI group's communicator (None: torch.distributed's group)
         self.scale = 1.0 / float(effective_batch)    # the trainer's: each gradient times 1 / batch
         self.learnt = [p for p, keep in zip(net.params, net.learnt) if keep]
         self.fixed = {i: torch.zeros_like(p) for i, (p, keep) in enumerate(zip(net.params, net.learnt)) if not keep}
@@ -67,7 +69,12 @@ class BareStep:
         grads = torch.autograd.grad(loss, self.learnt)
         if self.size > 1:     # one buffer, one all_reduce
             flat = torch.cat([g.reshape(-1) for g in grads] + [loss.detach().reshape(1)])
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            if self.comm is not None:
+                from mpi4py import MPI
+
+                self.comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
+            else:
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             loss = flat[-1]
             grads = tuple(p.view_as(g) for p, g in zip(flat[:-1].split(self.numels), grads))
         learnt = iter(torch._foreach_mul(grads, self.scale))
@@ -96,7 +103,7 @@ def _warm_up(step: BareStep, batch: tuple[torch.Tensor, torch.Tensor], state: li
 
 
 def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_rank: int,
-                  iterations: int) -> dict[str, Any]:
+                  iterations: int, process_group: str = "auto") -> dict[str, Any]:
     """Train `iterations` iterations on every rank after one warm-up iteration undone; images/s from the
     slowest rank, and the last iteration's loss."""
     from firescale.caffe.lr_policies import learning_rate
@@ -105,7 +112,7 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     from firescale.train.torch.distributed import init_rank
     from firescale.train.torch.nets import CaffeNet
 
-    rank = init_rank(1)
+    rank = init_rank(1, process_group=process_group)
     device = torch.device(rank.device)
     cfg = load_solver(solver_path, [])
     seed = cfg.random_seed if cfg.random_seed >= 0 else 1
@@ -115,7 +122,7 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
     solver = _solver(cfg, net, solver_path)
     state = [*net.params, *solver.history, *solver.update_history]
     rank.broadcast_tensors(state)
-    step = BareStep(net, solver, rank.size, batch_per_rank * rank.size, seed, rank.rank)
+    step = BareStep(net, solver, rank.size, batch_per_rank * rank.size, seed, rank.rank, rank.comm)
     rates = [learning_rate(cfg, i) for i in range(iterations)]
     _warm_up(step, batches[0], state)
     rank.barrier()
@@ -134,6 +141,10 @@ def run_bare_loop(dataset: Path, net_name: str, solver_path: Path, batch_per_ran
 def _max_over_ranks(rank: Any, value: float) -> float:
     if rank.size == 1:
         return value
+    if rank.comm is not None:
+        from mpi4py import MPI
+
+        return float(rank.comm.allreduce(value, op=MPI.MAX))
     t = torch.tensor([value], dtype=torch.float64, device=rank.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
@@ -148,8 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-per-rank", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--json", type=Path, required=True, help="where rank 0 writes the result")
+    parser.add_argument("--process-group", default="auto", help="as firescale train's (default auto)")
     args = parser.parse_args(argv)
-    result = run_bare_loop(args.dataset, args.net, args.solver, args.batch_per_rank, args.iterations)
+    result = run_bare_loop(args.dataset, args.net, args.solver, args.batch_per_rank, args.iterations,
+                           args.process_group)
     if result.pop("rank") == 0:
         atomic_write_json(args.json, result)
     return 0

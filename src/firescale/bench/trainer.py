@@ -1,7 +1,7 @@
 """`firescale train` beside a bare loop of the same framework, net, batch, ranks and solver: images/s, side by side.
 
 The bare loop is what a user of that framework would write: Horovod's TensorFlow (bench/bare_loop.py) or
-plain torch.distributed (bench/bare_loop_torch.py)."""
+plain PyTorch over the same process group (bench/bare_loop_torch.py)."""
 from __future__ import annotations
 
 import re
@@ -20,7 +20,7 @@ TRAINER_FORMAT = "firescale.bench.trainer/1"
 _DISPLAY_LOSS = re.compile(r"^iter (\d+)/\d+ loss (\S+)", re.M)
 # Each framework's bare loop (a module run as ranks) and what it is called in messages.
 BARE_LOOPS = {"tensorflow": ("firescale.bench.bare_loop", "the bare Horovod loop"),
-              "pytorch": ("firescale.bench.bare_loop_torch", "the bare torch.distributed loop")}
+              "pytorch": ("firescale.bench.bare_loop_torch", "the bare PyTorch loop")}
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,10 @@ class TrainerBenchRuns:
     ranks: SiteRanks
     timeout: float = 900.0
     framework: str = "tensorflow"   # firescale.train.backend.FRAMEWORKS: the trainer's backend and the bare loop's
+    process_group: str = "auto"     # pytorch: both sides' process group (train.backend.PROCESS_GROUPS)
+
+    def _group(self) -> list[str]:
+        return ["--process-group", self.process_group] if self.framework == "pytorch" else []
 
     def trainer(self, ranks: int, name: str) -> SideRun:
         """images/s of `firescale train` (its result.json: images over training time, evaluation excluded)."""
@@ -53,7 +57,7 @@ class TrainerBenchRuns:
                "--solver", str(self.solver), "--batch-per-rank", str(self.batch_per_rank), "--out", str(out),
                "--set", f"max_iter={self.iterations}", "--set", "test_interval=0", "--set", "snapshot=0",
                "--set", "snapshot_after_train=false", "--set", f"display={self.iterations}",
-               "--framework", self.framework]
+               "--framework", self.framework, *self._group()]
         stdout = self.ranks.run(ranks, cmd, f"firescale train ({name})", timeout=self.timeout)
         shown = [(int(i), float(loss)) for i, loss in _DISPLAY_LOSS.findall(stdout)]
         if not shown or shown[-1][0] != self.iterations:
@@ -71,7 +75,7 @@ class TrainerBenchRuns:
         out = self.workdir / f"{name}.json"
         cmd = [sys.executable, "-m", module, "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--batch-per-rank", str(self.batch_per_rank),
-               "--iterations", str(self.iterations), "--json", str(out)]
+               "--iterations", str(self.iterations), "--json", str(out), *self._group()]
         self.ranks.run(ranks, cmd, f"{what} ({name})", timeout=self.timeout)
         result = load_json(out)
         if result["ranks"] != ranks:

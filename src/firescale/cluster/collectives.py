@@ -201,6 +201,45 @@ class AllreduceUsed:
         return self.model in TREE_MODELS
 
 
+# The PyTorch trainer's process groups (`firescale train --process-group`): auto is NCCL on GPUs; on CPUs MPI
+# (mpi4py on the tensors' memory) where MPI started the ranks, else Gloo.
+PROCESS_GROUPS = ("auto", "gloo", "mpi", "nccl")
+
+
+def resolve_process_group(requested: str, *, gpu: bool, mpi_ranks: bool) -> str:
+    """The process group `requested` (one of PROCESS_GROUPS) means for ranks on GPUs (`gpu`) or on CPUs, started
+    by an MPI launcher with mpi4py at hand (`mpi_ranks`): auto is nccl on GPUs, mpi on such CPU ranks, else gloo;
+    a named group is itself.  The trainer's ranks (train/torch/distributed.init_rank) and the prediction of their
+    allreduce (model/paleo.site_process_group) both resolve it here, so the model prices the group that runs."""
+    if requested not in PROCESS_GROUPS:
+        raise FirescaleError(f"process group {requested!r} is not known; known: {', '.join(PROCESS_GROUPS)}")
+    if requested != "auto":
+        return requested
+    if gpu:
+        return "nccl"
+    return "mpi" if mpi_ranks else "gloo"
+
+
+# The cost model of the PyTorch trainer's process groups whose algorithm no site setting reaches: Gloo's allreduce of
+# CPU tensors is its ring (decode_allreduce's "gloo ring").  The MPI group's MPI_Allreduce and NCCL follow the
+# site's settings, so they take the site's model.
+PROCESS_GROUP_MODELS = {"gloo": "ring"}
+
+
+def process_group_model(process_group: str, site_model: str) -> str:
+    """The cost model of the allreduce a PyTorch run's process group (gloo, mpi, nccl) runs on a site whose own
+    allreduce is modelled by `site_model`: the same vocabulary the run's record decodes (decode_allreduce)."""
+    return PROCESS_GROUP_MODELS.get(process_group, site_model)
+
+
+def launcher_starts_mpi(launcher: str, srun_mpi: str | None = None) -> bool:
+    """Whether a site's launcher starts its ranks as MPI processes (train/torch/rendezvous.mpi_started reads the
+    same from the ranks' side): mpirun and aprun do, srun through an MPI plugin (`srun_mpi`) other than none."""
+    if launcher == "srun":
+        return srun_mpi not in (None, "", "none")
+    return launcher in ("mpirun", "aprun")
+
+
 def _mca_true(value: str | None) -> bool:
     """Whether Open MPI reads an MCA boolean as true (a non-zero integer, true, yes or enabled)."""
     text = (value or "").strip().lower()

@@ -216,7 +216,7 @@ def timeout_within(walltime_s: float, steps: int, longest: float) -> float:
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
                     *, step_s: float = 0.0, batch_per_rank: int = 1, reps: int = 100, timeout: float = 600.0,
-                    overlap_s: float = 0.0, framework: str = "tensorflow") -> None:
+                    overlap_s: float = 0.0, framework: str = "tensorflow", process_group: str = "auto") -> None:
     """Time the allreduce of `spec`'s gradients that `framework`'s trainer pays, over `ranks` ranks started as
     the site starts them, into `out` (`firescale bench allreduce --json` format): the communication
     measurement a calibration fits.
@@ -225,9 +225,10 @@ def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str |
     shaped as the trainer's that takes `step_s` without it (fed `batch_per_rank` images each time), since
     Horovod's negotiation cycle makes the allreduce's time depend on the step before it; with `overlap_s` also
     with its requests made as `overlap_s` of compute starts (the backward pass the trainer's
-    --overlap-allreduce hides it behind): how much of it can hide.  pytorch: torch.distributed's all_reduce
-    as the trainer calls it (Gloo on CPUs, NCCL on GPUs), on its own: it has no cycle to wait for, so the
-    step is not run, and how much of it hides is not measured."""
+    --overlap-allreduce hides it behind): how much of it can hide.  pytorch: the trainer's Rank.sum over
+    `process_group` as its --process-group takes it (auto: NCCL on GPUs, on CPUs MPI under an MPI launcher, else
+    Gloo), on its own: it has no cycle to wait for, so the step is not run, and how much of it hides is not
+    measured."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
     shape = ["--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
@@ -237,8 +238,8 @@ def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str |
         if overlap_s > 0:
             raise FirescaleError("the torch.distributed allreduce probe times the allreduce on its own: how much of "
                                  "it hides behind backward is measured only for Horovod's")
-        ranks_here.run(ranks, [*bench, "--framework", "pytorch", "--algorithms", "torch", *shape],
-                       "the torch.distributed allreduce probe", timeout=timeout)
+        ranks_here.run(ranks, [*bench, "--framework", "pytorch", "--algorithms", "torch", "--process-groups",
+                               process_group, *shape], "the PyTorch trainer's allreduce probe", timeout=timeout)
         return
     if framework != "tensorflow":
         raise FirescaleError(f"an allreduce probe times the tensorflow or the pytorch trainer's allreduce, not "

@@ -22,10 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
     parser.add_argument("--framework", default="tensorflow", metavar="NAME",
                         help="whose trainer's allreduce may be timed: tensorflow (default; 'horovod') or pytorch "
-                             "('torch': torch.distributed's all_reduce, Gloo on CPUs, NCCL on GPUs)")
+                             "('torch': the trainer's Rank.sum over its process group, see --process-groups)")
     parser.add_argument("--algorithms",
                         help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default ps,tree,ring; with "
                              "--framework pytorch mpi,torch)")
+    parser.add_argument("--process-groups", metavar="LIST",
+                        help="with torch: the process groups to time its allreduce over, each in turn, "
+                             "comma-separated from auto, gloo, mpi, nccl as the trainer's --process-group takes them "
+                             "(default auto: NCCL on GPUs; on CPUs MPI through mpi4py under an MPI launcher, else "
+                             "Gloo); e.g. gloo,mpi to set both beside plain MPI in one run")
     parser.add_argument("--reduce-gbs", type=float,
                         help="rate at which a rank sums received gradients, GB/s (default: none modelled, "
                              "or the site's memory bandwidth / 3)")
@@ -49,9 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "be set before launch; ps, tree and ring are explicit point-to-point implementations; "
                      "'horovod' is the TensorFlow trainer's own allreduce (Horovod's TensorFlow op over that MPI), "
                      "the one to calibrate the communication factor from; 'torch' is the PyTorch trainer's "
-                     "(Rank.sum: the tensors flattened, one torch.distributed all_reduce, Gloo on CPUs and NCCL on "
-                     "GPUs), timed as 'mpi' is.  'mpi', 'horovod' and 'torch' are predicted with the site's "
-                     "allreduce model.")
+                     "(Rank.sum: the tensors flattened, one all_reduce over the process group: MPI_Allreduce in "
+                     "place through mpi4py, Gloo's or NCCL's), timed as 'mpi' is.  'mpi' and 'horovod' are "
+                     "predicted with the site's allreduce model, 'torch' with its process group's (Gloo's ring, "
+                     "else the site's).")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from firescale.bench.allreduce_vs_model import allreduce_bench, bench_link, bench_sizes, run_allreduce_bench
 
     bench = allreduce_bench(args.framework, args.algorithms, reps=args.reps, compute_ms=args.compute_ms,
-                            batch_per_rank=args.batch_per_rank, overlap_ms=args.overlap_ms)
+                            batch_per_rank=args.batch_per_rank, overlap_ms=args.overlap_ms,
+                            process_groups=args.process_groups)
     platform = platform_from_args(args) if args.site or args.bandwidth_gbits else None
     link, site_algorithm = bench_link(platform, reduce_gbs=args.reduce_gbs, from_site=bool(args.site))
     sizes = bench_sizes(sweep=args.sweep, sizes_mb=args.sizes_mb, gradients_of=args.gradients_of,

@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--framework", default="tensorflow", metavar="NAME",
                         help="the trainer's backend and the bare loop's framework: tensorflow (default) or pytorch")
+    parser.add_argument("--process-group", default="auto", metavar="NAME",
+                        help="pytorch: the process group of both sides, as firescale train's --process-group (auto, "
+                             "gloo, mpi, nccl; default auto: on CPU ranks mpirun starts, MPI)")
     parser.add_argument("--json", help="write the rows and load averages here")
     parser.epilog = ("The bare loop keeps its batches in memory. With tensorflow (python -m firescale.bench.bare_loop) "
                      "each iteration is one tf.function: gradients, one grouped Horovod allreduce, Caffe's update; "
@@ -33,9 +36,14 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.site import load_site
     from firescale.commands.args import int_list
     from firescale.data.manifest import load_manifest
-    from firescale.train.backend import check_framework
+    from firescale.train.backend import PROCESS_GROUPS, check_framework
 
     check_framework(args.framework)
+    if args.process_group not in PROCESS_GROUPS:
+        raise FirescaleError(f"--process-group {args.process_group!r} is not one of {', '.join(PROCESS_GROUPS)}")
+    if args.process_group != "auto" and args.framework != "pytorch":
+        raise FirescaleError(f"--process-group {args.process_group} picks the pytorch backend's process group; give "
+                             "--framework pytorch")
     if args.batch_per_rank < 1 or args.iterations < 1:
         raise FirescaleError("--batch-per-rank and --iterations must be at least 1")
     load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
@@ -43,12 +51,14 @@ def run(args: argparse.Namespace) -> int:
 
     def go(workdir: Path) -> int:
         runs = TrainerBenchRuns(args.dataset.resolve(), args.net, args.solver.resolve(), args.batch_per_rank,
-                                args.iterations, workdir, site_ranks(site), framework=args.framework)
+                                args.iterations, workdir, site_ranks(site), framework=args.framework,
+                                process_group=args.process_group)
         load_before = os.getloadavg()[0]
         rows = compare_trainer(runs, int_list(args.ranks), args.repeats, say=print)
         load_after = os.getloadavg()[0]
         print(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min) on {os.cpu_count()} cores; "
-              f"framework {args.framework}")
+              f"framework {args.framework}" + (f", process group {args.process_group}"
+                                               if args.framework == "pytorch" else ""))
         print(f"{'framework':<10} {'ranks':>5} {'batch/rank':>10} {'trainer img/s':>13} {'bare img/s':>10} "
               f"{'trainer % of bare':>17} "
               f"{'(fastest runs)':>14} {'last loss trainer/bare':>22}")
@@ -58,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{r.trainer_loss:>11.4f} / {r.bare_loss:.4f}")
         if args.json:
             atomic_write_json(args.json, {"format": TRAINER_FORMAT, "site": site.name, "framework": args.framework,
+                                          "process_group": args.process_group if args.framework == "pytorch" else None,
                                           "net": args.net,
                                           "iterations": args.iterations, "repeats": args.repeats,
                                           "load_average": [load_before, load_after], "cpus": os.cpu_count(),

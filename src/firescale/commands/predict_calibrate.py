@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mean allreduce time for this net's gradients (instead of --allreduce-json)")
     parser.add_argument("--allreduce-probe", type=int, metavar="RANKS",
                         help="time the trainer's allreduce of this net's gradients (Horovod's, or with "
-                             "--framework pytorch torch.distributed's) over RANKS ranks started as --site "
+                             "--framework pytorch its sum over --process-group) over RANKS ranks started as --site "
                              "starts them, and fit the communication factor from the fastest of --probe-rounds "
                              "probes (on a site with a scheduler, only inside one of its jobs: the workflow's "
                              "calibration job); with --short-run, the short run is also started once for each rank "
@@ -76,8 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without it a CPU site hides none)")
     parser.add_argument("--framework", metavar="NAME",
                         help="the backend whose trainer's allreduce --allreduce-probe times: tensorflow (Horovod's, "
-                             "after a step shaped as the trainer's) or pytorch (torch.distributed's, on its own) "
+                             "after a step shaped as the trainer's) or pytorch (over its process group, on its own) "
                              "(default: the first record's, else tensorflow)")
+    parser.add_argument("--process-group", metavar="NAME",
+                        help="with --framework pytorch: the process group the runs sum over (auto, gloo, mpi, nccl, "
+                             "as `firescale train --process-group`; default: the first record's, else auto); the "
+                             "probe times the allreduce over it, and the fit prices it as that group runs it "
+                             "(Gloo's ring, MPI's and NCCL's as the site sets them)")
     parser.add_argument("--io-record", metavar="BENCH_IO.json",
                         help="JSON written by `firescale bench io --json`: stores its raw sequential read as one "
                              "node's read bandwidth, which gives t_io on a site whose storage has no "
@@ -109,7 +114,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         short_runs=args.short_runs, workdir=args.workdir, allreduce_json=args.allreduce_json,
         comm_record=args.comm_record, allreduce_probe=args.allreduce_probe, probe_rounds=args.probe_rounds,
         probe_timeout=args.probe_timeout, probe_overlap=args.probe_overlap,
-        framework=args.framework, contention_rounds=args.contention_rounds,
+        framework=args.framework, process_group=args.process_group, contention_rounds=args.contention_rounds,
         run_timeout=args.run_timeout, io_record=args.io_record, io_format=args.io_format, out=args.out)
     done = run_calibration(request, platform, site_or_none(args), say=lambda line: print(line, flush=True))
     print(describe(done.calibration.apply(platform)))

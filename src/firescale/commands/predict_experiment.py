@@ -64,7 +64,9 @@ def markdown_table(result: dict) -> str:
     """The predictions as a Markdown table with the model's assumptions above it."""
     m = result["model"]
     lines = [f"Predicted: {result['experiment']} on {result['site']} ({m['net']} {tuple(m['input_shape'])}, "
-             f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}, "
+             f"baseline {m['epochs']:.4g} epochs of {m['dataset_size']:,} images, allreduce {result['allreduce']}"
+             + (f" over the {result['process_group']} process group (model {m['platform']['algorithm']})"
+                if result.get("process_group") else "") + ", "
              + ("calibrated" if result["calibrated"] else "uncalibrated") + _read_note(m["platform"]) + ")", "",
              *([] if result["calibrated"] else [f"**Uncalibrated:** {uncalibrated_note(result)}", ""]),
              "| point | GPUs | batch | LR | epochs | iteration (ms) | comm intra + inter (ms) | I/O + H2D (ms) "

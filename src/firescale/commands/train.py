@@ -96,13 +96,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="random horizontal flips in training (default: a net file's transform_param, else no)")
     parser.add_argument("--framework", default="tensorflow", metavar="NAME",
                         help="the backend that trains: tensorflow (Horovod; the default) or pytorch "
-                             "(torch.distributed: NCCL on GPUs, Gloo on CPUs)")
+                             "(NCCL on GPUs; on CPUs MPI through mpi4py, or Gloo)")
     parser.add_argument("--precision", default="fp32", metavar="NAME",
                         help="fp32 (Caffe's numerics, TF32 off; the default), tf32 (TF32 matrix products on GPUs "
                              "that have them) or bf16 (pytorch: autocast to bfloat16, float32 weights)")
     parser.add_argument("--process-group", default="auto", metavar="NAME",
-                        help="pytorch: the process group that sums the gradients: nccl (GPUs), gloo (CPUs) or auto "
-                             "(the default: NCCL on GPU nodes, Gloo on CPU nodes)")
+                        help="pytorch: the process group that sums the gradients: nccl (GPUs), mpi (CPUs: "
+                             "MPI_Allreduce through mpi4py on the tensors' own memory, for ranks an MPI launcher "
+                             "started), gloo (CPUs: torch.distributed's Gloo) or auto (the default: NCCL on GPU "
+                             "nodes; on CPU nodes mpi where mpirun, aprun or srun --mpi started the ranks and "
+                             "mpi4py imports, else gloo)")
     parser.add_argument("--threads", type=int, default=1, help="the framework's threads per rank (default 1)")
     parser.add_argument("--layer-plan", type=Path, metavar="FILE",
                         help="split each replica's layers over devices by the dist blocks in FILE (a solver "

@@ -5,7 +5,12 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from firescale.cluster.collectives import site_allreduce
+from firescale.cluster.collectives import (
+    launcher_starts_mpi,
+    process_group_model,
+    resolve_process_group,
+    site_allreduce,
+)
 from firescale.cluster.horovod import site_cycle_time_s
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
@@ -134,6 +139,23 @@ def platform_from_site(site: SiteProfile, *, ppp_compute: float | None = None, p
 def site_algorithm(site: SiteProfile) -> str:
     """The model of the allreduce the site's library runs (cluster/collectives.py), in the model's words."""
     return canonical_algorithm(site_allreduce(site).model)
+
+
+def site_process_group(site: SiteProfile, requested: str = "auto") -> str:
+    """The process group a PyTorch run on `site` sums its gradients over, resolved as its ranks will resolve it
+    (train.backend.resolve_process_group): NCCL on a GPU site; on a CPU site MPI where its launcher starts MPI
+    ranks and mpi4py imports, else Gloo."""
+    import importlib.util
+
+    mpi = (launcher_starts_mpi(site.launcher, site.config.get("srun_mpi"))
+           and importlib.util.find_spec("mpi4py") is not None)
+    return resolve_process_group(requested, gpu=site.device_kind == "gpu", mpi_ranks=mpi)
+
+
+def process_group_algorithm(site: SiteProfile, process_group: str) -> str:
+    """The model of the allreduce a PyTorch run's `process_group` runs on `site`, in the model's words: Gloo's
+    ring, else the site's own (site_algorithm), which the MPI group's MPI_Allreduce and NCCL follow."""
+    return canonical_algorithm(process_group_model(process_group, site_allreduce(site).model))
 
 
 def with_precision(platform: Platform, site: SiteProfile, precision: str) -> Platform:

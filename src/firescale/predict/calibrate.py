@@ -103,13 +103,18 @@ def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm:
             "seconds": allreduce_s, "after_step_s": after_step_s}
 
 
-def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None) -> dict:
+def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None,
+                          process_group: str | None = None) -> dict:
     """The measurement to fit from: a trainer's own allreduce when the file has it (what training pays:
-    Horovod's, else torch.distributed's), else the site's algorithm (MPI_Allreduce itself, `mpi`, for a
-    library's own choice); on the most ranks, at the size nearest `nbytes` (else the largest).  Its median,
-    or after a step its mean: there Horovod's allreduce waits a varying part of its negotiation cycle, and
-    training pays the mean.  A time below zero (a step timed longer without the allreduce than with it) is
-    refused: no link fits it."""
+    Horovod's, else torch's over `process_group`, the one the runs use: gloo, mpi or nccl; None: the only one the
+    file has), else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
+    ranks, at the size nearest `nbytes` (else the largest).  Its median, or after a step its mean: there Horovod's
+    allreduce waits a varying part of its negotiation cycle, and training pays the mean.  torch's is fitted to the
+    model of its process group (collectives.process_group_model: Gloo's ring, else `algorithm`), so that a Gloo
+    run is priced as Gloo and an MPI one as MPI.  A time below zero (a step timed longer without the allreduce
+    than with it) is refused: no link fits it."""
+    from firescale.cluster.collectives import process_group_model
+
     data = load_json(path, "allreduce measurements")
     listed = data.get("measurements") if isinstance(data, dict) else None
     if not isinstance(listed, list):
@@ -125,6 +130,8 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
     fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
     measured = next((own for own in TRAINERS_ALLREDUCE if any(r.get("algorithm") == own for r in runs)), fallback)
     runs = [r for r in runs if r.get("algorithm") == measured]
+    if measured == "torch":
+        runs = _over_process_group(path, runs, process_group)
     if not runs:
         raise FirescaleError(f"{path}: no {', '.join(repr(a) for a in TRAINERS_ALLREDUCE)} or '{fallback}' "
                              "measurement over 2 or more ranks")
@@ -139,9 +146,28 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
                              "without it): the cores were too busy to time it; measure again")
     found = {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
              "seconds": seconds, "after_step_s": after_step, "source": str(path)}
+    if measured == "torch" and best.get("process_group"):
+        found["process_group"] = best["process_group"]
+        found["algorithm"] = process_group_model(best["process_group"], algorithm)
     if best.get("hidden_share") is not None:   # timed beside the step too (bench allreduce --overlap)
         found["hidden_share"] = best["hidden_share"]
     return found
+
+
+def _over_process_group(path: str, runs: list[dict], process_group: str | None) -> list[dict]:
+    """torch's measurements over `process_group` (None: the file's only group; a measurement that names none is
+    taken as any).  One sentence where the file timed other groups only, or several and none was named."""
+    groups = sorted({r["process_group"] for r in runs if r.get("process_group")})
+    if process_group is None:
+        if len(groups) > 1:
+            raise FirescaleError(f"{path}: torch's allreduce was timed over the process groups {', '.join(groups)}; "
+                                 "name the one the runs use (--process-group)")
+        return runs
+    if groups and process_group not in groups:
+        raise FirescaleError(f"{path}: torch's allreduce was timed over {', '.join(groups)}, not over "
+                             f"{process_group}, the process group the runs use; time it with `firescale bench "
+                             f"allreduce --framework pytorch --process-groups {process_group}`")
+    return [r for r in runs if r.get("process_group") in (process_group, None, "")]
 
 
 def read_bandwidth_measurement(path: str | Path, fmt: str | None = None) -> tuple[float, dict[str, Any]]:
@@ -302,8 +328,8 @@ def _measured_allreduce(allreduce: dict[str, Any], platform: Platform) -> tuple[
         raise FirescaleError("an allreduce measurement needs algorithm, bytes, ranks and seconds") from None
     source: dict[str, Any] = {
         "fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
-        **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s")
-           if k in allreduce}}
+        **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s",
+                                     "process_group") if k in allreduce}}
     if allreduce.get("measured") != "horovod":
         return source, seconds
     step = float(allreduce.get("after_step_s", 0.0))

@@ -10,6 +10,7 @@ from typing import Any
 
 from firescale.atomic import load_json
 from firescale.errors import FirescaleError
+from firescale.model.paleo import site_process_group
 from firescale.nets.zoo import is_net_file
 from firescale.sweep.jobs import run_dir
 from firescale.sweep.plan import SweepPlan
@@ -71,7 +72,8 @@ def calibration_key(plan: SweepPlan, experiment: str) -> CalibrationKey:
         "solver": {"type": solver.type, "iter_size": solver.iter_size},
         "framework": framework,
         "precision": exp["precision"],
-        "process_group": exp.get("process_group", "auto") if framework == "pytorch" else None,
+        # the group the runs' ranks take (auto resolved as they resolve it): an MPI group's calibration is no Gloo one's
+        "process_group": site_process_group(site, exp.get("process_group", "auto")) if framework == "pytorch" else None,
         "probe_overlap": "--probe-overlap" in options,
         "io_record_sha256": (_file_sha256(Path(options[options.index("--io-record") + 1]))
                              if "--io-record" in options else None),

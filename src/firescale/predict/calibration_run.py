@@ -63,6 +63,7 @@ class CalibrationRequest:
     probe_timeout: float = PROBE_TIMEOUT_S
     probe_overlap: bool = False
     framework: str | None = None            # whose allreduce the probe times; None: the first record's backend
+    process_group: str | None = None        # pytorch: the runs' process group; None: the first record's, else auto
     contention_rounds: int = CONTENTION_ROUNDS
     run_timeout: float = RUN_TIMEOUT_S
     io_record: str | None = None
@@ -126,11 +127,12 @@ def run_calibration(request: CalibrationRequest, platform: Platform, site: SiteP
     records = _single_rank_records(request)
     spec = _calibrated_net(request, records)     # the first record's: a short run repeats it, the same net
     framework = probe_framework(request, records)
-    given = _given_allreduce(request, spec, platform)
+    group = probe_process_group(request, records, framework)
+    given = _given_allreduce(request, spec, platform, _expected_group(group, site))
     # From here on things run: what fails now (a short run, a round, the probe, the fit) needs what they measured.
     measured, contended = _short_runs(request, site, records, say)
     runs = _batches_and_times(request, measured)
-    allreduce = (_probed_allreduce(request, spec, platform, site, measured, framework, say)
+    allreduce = (_probed_allreduce(request, spec, platform, site, measured, (framework, group), say)
                  if request.allreduce_probe else given)
     cal = calibrate(platform, spec, runs[0][0], runs[0][1], allreduce, more_runs=runs[1:])
     cal.compute_source["records"] = [m.to_dict() for m in measured]
@@ -270,11 +272,41 @@ def probe_framework(request: CalibrationRequest, records: list[MeasuredIteration
     return framework
 
 
-def _given_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform) -> dict[str, Any] | None:
-    """The allreduce measurement read from --allreduce-json or --comm-record (None without them): read, and
-    refused, before anything runs."""
+def probe_process_group(request: CalibrationRequest, records: list[MeasuredIteration], framework: str) -> str | None:
+    """The process group a pytorch calibration's runs sum over, as they ask for it: --process-group, else the first
+    record's command's, else auto (None for tensorflow: Horovod's ranks); checked before anything runs."""
+    if framework != "pytorch":
+        if request.process_group not in (None, "auto"):
+            raise FirescaleError(f"--process-group {request.process_group} is the pytorch trainer's; the "
+                                 f"{framework} trainer sums over Horovod")
+        return None
+    from firescale.train.backend import PROCESS_GROUPS
+
+    recorded = command_option(records[0].command, "--process-group") if records else None
+    group = request.process_group or recorded or "auto"
+    if group not in PROCESS_GROUPS:
+        where = "--process-group" if request.process_group else f"{records[0].source}: --process-group"
+        raise FirescaleError(f"{where} {group!r} is not a process group; known: {', '.join(PROCESS_GROUPS)}")
+    return group
+
+
+def _expected_group(group: str | None, site: SiteProfile | None) -> str | None:
+    """The process group the runs resolve `group` to (model.paleo.site_process_group), where it can be known:
+    a named one, or auto on a site; None otherwise."""
+    from firescale.model.paleo import site_process_group
+
+    if group is None or (group == "auto" and site is None):
+        return None
+    return site_process_group(site, group) if site is not None else group
+
+
+def _given_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform,
+                     process_group: str | None = None) -> dict[str, Any] | None:
+    """The allreduce measurement read from --allreduce-json (torch's over `process_group`, the one the runs use)
+    or --comm-record (None without them): read, and refused, before anything runs."""
     if request.allreduce_json:
-        return allreduce_measurement(request.allreduce_json, platform.algorithm, net_cost(spec, 1).weight_bytes)
+        return allreduce_measurement(request.allreduce_json, platform.algorithm, net_cost(spec, 1).weight_bytes,
+                                     process_group)
     if not request.comm_record:
         return None
     comm_run = read_measured_iteration(request.comm_record)
@@ -286,13 +318,13 @@ def _given_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platf
 
 
 def _probed_allreduce(request: CalibrationRequest, spec: NetSpec, platform: Platform, site: SiteProfile | None,
-                      measured: list[MeasuredIteration], framework: str, say: Say) -> dict[str, Any]:
+                      measured: list[MeasuredIteration], trainer: tuple[str, str | None], say: Say) -> dict[str, Any]:
     """The allreduce probe's measurement, after the step before each allreduce: the smallest per-rank batch
     measured (the mean of its runs), as the most ranks run it."""
     least = min((m.batch_per_rank for m in measured), default=None)
     smallest = mean_iteration([m for m in measured if m.batch_per_rank == least]) if measured else None
     step_s = smallest.iteration_s - smallest.allreduce_s if smallest else 0.0
-    return _probe(request, site, spec, platform, step_s, smallest.batch_per_rank if smallest else 1, framework, say)
+    return _probe(request, site, spec, platform, step_s, smallest.batch_per_rank if smallest else 1, trainer, say)
 
 
 def _check_measuring_site(request: CalibrationRequest, site: SiteProfile | None) -> None:
@@ -389,11 +421,12 @@ def _node_copies(request: CalibrationRequest, site: SiteProfile) -> tuple[int, S
 
 
 def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec, platform: Platform, step_s: float,
-           batch: int, framework: str, say: Say) -> dict:
-    """Run the allreduce probe of `framework`'s trainer with the site's launcher (cluster/ranks.probe_allreduce):
-    the net's gradients summed as the trainer sums them; Horovod's inside an iteration shaped as the trainer's
-    that takes `step_s` without the allreduce (a measured iteration's time less its allreduce) and is fed
-    `batch` images per rank, torch.distributed's on its own; its measurement.
+           batch: int, trainer: tuple[str, str | None], say: Say) -> dict:
+    """Run the allreduce probe of the trainer (its framework, and for pytorch the process group its runs ask for)
+    with the site's launcher (cluster/ranks.probe_allreduce): the net's gradients summed as the trainer sums them;
+    Horovod's inside an iteration shaped as the trainer's that takes `step_s` without the allreduce (a measured
+    iteration's time less its allreduce) and is fed `batch` images per rank, torch's on its own, over the group the
+    probe's ranks resolve as the runs' do, and fitted to that group's model; its measurement.
     With --probe-overlap, also with its requests made as the step's backward pass starts (its share of the
     step, as the model counts it).  On a site with a link inside its nodes whose probe spans nodes of
     several ranks, one node's ranks are probed as well ("intra"): each link then gets a factor of its own."""
@@ -401,6 +434,7 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
     from firescale.model.paleo import backward_share
 
     site = measuring_site(site, "--allreduce-probe")
+    framework, group = trainer
     probe_ranks = request.allreduce_probe or 0
     cost = net_cost(spec, 1)
     per_node = node_probe_ranks(site, probe_ranks)
@@ -409,7 +443,7 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
     def one(ranks: int, folder: Path, name: str) -> dict:
         out = folder / name
         probe_allreduce(site_ranks(site), ranks, spec, out, step_s=step_s, batch_per_rank=batch, overlap_s=window,
-                        timeout=request.probe_timeout, framework=framework)
+                        timeout=request.probe_timeout, framework=framework, process_group=group or "auto")
         found = allreduce_measurement(str(out), platform.algorithm, cost.weight_bytes)
         if not request.workdir:
             found["source"] = (f"allreduce probe on site {site.name} (firescale bench allreduce --framework "
@@ -437,7 +471,9 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
         timed = f"after a {step_s * 1e3:.3f} ms step: {seconds} more than the ranks' mean step (mean"
     else:
         timed = f"on its own: {seconds} (median"
-    say(f"measured: {LIBRARIES[framework]} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
+    who = (f"the PyTorch trainer's ({measurement['process_group']} process group)"
+           if measurement.get("process_group") else LIBRARIES[framework])
+    say(f"measured: {who} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
         f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks {timed}; "
         f"the fastest of {_ms(measurement['rounds_s'])})"
         + (f"; requested as backward starts, {measurement['hidden_share']:.0%} of it ran beside the compute"

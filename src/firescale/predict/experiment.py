@@ -9,7 +9,15 @@ from typing import Any
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
 from firescale.model.layers import net_cost
-from firescale.model.paleo import Platform, compute_times, platform_from_site, site_algorithm, with_precision
+from firescale.model.paleo import (
+    Platform,
+    compute_times,
+    platform_from_site,
+    process_group_algorithm,
+    site_algorithm,
+    site_process_group,
+    with_precision,
+)
 from firescale.nets.spec import NetSpec
 from firescale.predict.calibrate import Calibration
 from firescale.predict.memory_fit import experiment_fits
@@ -125,7 +133,8 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     """Every sweep point of `experiment` predicted on the plan's site, keyed by point name.
 
     Strong scaling of each point's total batch; the allreduce is the site's, with Horovod's negotiation cycle
-    for a TensorFlow experiment and none for a PyTorch one.  Time to accuracy is the
+    for a TensorFlow experiment; a PyTorch one's is its process group's (Gloo's ring, or the site's for MPI and
+    NCCL), with no cycle.  Time to accuracy is the
     model's iterations for `epochs` over the training set, as Paleo assumes the same epochs at every
     point (`epochs`, with where they come from, overrides the experiment's), plus the evaluations on
     the way (`evaluation_s`); the speedup is the 1-GPU baseline's time to accuracy over the point's.
@@ -138,8 +147,12 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     platform = with_precision(platform, plan.site, plan.experiment(experiment).get("precision", "fp32"))
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=site_algorithm(plan.site))
+    group = None
     if plan.framework(experiment) == "pytorch":
-        platform = replace(platform, cycle_s=0.0)   # torch.distributed's all_reduce waits for no negotiation cycle
+        # the process group the runs' ranks will take (auto), priced as what it runs: Gloo's ring, MPI's the site's
+        group = site_process_group(plan.site)
+        platform = replace(platform, algorithm=process_group_algorithm(plan.site, group),
+                           cycle_s=0.0)   # the process group's all_reduce waits for no negotiation cycle
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
         platform = replace(platform, data=replace(platform.data, rank_read_bandwidth=limit * 1e6))
 
@@ -180,6 +193,7 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         "experiment": experiment,
         "memory_problems": [f.problem for f in fits if f.problem],
         "allreduce": algorithm,
+        "process_group": group,   # a PyTorch experiment's (None: Horovod's ranks)
         "overlap_allreduce": overlap,
         "calibration": calibration.to_dict() if calibration else None,
         "calibrated": calibration is not None,

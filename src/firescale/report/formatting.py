@@ -7,11 +7,12 @@ from typing import Any
 from firescale.report.comparison import LastSweep
 from firescale.report.parity import Parity
 from firescale.report.stats import LEVEL, Interval
-from firescale.report.summary import Row, Stat, Summary
+from firescale.report.summary import CALIBRATION_GAP_PCT, Row, Stat, Summary, missed
 from firescale.sweep.points import batch_label
 from firescale.sweep.records import RunRecord
 
 NOT_REACHED = "†"
+CALIBRATION_GAP = "‡"   # a measured iteration more than CALIBRATION_GAP_PCT off its prediction
 CI = f"{LEVEL:.0%} CI"
 # Columns that hold numbers: right-aligned in every format.
 NUMERIC = {"Epochs", "Batch", "Initial LR", "Train time", "Speedup", f"Speedup {CI}", "Efficiency",
@@ -189,8 +190,8 @@ def prediction_cells(row: Row) -> list[str]:
     measured = _pm(row.iteration_s, 1e3, 2, " ms")   # the repeats' spread beside their mean
     if p is None:
         return [measured, DASH, DASH, DASH, DASH]
-    return [measured, _ms(p.iteration_s), error_pct(p.iteration_error_pct), duration_value(p.time_to_accuracy_s),
-            error_pct(p.time_error_pct)]
+    return [measured, _ms(p.iteration_s), error_pct(p.iteration_error_pct) + (CALIBRATION_GAP if missed(row) else ""),
+            duration_value(p.time_to_accuracy_s), error_pct(p.time_error_pct)]
 
 
 def _ms(seconds: float) -> str:
@@ -286,9 +287,25 @@ def detail_notes(summary: Summary) -> list[str]:
             out.append("The calibration behind the predictions did not measure " + _or(summary.calibration_gaps)
                        + ", so points of smaller per-rank batches or of several ranks a node may take longer than "
                        "predicted.")
+        if summary.calibration_misses:
+            out.append(calibration_gap_note(summary))
         if summary.unmatched_predictions:
             out.append("Predicted points without a measured row: " + ", ".join(summary.unmatched_predictions) + ".")
     return out
+
+
+def calibration_gap_note(summary: Summary) -> str:
+    """The sentence under the second table for its points marked CALIBRATION_GAP: each one's predicted and
+    measured iteration, and what a gap means."""
+    each = ", ".join(f"{r.group} {error_pct(r.prediction.iteration_error_pct)} ({_ms(r.prediction.iteration_s)} "
+                     f"predicted, {_ms(r.iteration_s.mean)} measured)"
+                     for r in summary.calibration_misses if r.prediction is not None)
+    what = ("the calibration did not capture something these points pay (compare the prediction's parts, comm "
+            "intra + inter and I/O, with the runs' allreduce and data wait)" if not summary.uncalibrated else
+            "the predictions are uncalibrated: calibrate on the site (the workflow's calibration job) before "
+            "reading the model's numbers")
+    return (f"{CALIBRATION_GAP} Calibration gap: the measured iteration lies more than {CALIBRATION_GAP_PCT:g}% from "
+            f"the prediction at {each}; {what}.")
 
 
 def _or(items: list[str]) -> str:

@@ -112,6 +112,11 @@ class PredictedPoint:
         return _error_pct(self.time_to_accuracy_s, self.measured_time_s)
 
 
+# A point whose measured iteration lies further than this from its prediction (in percent of the measurement) is
+# flagged as a calibration gap: the model, calibrated or not, missed something that point pays.
+CALIBRATION_GAP_PCT = 15.0
+
+
 def _error_pct(predicted: float, measured: float) -> float | None:
     return (predicted - measured) / measured * 100.0 if measured > 0 else None
 
@@ -163,6 +168,17 @@ class Summary:
     unmatched_predictions: list[str] = field(default_factory=list)
     calibration_gaps: list[str] = field(default_factory=list)   # what the predictions' calibration did not measure
     uncalibrated: str = ""   # what uncalibrated predictions assumed (uncalibrated_predictions); "": calibrated
+
+    @property
+    def calibration_misses(self) -> list[Row]:
+        """The rows whose measured iteration is more than CALIBRATION_GAP_PCT off their prediction."""
+        return [r for r in self.rows if missed(r)]
+
+
+def missed(row: Row) -> bool:
+    """Whether `row`'s measured iteration lies more than CALIBRATION_GAP_PCT from its prediction."""
+    error = row.prediction.iteration_error_pct if row.prediction is not None else None
+    return error is not None and abs(error) > CALIBRATION_GAP_PCT
 
 
 def _row(group: str, members: list[RunRecord], target: float | None = None) -> Row:
@@ -247,8 +263,9 @@ PREDICTED_PARTS = ("comm_intra_s", "comm_inter_s", "io_s", "h2d_s")
 def unmeasured_in_calibration(data: Any) -> list[str]:
     """What the calibration behind predictions (`firescale predict experiment --json`, as read by
     `read_predictions`) left unmeasured, in words: the link (its factor left at the peak), the fixed cost of an
-    iteration (one batch size measured), and, where a point puts several ranks on a node, their contention.
-    Empty for predictions without a calibration."""
+    iteration (one batch size measured), where a point puts several ranks on a node, their contention, and for a
+    PyTorch experiment, the allreduce of its runs' process group where the probe timed another's.  Empty for
+    predictions without a calibration."""
     cal = data.get("calibration") if isinstance(data, dict) else None
     if not isinstance(cal, dict):
         return []
@@ -262,6 +279,9 @@ def unmeasured_in_calibration(data: Any) -> list[str]:
         gaps.append("the fixed cost of an iteration (one batch size measured)")
     if shared and "contention" not in compute and float(cal.get("contention", 1.0)) == 1.0:
         gaps.append("how much a node's ranks slow each other (taken as not at all)")
+    probed, runs = comm.get("process_group"), data.get("process_group")
+    if comm.get("fitted") and runs and probed and probed != runs:
+        gaps.append(f"the allreduce of the {runs} process group the runs sum over (it timed {probed}'s)")
     return gaps
 
 

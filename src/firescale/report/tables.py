@@ -268,6 +268,10 @@ def to_json(summary: Summary, ctx: ReportContext) -> dict[str, Any]:
         "predictions": summary.predictions_source or None,
         "calibration_gaps": summary.calibration_gaps,
         "predictions_calibrated": (not summary.uncalibrated) if summary.predictions_source else None,
+        "calibration_misses": [{"point": r.group, "predicted_iteration_s": r.prediction.iteration_s,
+                                "measured_iteration_s": r.iteration_s.mean,
+                                "error_pct": r.prediction.iteration_error_pct}
+                               for r in summary.calibration_misses if r.prediction is not None],
         "unmatched_predictions": summary.unmatched_predictions, "provenance": ctx.provenance,
         "outputs": {**TABLES, **{f"{stem}.{ext}": caption for stem, caption in figures(ctx).items()
                                 for ext in ("png", "pdf")}},

@@ -217,7 +217,8 @@ class SweepPlan:
         often as the baseline repeats, so that both batches of the fit are means of as many runs.  Where the
         sweep's most ranks are several, Horovod's allreduce of the net's gradients timed over as many fits the
         communication factor (beside the step's backward pass too when a TensorFlow experiment overlaps them; a
-        PyTorch experiment's records name its backend, and torch.distributed's allreduce is probed), and
+        PyTorch experiment's records name its backend, and its trainer's allreduce is probed over the process group its
+        runs take), and
         where they share a node, the short run started once for each of a node's ranks at once measures the
         node's contention.  A cluster also takes a node's read bandwidth from results/<site>/bench-io.json
         when someone measured it in a job (on this machine the runs' own reads are in their times).  Time
@@ -235,7 +236,7 @@ class SweepPlan:
             timeout = timeout_within(walltime, probes * PROBE_ROUNDS, PROBE_TIMEOUT_S)
             argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
             if self.overlap_allreduce(experiment) and self.framework(experiment) == "tensorflow":
-                argv.append("--probe-overlap")   # torch.distributed's probe times the allreduce on its own
+                argv.append("--probe-overlap")   # the PyTorch probe times the allreduce on its own
         if self.site.scheduler != "local" and self.io_measurement().is_file():
             argv += ["--io-record", str(self.io_measurement().resolve())]
         return argv

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from firescale.caffe.solver import SolverConfig
+from firescale.cluster.collectives import PROCESS_GROUPS
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
 
@@ -30,8 +31,8 @@ STACK_VERSIONS = {"tensorflow": ("tensorflow", "horovod", "mpi"), "pytorch": ("t
 # bf16: the forward and backward passes autocast to bfloat16, the weights and the update in float32.
 PRECISIONS = ("fp32", "tf32", "bf16")
 DEFAULT_PRECISION = "fp32"
-# The pytorch backend's process group: auto is NCCL on GPUs and Gloo on CPUs.
-PROCESS_GROUPS = ("auto", "gloo", "nccl")
+# The pytorch backend's process groups (PROCESS_GROUPS, resolve_process_group) live in the allreduce vocabulary,
+# firescale.cluster.collectives, which the model reads too.
 _MODULES = {"tensorflow": "firescale.train.tensorflow.backend", "pytorch": "firescale.train.torch.backend"}
 _NEEDS = {"tensorflow": "TensorFlow and Horovod (`make setup`)", "pytorch": "PyTorch (`make setup`, or `pip install "
                                                                             "'firescale[pytorch]'`)"}

@@ -78,7 +78,7 @@ class TrainOptions:
     read_limit_mbs: float | None = None  # each training read takes at least its stored bytes / this many MB/s
     framework: str = DEFAULT_FRAMEWORK   # the backend that trains (firescale.train.backend.FRAMEWORKS)
     precision: str = DEFAULT_PRECISION   # fp32 (Caffe's numerics), tf32 or bf16
-    process_group: str = "auto"          # pytorch: gloo, nccl, or auto (NCCL on GPUs, Gloo on CPUs)
+    process_group: str = "auto"          # pytorch: gloo, mpi, nccl, or auto (train.backend.resolve_process_group)
     command: list[str] = field(default_factory=list)
 
 

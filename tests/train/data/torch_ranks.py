@@ -1,5 +1,5 @@
-"""One rank of tests/train/test_torch_distributed.py: firescale's torch.distributed Rank on Gloo, its collectives and
-gradient buckets; writes what it saw to OUT/rank-R.json.  Usage: torch_ranks.py OUT"""
+"""One rank of tests/train/test_torch_distributed.py: firescale's Rank on its process group (auto, or the one named),
+its collectives and gradient buckets; writes what it saw to OUT/rank-R.json.  Usage: torch_ranks.py OUT [GROUP]"""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from firescale.train.torch.distributed import GradientBuckets, describe_allreduce, init_rank, summed_gradients
+from firescale.train.torch.distributed import GradientBuckets, describe_allreduce, init_rank, summed_gradients, versions
 
 
 def listed(t: torch.Tensor) -> list:
@@ -29,7 +29,18 @@ def collectives(rank) -> dict:
             "numbers": rank.sum_numbers([1.0, r, 2.0 ** 40 + r]).tolist(),
             "broadcast_tensors": [listed(t) for t in values],
             "broadcast_object": rank.broadcast_object({"from": r, "list": [r] * 3}),
-            "gather_object": rank.gather_object(("rank", r))}
+            "gather_object": rank.gather_object(("rank", r)),
+            "bf16": bf16(rank)}
+
+
+def bf16(rank) -> dict:
+    """A bfloat16 sum and broadcast: values whose sum bf16 rounds (1 + 2**-8 is a tie between 1 and 1 + 2**-7)."""
+    r = rank.rank
+    values = torch.tensor([1.0, 2.0 ** -8 if r else 1.0, 3.0 * (r + 1), 0.1 * (r + 1)], dtype=torch.bfloat16)
+    summed = rank.sum([values, torch.ones(2)])
+    sent = [torch.full((3,), 0.5 + r, dtype=torch.bfloat16)]
+    rank.broadcast_tensors(sent)
+    return {"sum": listed(summed[0]), "float32_beside": listed(summed[1]), "broadcast": listed(sent[0])}
 
 
 def buckets(rank) -> dict:
@@ -63,11 +74,12 @@ def buckets(rank) -> dict:
 
 
 def main() -> None:
-    rank = init_rank()
+    rank = init_rank(process_group=sys.argv[2] if len(sys.argv) > 2 else "auto")
     report = {"rank": rank.rank, "size": rank.size, "local_rank": rank.local_rank, "local_size": rank.local_size,
               "device": rank.device, "process_group": rank.process_group, "rendezvous": rank.rendezvous,
               "collectives": collectives(rank), "buckets": buckets(rank),
-              "allreduce": describe_allreduce(rank, gradient_bytes=4000, overlap=True, bucket_bytes=1000)}
+              "allreduce": describe_allreduce(rank, gradient_bytes=4000, overlap=True, bucket_bytes=1000),
+              "versions": {k: v for k, v in versions(rank).items() if k in ("process_group", "mpi_library", "mpi")}}
     rank.barrier()
     rank.close()
     Path(sys.argv[1], f"rank-{report['rank']}.json").write_text(json.dumps(report))

@@ -1,6 +1,7 @@
 """torch.distributed set-up for one rank: its device and core, the process group, sums, and the allreduce in use."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import shutil
@@ -15,20 +16,34 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from firescale.cluster.collectives import decode_allreduce
+from firescale.cluster.collectives import PROCESS_GROUPS, decode_allreduce, resolve_process_group
 from firescale.errors import FirescaleError
-from firescale.train.host import pin_cpus
-from firescale.train.torch.rendezvous import Place, launcher_place, local_of_mpi, rendezvous
+from firescale.train.host import mpi_implementation, pin_cpus
+from firescale.train.torch import mpi_group
+from firescale.train.torch.rendezvous import Place, launcher_place, local_of_mpi, mpi_started, rendezvous
 
-PROCESS_GROUPS = ("auto", "gloo", "nccl")
 RENDEZVOUS_TIMEOUT_S = 600.0   # how long ranks wait for each other at start and in a collective
 # DistributedDataParallel's bucket_cap_mb default: gradients are summed in buckets of about this many bytes.
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
+LIBRARY_NAMES = {"nccl": "NCCL", "gloo": "Gloo", "mpi": "MPI"}   # the run record's names of the process groups
+
+
+class _Done:
+    """A sum already done (MPI's blocking allreduce), waited for as torch.distributed's started ones are."""
+
+    def wait(self) -> None:
+        return None
+
+
+DONE = _Done()
 
 
 @dataclass
 class Rank:
-    """This process's place in the job and its handle on the process group's collectives (none with one rank)."""
+    """This process's place in the job and its handle on the process group's collectives (none with one rank).
+
+    `comm` is the MPI process group's communicator (train/torch/mpi_group.py); the other groups are
+    torch.distributed's."""
 
     rank: int
     size: int
@@ -36,32 +51,48 @@ class Rank:
     local_size: int
     device: str                    # cpu, or cuda:N
     pinned_cpus: list[int]
-    process_group: str             # gloo, nccl, or none (one rank)
+    process_group: str             # gloo, mpi, nccl, or none (one rank)
     devices: tuple[str, ...] = ()  # the Horovod Rank's devices of a net split by layers: never, here
-    rendezvous: str = ""           # host:port where the ranks met ("" with one rank)
+    rendezvous: str = ""           # host:port where the ranks met ("" with one rank or the MPI group)
+    comm: Any = None               # the MPI group's communicator (None for the others)
 
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    def start_sum(self, flat: torch.Tensor) -> Any:
+        """all_reduce(SUM) of one flat buffer, in place, started; wait() on what it returns.  The MPI group's is
+        MPI's blocking allreduce (mpi_group.py says why), done by the time it returns."""
+        if self.comm is not None:
+            mpi_group.sum_in_place(self.comm, flat)
+            return DONE
+        return dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
 
     def sum(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Element-wise sums over all ranks of each tensor: one flat buffer per dtype, each all_reduce(SUM) started
         before any is waited for, split back into new tensors of the inputs' shapes."""
         if self.size == 1:
             return list(tensors)
-        return _flat_sum(list(tensors))
+        return _flat_sum(self, list(tensors))
 
     def sum_numbers(self, values: Sequence[float]) -> np.ndarray:
         """Sums over all ranks of a few float64 numbers (exact for counts)."""
         array = np.array(values, dtype=np.float64)
         if self.size == 1:
             return array
+        if self.comm is not None:
+            mpi_group.sum_in_place(self.comm, torch.from_numpy(array))   # the array's own memory
+            return array
         t = torch.from_numpy(array).to(self.device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.cpu().numpy()
 
     def barrier(self) -> None:
-        if self.size > 1:
+        if self.size == 1:
+            return
+        if self.comm is not None:
+            self.comm.Barrier()
+        else:
             dist.barrier(device_ids=[torch.device(self.device).index] if self.process_group == "nccl" else None)
 
     def broadcast_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -71,7 +102,10 @@ class Rank:
         with torch.no_grad():
             for members in _by_dtype(tensors):
                 flat = torch.cat([tensors[i].detach().reshape(-1) for i in members])
-                dist.broadcast(flat, src=0)
+                if self.comm is not None:
+                    mpi_group.broadcast_in_place(self.comm, flat)
+                else:
+                    dist.broadcast(flat, src=0)
                 if not self.is_root:
                     for i, piece in zip(members, flat.split([tensors[i].numel() for i in members])):
                         tensors[i].copy_(piece.view_as(tensors[i]))
@@ -79,6 +113,8 @@ class Rank:
     def broadcast_object(self, obj: Any) -> Any:
         if self.size == 1:
             return obj
+        if self.comm is not None:
+            return self.comm.bcast(obj, root=0)
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
@@ -87,13 +123,18 @@ class Rank:
         """Every rank's `obj`, in rank order, on every rank."""
         if self.size == 1:
             return [obj]
+        if self.comm is not None:
+            return list(self.comm.allgather(obj))
         out: list[Any] = [None] * self.size
         dist.all_gather_object(out, obj)
         return out
 
     def close(self) -> None:
-        """Destroy the process group (a one-rank run has none)."""
-        if self.process_group != "none" and dist.is_initialized():
+        """Destroy the process group (a one-rank run has none); MPI itself stays up for whoever else uses it."""
+        if self.comm is not None:
+            self.comm.Free()
+            self.comm = None
+        elif self.process_group != "none" and dist.is_initialized():
             dist.destroy_process_group()
 
 
@@ -105,11 +146,11 @@ def _by_dtype(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _flat_sum(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+def _flat_sum(rank: Rank, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     started = []
     for members in _by_dtype(tensors):
         flat = torch.cat([tensors[i].detach().reshape(-1) for i in members])
-        started.append((members, flat, dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)))
+        started.append((members, flat, rank.start_sum(flat)))
     out: list[torch.Tensor] = list(tensors)
     for members, flat, work in started:
         work.wait()
@@ -128,24 +169,42 @@ def _gpu(place: Place) -> torch.device:
     return torch.device("cuda", index)
 
 
+def choose_process_group(requested: str, cuda: bool, place: Place, env: Mapping[str, str]) -> str:
+    """The process group of ranks at `place` on GPUs (`cuda`) or CPUs: `requested` resolved as
+    train.backend.resolve_process_group does, where MPI started the ranks when an MPI launcher did (or a Slurm
+    step through PMIx) and mpi4py imports; auto takes Gloo after all where MPI's world is not the launcher's job.
+    A group the node cannot run is one sentence."""
+    if requested not in PROCESS_GROUPS:
+        raise FirescaleError(f"process group {requested!r} is not known; known: {', '.join(PROCESS_GROUPS)}")
+    if requested == "nccl" and not cuda:
+        raise FirescaleError("NCCL needs a CUDA GPU on every rank, and this node has none; use mpi or gloo, or a GPU "
+                             "site")
+    if requested == "mpi" and cuda:
+        raise FirescaleError("the MPI process group sums CPU tensors, and this rank trains on a GPU; use nccl (or "
+                             "auto) on GPUs")
+    started = place.size > 1 and mpi_started(place, env) and importlib.util.find_spec("mpi4py") is not None
+    group = resolve_process_group(requested, gpu=cuda, mpi_ranks=started)
+    if requested == "auto" and group == "mpi" and not mpi_group.same_world(place):
+        return "gloo"
+    return group
+
+
 def init_rank(threads: int = 1, devices: int = 1, *, process_group: str = "auto",
               timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> Rank:
     """This rank's place from its launcher, one device (the local rank's GPU, else one pinned core), `threads`
-    torch threads, cuDNN's deterministic kernels, and, with several ranks, the process group: NCCL on GPUs and Gloo on
-    CPUs unless `process_group` names one.  One rank creates no process group: there is nothing to sum."""
+    torch threads, cuDNN's deterministic kernels, and, with several ranks, the process group `process_group`
+    (choose_process_group: auto is NCCL on GPUs; on CPUs MPI for ranks MPI started, else Gloo).  The MPI group is
+    MPI's own communicator, with no torch.distributed group or rendezvous beside it.  One rank creates no process
+    group: there is nothing to sum."""
     if devices != 1:
         raise FirescaleError(f"devices is {devices}, but the PyTorch backend runs one device per rank; a net split "
                              "over devices needs the TensorFlow backend")
-    if process_group not in PROCESS_GROUPS:
-        raise FirescaleError(f"process group {process_group!r} is not known; known: {', '.join(PROCESS_GROUPS)}")
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
-    if process_group == "nccl" and not cuda:
-        raise FirescaleError("NCCL needs a CUDA GPU on every rank, and this node has none; use gloo or a GPU site")
     place = launcher_place(os.environ)
+    backend = choose_process_group(process_group, cuda, place, os.environ)
     if place.size > 1 and place.mpi:
         place = local_of_mpi(place)
     local_rank, local_size = place.local_rank or 0, place.local_size or 1
-    backend = "nccl" if cuda and process_group != "gloo" else "gloo"
     device = _gpu(place) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -153,8 +212,10 @@ def init_rank(threads: int = 1, devices: int = 1, *, process_group: str = "auto"
         # is the trainer's to call: it imports torch._inductor, seconds of each rank's start.
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     torch.set_num_threads(threads)
-    met = ""
-    if place.size > 1:
+    met, comm = "", None
+    if place.size > 1 and backend == "mpi":
+        comm = mpi_group.open_group(place)
+    elif place.size > 1:
         timeout = timedelta(seconds=timeout_s)
         store, host, port = rendezvous(place, os.environ, timeout)
         met = f"{host}:{port}"
@@ -163,7 +224,7 @@ def init_rank(threads: int = 1, devices: int = 1, *, process_group: str = "auto"
     # Pinned last, so that the threads the process group and MPI started keep to the rank's core too.
     pinned = [] if cuda else pin_cpus(local_rank, local_size)
     return Rank(place.rank, place.size, local_rank, local_size, str(device), pinned,
-                backend if place.size > 1 else "none", rendezvous=met)
+                backend if place.size > 1 else "none", rendezvous=met, comm=comm)
 
 
 class GradientBuckets:
@@ -213,7 +274,7 @@ class GradientBuckets:
     def _start(self, b: int) -> None:
         with torch.no_grad():
             flat = torch.cat([self._gradient(i).detach().reshape(-1) for i in self.buckets[b]])
-        self._started.append((flat, dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)))
+        self._started.append((flat, self.rank.start_sum(flat)))
 
     def wait(self) -> list[torch.Tensor]:
         """The gradients summed over all ranks, one per parameter; ready for the next backward."""
@@ -260,11 +321,14 @@ def summed_gradients(rank: Rank, parameters: Sequence[torch.Tensor]) -> list[tor
 def describe_allreduce(rank: Rank, env: Mapping[str, str] | None = None, *, gradient_bytes: int | None = None,
                        overlap: bool = False, bucket_bytes: int | None = None) -> dict[str, Any]:
     """Which allreduce summed the gradients: what the job asked for (FIRESCALE_ALLREDUCE), the library that carried
-    them (the process group's NCCL or Gloo), the algorithm its settings select, decoded by the same vocabulary that
-    set them (firescale.cluster.collectives), with its cost model; and whether buckets of `bucket_bytes` overlapped
-    the backward pass (`overlap`) or one grouped sum of `gradient_bytes` followed it."""
+    them (the process group's NCCL or Gloo, or for the MPI group the MPI library beneath mpi4py), the algorithm its
+    settings select, decoded by the same vocabulary that set them (firescale.cluster.collectives), with its cost
+    model; and whether buckets of `bucket_bytes` overlapped the backward pass (`overlap`) or one grouped sum of
+    `gradient_bytes` followed it."""
     env = dict(os.environ if env is None else env)
     library = rank.process_group if rank.size > 1 else "none"
+    if library == "mpi":   # MPI_Allreduce follows the site's Open MPI settings, as Horovod's does
+        library = mpi_implementation()
     buckets = int(bucket_bytes or DDP_BUCKET_BYTES) if overlap else None
     message = None
     if gradient_bytes is not None:
@@ -274,10 +338,11 @@ def describe_allreduce(rank: Rank, env: Mapping[str, str] | None = None, *, grad
     # NCCL follows NCCL_ALGO, which a GPU site's job exports for its allreduce.algorithm.
     used = decode_allreduce(env, ranks=rank.size, library=library if library != "none" else "gloo",
                             message_bytes=message)
+    cpu = {"gloo": "gloo", "mpi": "mpi"}.get(rank.process_group, "none")   # under NCCL they go to the GPU first
     return {
         "requested": env.get("FIRESCALE_ALLREDUCE", "default"),
-        "controller": "torch.distributed",
-        "cpu_operations": "gloo" if library == "gloo" else "none",   # under NCCL, CPU numbers go to the GPU first
+        "controller": "mpi4py" if rank.process_group == "mpi" else "torch.distributed",
+        "cpu_operations": cpu,
         "device": rank.device,
         "ompi_coll_tuned": {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items())
                             if k.startswith("OMPI_MCA_coll_tuned_")},
@@ -298,7 +363,7 @@ def describe_allreduce(rank: Rank, env: Mapping[str, str] | None = None, *, grad
 
 def collectives_record(rank: Rank) -> dict[str, Any]:
     """For the run record: the library that summed the gradients and which backends this torch was built with."""
-    library = {"nccl": "NCCL", "gloo": "Gloo"}.get(rank.process_group, "none")
+    library = LIBRARY_NAMES.get(rank.process_group, "none")
     return {"library": library, "gpu_operations": library if library == "NCCL" else None,
             "gloo_available": dist.is_gloo_available(), "nccl_available": dist.is_nccl_available(),
             "mpi_available": dist.is_mpi_available()}
@@ -320,6 +385,8 @@ def versions(rank: Rank) -> dict[str, str | None]:
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": None if cudnn is None else str(cudnn),
         "nccl": _nccl_version() if cuda and dist.is_nccl_available() else None,
         "process_group": rank.process_group,
+        # the MPI beneath the MPI group, as linked (MPI_Get_library_version); `mpi` below is mpirun's, as Horovod's
+        "mpi_library": mpi_group.library_version() if rank.process_group == "mpi" else None,
     }
     mpirun = shutil.which("mpirun")
     if mpirun:

@@ -324,6 +324,12 @@ def rendezvous(place: Place, env: Mapping[str, str], timeout: timedelta) -> tupl
     return _connect(host, port, place.size, timeout), host, port
 
 
+def mpi_started(place: Place, env: Mapping[str, str]) -> bool:
+    """Whether MPI started this job's ranks: an MPI launcher (mpirun, Hydra, aprun), or an srun step whose MPI
+    plugin is PMIx (srun --mpi=pmix sets PMIX_RANK; --mpi=pmi2 sets PMI_RANK, read as MPICH's above)."""
+    return place.mpi or (place.launcher == "slurm" and "PMIX_RANK" in env)
+
+
 def local_of_mpi(place: Place) -> Place:
     """`place` with its node's share from MPI (ranks that share memory with this one) where the launcher gave none."""
     if place.local_rank is not None:
