@@ -435,6 +435,21 @@ def test_a_pytorch_experiment_is_priced_on_the_process_group_its_ranks_take(repo
     nbytes = net_cost(get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1)), 1).weight_bytes
     link = platform_from_site(load_site(local_site)).link
     assert two["mpi"]["comm_s"] == pytest.approx(allreduce_time("tree", nbytes, 2, link))
+    # the experiment's own choice: Gloo on a site where auto would take MPI, priced as Gloo's ring, in the runs'
+    # command, and in the calibration's probe (which reads the baseline's command)
+    config["experiments"]["digits-lenet"]["process_group"] = "gloo"
+    config_path.write_text(yaml.safe_dump(config))
+    chosen = load_plan(local_site, config_path)
+    result = predict_experiment(chosen, "digits-lenet")
+    assert result["process_group"] == "gloo" and result["model"]["platform"]["algorithm"] == "ring"
+    from firescale.sweep.jobs import train_command
+
+    argv = train_command(chosen, "digits-lenet", chosen.baselines("digits-lenet")[0])
+    assert argv[argv.index("--process-group") + 1] == "gloo"
     config["experiments"]["digits-lenet"]["framework"] = "tensorflow"
+    config_path.write_text(yaml.safe_dump(config))
+    with pytest.raises(FirescaleError, match="process_group gloo needs framework pytorch"):
+        load_plan(local_site, config_path)
+    del config["experiments"]["digits-lenet"]["process_group"]
     config_path.write_text(yaml.safe_dump(config))
     assert predict_experiment(load_plan(local_site, config_path), "digits-lenet")["process_group"] is None

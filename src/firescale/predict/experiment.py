@@ -150,7 +150,7 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     group = None
     if plan.framework(experiment) == "pytorch":
         # the process group the runs' ranks will take (auto), priced as what it runs: Gloo's ring, MPI's the site's
-        group = site_process_group(plan.site)
+        group = site_process_group(plan.site, plan.experiment(experiment).get("process_group", "auto"))
         platform = replace(platform, algorithm=process_group_algorithm(plan.site, group),
                            cycle_s=0.0)   # the process group's all_reduce waits for no negotiation cycle
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes

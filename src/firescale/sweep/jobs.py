@@ -70,10 +70,13 @@ def train_command(plan: SweepPlan, experiment: str, point: SweepPoint) -> list[s
 
 
 def framework_options(exp: dict[str, Any]) -> list[str]:
-    """The experiment's framework and precision as the trainer's options, where they are not the defaults."""
+    """The experiment's framework, process group and precision as the trainer's options, where they are not the
+    defaults."""
     argv = []
     if exp["framework"] != "tensorflow":
         argv += ["--framework", exp["framework"]]
+    if exp.get("process_group", "auto") != "auto":
+        argv += ["--process-group", exp["process_group"]]
     if exp["precision"] != "fp32":
         argv += ["--precision", exp["precision"]]
     return argv

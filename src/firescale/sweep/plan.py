@@ -83,6 +83,9 @@ class SweepPlan:
             if exp["framework"] == "tensorflow" and exp["precision"] == "bf16":
                 raise FirescaleError(f"{source}: experiment {experiment}: precision bf16 needs framework pytorch; "
                                      "the tensorflow backend trains in fp32 or tf32")
+            if exp["framework"] != "pytorch" and exp.get("process_group", "auto") != "auto":
+                raise FirescaleError(f"{source}: experiment {experiment}: process_group {exp['process_group']} "
+                                     "needs framework pytorch; Horovod sums the tensorflow backend's gradients")
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
             base_lr = solver_base_lr(config, experiment, base)
             points[experiment] = plan_sweep(config, experiment, site.name, base_lr, repeats, base=base)

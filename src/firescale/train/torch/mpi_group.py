@@ -17,6 +17,7 @@ broadcast moves bytes, so any dtype goes as it is.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -62,15 +63,29 @@ def sum_in_place(comm: Any, flat: torch.Tensor) -> None:
     bfloat16 and float16 in a float32 copy (WIDENED)."""
     from mpi4py import MPI
 
+    if flat.dtype not in (*IN_PLACE, *WIDENED):
+        raise FirescaleError(f"the MPI process group sums float and integer tensors, not {flat.dtype}; known: "
+                             f"{', '.join(str(d).removeprefix('torch.') for d in (*IN_PLACE, *WIDENED))}")
+    wait_for_peers(comm)
     if flat.dtype in WIDENED:
         wide = flat.detach().float()
         comm.Allreduce(MPI.IN_PLACE, _view(wide), op=MPI.SUM)
         flat.copy_(wide)
         return
-    if flat.dtype not in IN_PLACE:
-        raise FirescaleError(f"the MPI process group sums float and integer tensors, not {flat.dtype}; known: "
-                             f"{', '.join(str(d).removeprefix('torch.') for d in (*IN_PLACE, *WIDENED))}")
     comm.Allreduce(MPI.IN_PLACE, _view(flat), op=MPI.SUM)
+
+
+# How long a rank that reaches a sum before its peers sleeps between looks (seconds).
+PEER_POLL_S = 50e-6
+
+
+def wait_for_peers(comm: Any) -> None:
+    """Return once every rank has reached this sum, sleeping meanwhile: a rank that MPI_Allreduce keeps
+    waiting busy-polls its core, which on a node shared with anything else (a second job, the runner) takes
+    time from its peers' compute; once all are there, the blocking sum runs at MPI's full speed."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(PEER_POLL_S)
 
 
 def broadcast_in_place(comm: Any, flat: torch.Tensor) -> None:
