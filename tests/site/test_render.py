@@ -1,6 +1,7 @@
 """Job scripts: golden files per site and scheduler, strictness, quoting, and the job body run for real."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -43,13 +44,17 @@ def _variants(tmp_path):
     return sites
 
 
-@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "vcluster", "pbs-mpirun", "slurm-horovodrun"])
+@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "vcluster", "pbs-mpirun", "slurm-horovodrun",
+                                     "ib-cluster-pytorch"])
 @pytest.mark.parametrize("ranks", [1, 8])
 def test_golden_job_scripts(tmp_path, variant, ranks):
-    site = _variants(tmp_path)[variant]
+    """Each site's TensorFlow job; and a GPU site's PyTorch job, where NCCL runs: its walltime signal USR2, NCCL's
+    async error handling and the process group's timeout."""
+    framework = "pytorch" if variant.endswith("-pytorch") else "tensorflow"
+    site = _variants(tmp_path)[variant.removesuffix("-pytorch")]
     if site.nodes_for(ranks) > site.max_nodes:
         ranks = site.gpus_per_node
-    script = render_job_script(site, fixed_job(ranks))
+    script = render_job_script(site, dataclasses.replace(fixed_job(ranks), framework=framework))
     golden = GOLDEN / f"{variant}-{ranks}.sh"
     if UPDATE or not golden.exists():
         if not UPDATE:
