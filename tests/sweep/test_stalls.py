@@ -156,6 +156,17 @@ def test_ranks_alive_in_train_without_progress_stall(tmp_path):
     assert "every rank alive, none progressing" in "\n".join(lines)
 
 
+def test_a_stalled_job_that_the_scheduler_ends_for_a_failed_node_fails_as_the_scheduler_says(tmp_path):
+    run_dir = tmp_path / "run"
+    lost = FakeJob(RUNNING_FOR(500), cancelled_state="NODE_FAIL")
+    point, fake, ranks, lines = _point_run(tmp_path, [lost], [rank_1_stops_at_20(run_dir)])
+    verdict, subs = point.run()
+    assert verdict.outcome == "failed" and len(subs) == 1 and fake.cancelled == ["1000"], "\n".join(lines)
+    assert verdict.reason.startswith("a node of the job failed (scheduler state NODE_FAIL)")
+    assert "the job had stalled (no progress for" in verdict.reason and "rank 1 on n2" in verdict.reason
+    assert subs[0].state == "NODE_FAIL" and subs[0].stall["stopped"][0]["rank"] == 1
+
+
 def test_a_job_that_stalls_twice_at_the_same_iteration_without_a_newer_snapshot_fails(tmp_path):
     run_dir = tmp_path / "run"
     _snapshot(run_dir, 10)

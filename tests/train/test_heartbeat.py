@@ -160,3 +160,28 @@ def test_a_gloo_all_reduce_with_a_stopped_peer_gives_up_within_the_timeout_namin
     last = read_beats(out)[0]
     assert last.phase == "failed" and last.gave_up == "all_reduce (Gloo)" and last.iteration >= 5
     assert json.loads((out / "heartbeat" / "rank-00000.json").read_text())["error"].startswith("the all_reduce")
+
+
+@pytest.mark.pytorch
+@pytest.mark.parametrize("sent", [signal.SIGUSR2, signal.SIGUSR1])
+def test_the_trainer_snapshots_and_stops_on_either_walltime_signal(work, sent):
+    """USR2, the walltime signal where NCCL runs, stops a run as USR1 does: a snapshot, exit 143; the heartbeat
+    ends done at the snapshot's iteration."""
+    out = work / f"signal-{sent.name}"
+    env = {**os.environ, "FIRESCALE_HEARTBEAT_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "firescale", *train_args(work, out.name, "long.yaml", "--framework",
+                                                                            "pytorch", "--batch-per-rank", "16")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        _wait_for(lambda: (b := read_beats(out).get(0)) is not None and b.phase == "train" and b.iteration >= 5,
+                  240, "a training rank", proc)
+        proc.send_signal(sent)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, output[-3000:]
+    assert f"stopped by {sent.name} at iteration" in output
+    last = read_beats(out)[0]
+    assert last.phase == "done" and (out / "snapshots" / f"snapshot_iter_{last.iteration}.solverstate").exists()

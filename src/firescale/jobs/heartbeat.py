@@ -19,8 +19,9 @@ from firescale.atomic import atomic_write_json
 HEARTBEAT_FORMAT = "firescale.heartbeat/1"
 HEARTBEAT_DIR = "heartbeat"
 # What a rank does, in order.  In train and eval a rank must progress (iterations, test batches); start-up
-# (the process group, the net, the warm-up), the dataset's check and a snapshot must only stay alive.
-PHASES = ("startup", "dataset-check", "train", "eval", "snapshot", "done", "failed")
+# (the process group, the net, the warm-up), the dataset's check, a snapshot and the finish (the layer
+# trace, the result) must only stay alive.
+PHASES = ("startup", "dataset-check", "train", "eval", "snapshot", "finish", "done", "failed")
 PROGRESSING = frozenset({"train", "eval"})
 ENDED = frozenset({"done", "failed"})
 DEFAULT_INTERVAL_S = 2.0

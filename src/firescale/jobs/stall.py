@@ -8,7 +8,7 @@ iteration, test batches).  The job is stalled when, for longer than `stall_after
   phase but the end; or
 - every rank that has not ended is in a phase that must progress (train, eval), and none progressed.
 
-Start-up, the dataset's check and a snapshot are not judged by progress, only by the beat: they take as
+Start-up, the dataset's check, a snapshot and the finish are not judged by progress, only by the beat: they take as
 long as they take.  A job that writes no heartbeat (not yet started, or not a training job) is never
 stalled.  A slow job that progresses is never stalled: the judge asks whether anything moved, not how fast.
 """

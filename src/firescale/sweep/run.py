@@ -17,7 +17,7 @@ from firescale.errors import FirescaleError
 from firescale.jobs.heartbeat import clear_beats
 from firescale.jobs.outcome import FINISHED_RESULTS, ResubmitRules, Verdict, decide, first_lost_rank, without_progress
 from firescale.jobs.schedulers import Scheduler
-from firescale.jobs.schedulers.base import STALLED
+from firescale.jobs.schedulers.base import NODE_FAIL, OUT_OF_MEMORY, STALLED, JobState
 from firescale.jobs.stall import Stall, StallWatch, default_stall_after
 from firescale.jobs.watch import Polling, cancel_job, gave_up, watch_job
 from firescale.sweep.records import PointRecord, write_run_record
@@ -158,9 +158,13 @@ class PointRun:
         found: list[Stall] = []
         state = watch_job(self.scheduler, job_id, self._polling(), self.sleep, stamped, on_running=started,
                           check=self._stall_check(found))
-        if state.state == STALLED:
-            return self._stalled(sub, found[0], stamped)
-        status = self._wait_for_status(status_file) if state.answered else read_json(status_file)
+        stall = found[0] if state.state == STALLED else None
+        cancelled = ""
+        if stall is not None:   # cancelled, and watched until the scheduler says it ended
+            stamped(f"job {job_id}: STALLED: {stall.words()}")
+            cancelled = cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
+            state = watch_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
+        status = self._wait_for_status(status_file) if state.answered and not stall else read_json(status_file)
         sub.ended = (status or {}).get("end") or _now()
         if status:
             sub.started = status.get("start") or sub.started
@@ -169,6 +173,8 @@ class PointRun:
         sub.queue_s = _seconds_between(sub.submitted, sub.started)
         sub.state = state.raw or state.state
         verdict = decide(status, state, self.finished(self.run_dir), self.rules, missing=self.missing)
+        if stall is not None:
+            return self._decided(sub, self._stalled(sub, stall, state, verdict, cancelled))
         if gave_up(state, status):
             verdict.reason += "; " + cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
         if verdict.outcome == "failed" and self.stall is not None:
@@ -197,19 +203,16 @@ class PointRun:
             return stall.words()
         return check
 
-    def _stalled(self, sub: Submission, stall: Stall, log: Callable[[str], None]) -> tuple[Submission, Verdict]:
-        """Cancel a stalled job, wait until the scheduler says it ended, and send the point back to the queue."""
-        log(f"job {sub.job_id}: STALLED: {stall.words()}")
-        cancelled = cancel_job(self.scheduler, sub.job_id, self.polling, self.sleep, log)
-        ended = watch_job(self.scheduler, sub.job_id, self.polling, self.sleep, log)
-        status = read_json(self.run_dir / "status.json") or {}
-        sub.ended = status.get("end") or _now()
-        sub.exit_code = status.get("exit_code")
-        sub.queue_s = _seconds_between(sub.submitted, sub.started)
+    @staticmethod
+    def _stalled(sub: Submission, stall: Stall, state: JobState, verdict: Verdict, cancelled: str) -> Verdict:
+        """The verdict on a job cancelled as stalled: STALLED, resubmitted from the newest snapshot; unless it
+        finished meanwhile, or the scheduler knows a cause of its own (a node failed, memory ran out)."""
+        sub.stall = {**stall.to_dict(), "scheduler_state": sub.state}
+        if verdict.outcome == "succeeded" or state.state in (NODE_FAIL, OUT_OF_MEMORY):
+            verdict.reason += ("; " if verdict.reason else "") + f"the job had stalled ({stall.words()}); {cancelled}"
+            return verdict
         sub.state = STALLED
-        sub.stall = {**stall.to_dict(), "scheduler_state": ended.raw or ended.state}
-        return self._decided(sub, Verdict("resubmit", f"STALLED: {stall.words()}; {cancelled}; "
-                                                      "resuming from the newest snapshot"))
+        return Verdict("resubmit", f"STALLED: {stall.words()}; {cancelled}; resuming from the newest snapshot")
 
     def _collective_gave_up(self, sub: Submission, verdict: Verdict) -> Verdict:
         """A job that failed because a rank's collective gave up waiting for a peer stalled: resubmit it.  Another

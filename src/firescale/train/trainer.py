@@ -438,6 +438,7 @@ class Training:
             # The last segment was stopped by the update that made this evaluation due, before it ran.
             reached = self._reached(self.evaluate().top1)
         self.speed_window = (now(), self.iteration)
+        self.heartbeat.iteration = self.iteration   # a resumed run's first
         self.heartbeat.enter("train")
         while self.iteration < cfg.max_iter and not reached:
             stop_agreed = self.step(stop)
@@ -649,6 +650,7 @@ class Training:
     def finish(self, status: str, stop: StopRequest) -> int:
         """The layer trace when asked, result.json, the closing log lines; the process's exit code."""
         rank, c = self.rank, self.log.constants
+        self.heartbeat.enter("finish")
         result = self.result(status)
         if self.opts.profile_layers and status != "interrupted":
             self._profile_layers(result)
