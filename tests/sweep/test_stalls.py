@@ -140,6 +140,15 @@ def test_an_evaluation_progresses_by_its_test_batches(tmp_path):
     assert verdict.outcome == "succeeded" and fake.cancelled == [], "\n".join(lines)
 
 
+def test_a_silent_rank_is_no_stall_while_another_progresses(tmp_path):
+    """Rank 1's heartbeat stops (its writes hang on a mount, say) while rank 0's iterations go on: the job
+    progresses, so it is left alone."""
+    quiet = lambda t: [("train", int(t)), ("train", 5) if t <= 5 else None]  # noqa: E731
+    point, fake, ranks, lines = _point_run(tmp_path, [FakeJob(RUNNING_FOR(60) + ["COMPLETED"], OK, DONE)], [quiet])
+    verdict, subs = point.run()
+    assert verdict.outcome == "succeeded" and fake.cancelled == [], "\n".join(lines)
+
+
 def test_ranks_alive_in_train_without_progress_stall(tmp_path):
     run_dir = tmp_path / "run"
 

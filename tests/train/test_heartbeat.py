@@ -185,3 +185,47 @@ def test_the_trainer_snapshots_and_stops_on_either_walltime_signal(work, sent):
     assert f"stopped by {sent.name} at iteration" in output
     last = read_beats(out)[0]
     assert last.phase == "done" and (out / "snapshots" / f"snapshot_iter_{last.iteration}.solverstate").exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.tensorflow
+@pytest.mark.slow
+def test_horovods_stall_shutdown_ends_a_run_whose_peer_is_stopped_naming_it(work):
+    """Rank 1 stopped under Horovod: its stall check warns after HOROVOD_STALL_CHECK_TIME_SECONDS, shuts down after
+    HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (the site's collective_timeout keys, as the job exports them), and the
+    trainer ends saying that Horovod's allreduce gave up; its heartbeat names the collective."""
+    from mpitools import mpirun_argv
+
+    shutdown_s = 6
+    env = {"FIRESCALE_HEARTBEAT_SECONDS": "0.2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "2",
+           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(shutdown_s), "PYTHONUNBUFFERED": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_CYCLE_TIME": "10"}
+    out = work / "horovod"
+    argv = [sys.executable, "-m", "firescale", *train_args(work, "horovod", "long.yaml", "--batch-per-rank", "16")]
+    proc = subprocess.Popen(mpirun_argv(2, argv, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **env})
+    stopped = None
+    try:
+        _wait_for(lambda: len(read_beats(out)) == 2 and all(b.phase == "train" and b.iteration >= 5
+                                                            for b in read_beats(out).values()), 300,
+                  "two training ranks", proc)
+        stopped = read_beats(out)[1].pid
+        os.kill(stopped, signal.SIGSTOP)
+        t0 = time.monotonic()
+        output, _ = proc.communicate(timeout=180)
+        took = time.monotonic() - t0
+    finally:
+        if stopped is not None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(stopped, sig)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, output[-3000:]
+    assert took <= shutdown_s + 60, (took, output[-3000:])
+    assert "firescale: error: Horovod's allreduce gave up:" in output, output[-4000:]
+    last = read_beats(out)[0]
+    assert last.phase == "failed" and last.gave_up == "allreduce (Horovod)", last

@@ -2,11 +2,12 @@
 
 The runner reads the ranks' heartbeats (jobs/heartbeat.py) at every poll and notes, by its own clock, when
 each rank's file last changed (`beat`: the process is alive) and when its progress last changed (phase,
-iteration, test batches).  The job is stalled when, for longer than `stall_after` seconds,
+iteration, test batches).  The job is stalled when no rank progressed for longer than `stall_after` seconds,
+and
 
-- a rank's heartbeat did not change at all (its process is stopped, hung in the kernel, or gone), in any
-  phase but the end; or
-- every rank that has not ended is in a phase that must progress (train, eval), and none progressed.
+- a rank's heartbeat did not change at all for that long (its process is stopped, hung in the kernel, or
+  gone), in any phase but the end; or
+- every rank that has not ended is in a phase that must progress (train, eval).
 
 Start-up, the dataset's check, a snapshot and the finish are not judged by progress, only by the beat: they take as
 long as they take.  A job that writes no heartbeat (not yet started, or not a training job) is never
@@ -127,7 +128,7 @@ class StallWatch:
         silent = {rank for rank, s in live.items() if now - s.beat_at > after}
         idle = now - max(s.progress_at for s in live.values())
         all_progressing = all(s.beat.phase in PROGRESSING for s in live.values())
-        if not silent and not (all_progressing and idle > after):
+        if idle <= after or not (silent or all_progressing):
             return None
         described = {rank: self._describe(s, now) for rank, s in sorted(live.items())}
         return Stall(after_s=after, idle_s=idle, last_iteration=max(s.beat.iteration for s in live.values()),
