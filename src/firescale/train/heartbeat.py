@@ -104,11 +104,12 @@ class Heartbeat:
         self._stopping = True
         self.phase = phase
         self._wake.set()
+        wait = max(5.0, 2 * self.interval_s)
         if self._thread is not None:
-            self._thread.join(timeout=max(5.0, 2 * self.interval_s))
+            self._thread.join(timeout=wait)
             self._thread = None
         if self.enabled:
-            self._write()
+            self._write(wait)   # not for ever: a write that hangs on a dead mount must not hold the exit
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -118,17 +119,24 @@ class Heartbeat:
             if not self._stopping:
                 self._write()
 
-    def _write(self) -> None:
-        with self._lock:
-            self.beats += 1
-            beat = RankBeat(rank=self.rank, size=self.size, host=self.host, pid=self.pid, job_id=self.job_id,
-                            phase=self.phase, iteration=self.iteration, steps=self.steps, beat=self.beats,
-                            time=time.time(), phase_time=self.phase_time, interval_s=self.interval_s,
-                            error=self.error, gave_up=self.gave_up)
-            try:
-                write_beat(self.run_dir, beat)
-            except (OSError, FirescaleError) as exc:   # the run goes on; the runner sees a silent rank
-                if not self._failed_write:
-                    print(f"firescale: rank {self.rank}: cannot write its heartbeat ({exc}); trying again",
-                          file=sys.stderr, flush=True)
-                self._failed_write = True
+    def _write(self, wait: float = -1) -> None:
+        if not self._lock.acquire(timeout=wait):
+            return
+        try:
+            self._write_locked()
+        finally:
+            self._lock.release()
+
+    def _write_locked(self) -> None:
+        self.beats += 1
+        beat = RankBeat(rank=self.rank, size=self.size, host=self.host, pid=self.pid, job_id=self.job_id,
+                        phase=self.phase, iteration=self.iteration, steps=self.steps, beat=self.beats,
+                        time=time.time(), phase_time=self.phase_time, interval_s=self.interval_s,
+                        error=self.error, gave_up=self.gave_up)
+        try:
+            write_beat(self.run_dir, beat)
+        except (OSError, FirescaleError) as exc:   # the run goes on; the runner sees a silent rank
+            if not self._failed_write:
+                print(f"firescale: rank {self.rank}: cannot write its heartbeat ({exc}); trying again",
+                      file=sys.stderr, flush=True)
+            self._failed_write = True
