@@ -17,7 +17,7 @@ from firescale.errors import FirescaleError
 from firescale.jobs.heartbeat import clear_beats
 from firescale.jobs.outcome import FINISHED_RESULTS, ResubmitRules, Verdict, decide, first_lost_rank, without_progress
 from firescale.jobs.schedulers import Scheduler
-from firescale.jobs.schedulers.base import NODE_FAIL, OUT_OF_MEMORY, STALLED, JobState
+from firescale.jobs.schedulers.base import NODE_FAIL, OUT_OF_MEMORY, STALLED, UNKNOWN, JobState
 from firescale.jobs.stall import Stall, StallWatch, default_stall_after
 from firescale.jobs.watch import Polling, cancel_job, gave_up, watch_job
 from firescale.sweep.records import PointRecord, write_run_record
@@ -173,10 +173,10 @@ class PointRun:
         sub.queue_s = _seconds_between(sub.submitted, sub.started)
         sub.state = state.raw or state.state
         verdict = decide(status, state, self.finished(self.run_dir), self.rules, missing=self.missing)
-        if stall is not None:
-            return self._decided(sub, self._stalled(sub, stall, state, verdict, cancelled))
         if gave_up(state, status):
             verdict.reason += "; " + cancel_job(self.scheduler, job_id, self.polling, self.sleep, stamped)
+        if stall is not None:
+            return self._decided(sub, self._stalled(sub, stall, state, verdict, cancelled))
         if verdict.outcome == "failed" and self.stall is not None:
             verdict = self._collective_gave_up(sub, verdict)
         if verdict.outcome == "failed" and not (status or {}).get("reason"):  # else the job said why itself
@@ -206,9 +206,10 @@ class PointRun:
     @staticmethod
     def _stalled(sub: Submission, stall: Stall, state: JobState, verdict: Verdict, cancelled: str) -> Verdict:
         """The verdict on a job cancelled as stalled: STALLED, resubmitted from the newest snapshot; unless it
-        finished meanwhile, or the scheduler knows a cause of its own (a node failed, memory ran out)."""
+        finished meanwhile, the scheduler knows a cause of its own (a node failed, memory ran out), or it stopped
+        answering (then nobody knows whether the job still runs)."""
         sub.stall = {**stall.to_dict(), "scheduler_state": sub.state}
-        if verdict.outcome == "succeeded" or state.state in (NODE_FAIL, OUT_OF_MEMORY):
+        if verdict.outcome == "succeeded" or state.state in (NODE_FAIL, OUT_OF_MEMORY, UNKNOWN):
             verdict.reason += ("; " if verdict.reason else "") + f"the job had stalled ({stall.words()}); {cancelled}"
             return verdict
         sub.state = STALLED
