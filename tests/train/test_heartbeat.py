@@ -187,45 +187,47 @@ def test_the_trainer_snapshots_and_stops_on_either_walltime_signal(work, sent):
     assert last.phase == "done" and (out / "snapshots" / f"snapshot_iter_{last.iteration}.solverstate").exists()
 
 
+# Rank 1 stays alive but never joins the second allreduce (a rank that took another path); rank 0 asks the
+# TensorFlow backend what the error it gets means.
+SKIPPING_RANK = """\
+import sys, time
+import tensorflow as tf
+import horovod.tensorflow as hvd
+from firescale.train.tensorflow.backend import TensorFlowBackend
+hvd.init()
+x = tf.ones([1024])
+hvd.allreduce(x, name="warm")
+if hvd.rank() == 1:
+    time.sleep(60)
+    sys.exit(0)
+t0 = time.time()
+try:
+    hvd.allreduce(x, name="grads")
+except Exception as exc:
+    print(f"after {time.time() - t0:.1f} s: {TensorFlowBackend('fp32').gave_up(exc)}", flush=True)
+    sys.exit(1)
+"""
+
+
 @pytest.mark.mpi
 @pytest.mark.tensorflow
 @pytest.mark.slow
-def test_horovods_stall_shutdown_ends_a_run_whose_peer_is_stopped_naming_it(work):
-    """Rank 1 stopped under Horovod: its stall check warns after HOROVOD_STALL_CHECK_TIME_SECONDS, shuts down after
-    HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (the site's collective_timeout keys, as the job exports them), and the
-    trainer ends saying that Horovod's allreduce gave up; its heartbeat names the collective."""
+def test_horovods_stall_shutdown_ends_a_collective_a_rank_never_joins_naming_it(tmp_path):
+    """With the site's collective_timeout keys as the job exports them (check 2 s, shutdown 6 s here), Horovod names
+    the rank missing from an allreduce and shuts down; the backend reads the error as Horovod's allreduce giving
+    up.  (A rank that is stopped outright blocks Horovod's own negotiation, so its check never runs: measured, no
+    message in 60 s; there the runner's stall watch ends the job.)"""
     from mpitools import mpirun_argv
 
-    shutdown_s = 6
-    env = {"FIRESCALE_HEARTBEAT_SECONDS": "0.2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "2",
-           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(shutdown_s), "PYTHONUNBUFFERED": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "HOROVOD_CYCLE_TIME": "10"}
-    out = work / "horovod"
-    argv = [sys.executable, "-m", "firescale", *train_args(work, "horovod", "long.yaml", "--batch-per-rank", "16")]
-    proc = subprocess.Popen(mpirun_argv(2, argv, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **env})
-    stopped = None
-    try:
-        _wait_for(lambda: len(read_beats(out)) == 2 and all(b.phase == "train" and b.iteration >= 5
-                                                            for b in read_beats(out).values()), 300,
-                  "two training ranks", proc)
-        stopped = read_beats(out)[1].pid
-        os.kill(stopped, signal.SIGSTOP)
-        t0 = time.monotonic()
-        output, _ = proc.communicate(timeout=180)
-        took = time.monotonic() - t0
-    finally:
-        if stopped is not None:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(stopped, sig)
-                except ProcessLookupError:
-                    pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0, output[-3000:]
-    assert took <= shutdown_s + 60, (took, output[-3000:])
-    assert "firescale: error: Horovod's allreduce gave up:" in output, output[-4000:]
-    last = read_beats(out)[0]
-    assert last.phase == "failed" and last.gave_up == "allreduce (Horovod)", last
+    env = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "2", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "6",
+           "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    script = tmp_path / "skip.py"
+    script.write_text(SKIPPING_RANK)
+    proc = subprocess.run(mpirun_argv(2, [sys.executable, str(script)], env), capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **env})
+    out = proc.stdout + proc.stderr
+    assert "Missing ranks:" in out and "is stalled for longer than 6 seconds. Will shutdown." in out, out[-3000:]
+    line = next(l for l in out.splitlines() if l.startswith("after "))
+    took = float(line.split()[1])
+    assert 6 <= took <= 30, line
+    assert "Horovod's allreduce gave up: Horovod has been shut down." in line, line

@@ -10,9 +10,10 @@ scripts and the trainer:
   naming the collective (its WorkNCCL's OpType and sequence number) in the job's log.
 - Horovod's stall check: it names the ranks that have not joined a collective after
   HOROVOD_STALL_CHECK_TIME_SECONDS, and shuts down after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, which ends the job.
+  It covers a rank alive but missing from a collective; a rank stopped outright blocks Horovod's negotiation.
 
-The pytorch backend's MPI process group (train/torch/mpi_group.py) has no timeout of its own: there the
-runner's stall watch on the heartbeat (jobs/stall.py) ends a stuck job.
+The pytorch backend's MPI process group (train/torch/mpi_group.py) has no timeout of its own: there, and for
+a stopped rank under Horovod, the runner's stall watch on the heartbeat (jobs/stall.py) ends a stuck job.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from firescale.errors import FirescaleError
 from firescale.train.backend import CollectiveGaveUp
 from firescale.train.host import mpi_implementation, pin_cpus
 from firescale.train.torch import mpi_group
-from firescale.train.torch.rendezvous import Place, launcher_place, local_of_mpi, mpi_started, rendezvous
+from firescale.train.torch.rendezvous import Place, abandon_mpi, launcher_place, local_of_mpi, mpi_started, rendezvous
 
 RENDEZVOUS_TIMEOUT_S = 600.0   # how long ranks wait for each other at start
 # DistributedDataParallel's bucket_cap_mb default: gradients are summed in buckets of about this many bytes.
@@ -73,6 +73,7 @@ class Rank:
         except RuntimeError as exc:   # torch.distributed's DistError and its kin derive from it
             library = LIBRARY_NAMES.get(self.process_group, self.process_group)
             words = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            abandon_mpi()   # MPI_Finalize at exit would wait for the lost peer
             raise CollectiveGaveUp(
                 f"{what} ({library})",
                 f"the {what} of rank {self.rank} over {self.size} ranks ({library}) gave up: {words}; a peer stopped, "
