@@ -139,14 +139,15 @@ def test_a_stopped_rank_is_found_cancelled_recorded_stalled_and_resumed_from_its
 
 
 def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp_path, monkeypatch, slurm, digits):
-    """`firescale sweep run --prediction`: predicted 0.25 s an iteration, so stall_after is 20 of them (5 s; the
-    site's floor is 1 s here); each iteration takes at least 2.5 s, ten times the prediction, and comes."""
+    """`firescale sweep run --prediction`: predicted 0.25 s an iteration, so stall_after is 100 of them (25 s; the
+    site's floor is 1 s here); each iteration takes at least 2.5 s, ten times the prediction, and they come 8 at a
+    time (the trainer reads 8 batches in one go: 20 s apart)."""
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     data = slurm_here(tmp_path).config
     site = slurm_here(tmp_path, limits={k: v for k, v in {**data["limits"], "stall_after_floor": 1}.items()
                                         if k != "stall_after"})
     run = tmp_path / "run"
-    max_iter = 8
+    max_iter = 16
     script = _script(tmp_path, site, _train(digits, run, max_iter, iteration_s=2.5))
     point_file = tmp_path / "point.json"
     _point(run, max_iter).write(point_file)
@@ -161,7 +162,7 @@ def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
-    assert "stall_after 5 s (from the prediction: iterations of 0.25 s; at least 1 s)" in text, text
+    assert "stall_after 25 s (from the prediction: iterations of 0.25 s; at least 1 s)" in text, text
     record = json.loads((out / "result.json").read_text())
     assert record["outcome"] == "succeeded", text
     assert [s["state"] for s in record["submissions"]] == ["COMPLETED"] and "STALLED" not in text, text

@@ -112,10 +112,11 @@ def test_a_stopped_rank_is_found_within_stall_after_and_a_poll_cancelled_and_res
 
 
 def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp_path):
-    # predicted 0.5 s an iteration: stall_after from the prediction is 20 iterations, 10 s (floor 2 s here)
-    after = default_stall_after({"iteration_s": 0.5, "evaluation_s": 0.0, "evaluations": 0}, floor_s=2.0)
+    # predicted 0.1 s an iteration: stall_after from the prediction is 100 iterations, 10 s (floor 2 s here)
+    after = default_stall_after({"iteration_s": 0.1, "evaluation_s": 0.0, "evaluations": 0}, floor_s=2.0)
     assert after == 10.0
-    slow = lambda t: [("train", int(t // 5)), ("train", int(t // 5))]  # noqa: E731   an iteration every 5 s
+    # 1 s an iteration, read 8 batches at a time: 8 updates at once every 8 s
+    slow = lambda t: [("train", 8 * int(t // 8)), ("train", 8 * int(t // 8))]  # noqa: E731
     point, fake, ranks, lines = _point_run(tmp_path, [FakeJob(RUNNING_FOR(120) + ["COMPLETED"], OK, DONE)], [slow],
                                            stall_after=after)
     verdict, subs = point.run()
@@ -246,7 +247,7 @@ def test_stall_after_at_least_three_heartbeat_intervals(tmp_path):
 @pytest.mark.parametrize("prediction,expected", [
     (None, STALL_FLOOR_S),
     ({"iteration_s": 0.01, "evaluation_s": 1.0, "evaluations": 10}, STALL_FLOOR_S),
-    ({"iteration_s": 30.0, "evaluation_s": 100.0, "evaluations": 2}, 600.0),
+    ({"iteration_s": 6.0, "evaluation_s": 100.0, "evaluations": 2}, 600.0),
     ({"iteration_s": 1.0, "evaluation_s": 1000.0, "evaluations": 4}, 500.0),   # two evaluations of 250 s
     ({"iteration_s": 1.0, "evaluation_s": 50.0}, STALL_FLOOR_S),   # an older predict.json: no count, no evaluations
 ])
@@ -263,7 +264,7 @@ def test_sweep_runs_stall_after_the_points_own_the_prediction_or_the_floor(tmp_p
     point = PointRecord(site="local", experiment="e", point="g2-b64-r0", gpus=2, nodes=1, batch=64, lr=0.1, repeat=0,
                         baseline=False, walltime="01:00:00", run_dir=str(tmp_path), max_resubmits=2)
     prediction = tmp_path / "predict.json"
-    prediction.write_text(json.dumps({"points": {"g2-b64-r0": {"iteration_s": 10.0, "evaluations": 0}}}))
+    prediction.write_text(json.dumps({"points": {"g2-b64-r0": {"iteration_s": 2.0, "evaluations": 0}}}))
     watch, words = stall_watch(point, site, prediction)
     assert watch is not None and watch.stall_after == 200.0 and "from the prediction" in words
     watch, words = stall_watch(point, site, None)

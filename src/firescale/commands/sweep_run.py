@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the point's run record and the job's status file")
     parser.add_argument("--prediction", type=Path, default=None,
                         help="the experiment's predict.json: a point without a stall_after of its own is found "
-                             "stalled after 20 of its predicted iterations or 2 evaluations, at least the site's "
+                             "stalled after 100 of its predicted iterations or 2 evaluations, at least the site's "
                              "limits.stall_after_floor (that floor alone without it)")
     parser.add_argument("--poll-seconds", type=float, default=None,
                         help="polling interval (default: the site's poll_seconds): on a scheduler the first "

@@ -24,7 +24,9 @@ from typing import Any
 
 from firescale.jobs.heartbeat import ENDED, PROGRESSING, RankBeat, read_beats
 
-STALL_ITERATIONS = 20     # the default stall_after is at least this many predicted iterations ...
+# The default stall_after is at least this many predicted iterations: the trainer reads up to 8 batches at once
+# (data.readers.READ_MAX), so a job ten times slower than predicted updates in bursts 80 predicted iterations apart ...
+STALL_ITERATIONS = 100
 STALL_EVALUATIONS = 2     # ... and this many predicted evaluations,
 STALL_FLOOR_S = 120.0     # and never less than the site's limits.stall_after_floor (this by default)
 BEATS_PER_STALL = 3       # stall_after is at least this many heartbeat intervals
