@@ -29,6 +29,8 @@ from firescale.data.batch import batch_array
 from firescale.data.labels import check_labels
 from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
+from firescale.hdf5errors import H5_ERRORS, damaged
+from firescale.hdf5errors import first_line as _first_line
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
@@ -57,23 +59,6 @@ def _open(path: Path) -> h5py.File:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:
         raise FirescaleError(f"{path} is not a readable HDF5 file ({_first_line(exc)})") from exc
-
-
-# What h5py raises for a file whose bytes are damaged: OSError and RuntimeError from the HDF5 library
-# (a checksum, a signature, an address past the end of the file), KeyError for an object whose header
-# cannot be read, ValueError and TypeError for a damaged datatype or dataspace, MemoryError for a
-# dataspace whose size is damaged.
-H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, MemoryError)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().strip("'\"")
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def damaged(path: Path, what: str, exc: BaseException) -> FirescaleError:
-    """The error for a part of an HDF5 file that h5py cannot read, in one sentence naming file and part."""
-    return FirescaleError(f"{path} {what} cannot be read: HDF5 reports {_first_line(exc)}; the file is damaged")
 
 
 def read_records(data: h5py.Dataset, indices: np.ndarray, path: Path, first: int = 0) -> np.ndarray:

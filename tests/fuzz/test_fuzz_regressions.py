@@ -1,0 +1,149 @@
+"""What the fuzz tier found, each kept as the input that found it: before its fix, each escaped its reader as
+another exception than a FirescaleError (or a sentence that did not name the file); now each is one sentence."""
+from __future__ import annotations
+
+import pytest
+import yaml
+from fuzzing import one_sentence, scratch_file
+
+from firescale.errors import FirescaleError
+
+pytestmark = pytest.mark.fuzz
+
+
+def refused(read, path, match: str) -> str:
+    with pytest.raises(FirescaleError, match=match) as caught:
+        read()
+    one_sentence(caught.value, path)
+    return str(caught.value)
+
+
+# ---------------------------------------------------------------- layer plans
+
+@pytest.mark.parametrize("item", [[], None, "conv1", 3])
+def test_a_yaml_layer_plans_arch_item_that_is_not_a_mapping(item):
+    """dict() of a YAML arch's item raised ValueError or TypeError."""
+    from firescale.nets.device_plan import read_layer_plan
+
+    plan = {"dist": {"train": [[item, {"name": "conv2", "device": 1}]]}}
+    path = scratch_file("plan.yaml", yaml.safe_dump(plan), "regressions")
+    refused(lambda: read_layer_plan(path), path, r"dist.train\[0\]: item 0 is .*; each item of an arch is a mapping")
+
+
+# ---------------------------------------------------------------- YAML
+
+def test_a_control_character_in_a_yaml_file_is_one_line():
+    """PyYAML's ReaderError ran over two lines ('in "<unicode string>", position 0')."""
+    from firescale.yamlfile import load_yaml
+
+    path = scratch_file("config.yaml", "site: local\n\x1fexperiments: {}\n", "regressions")
+    assert "line 2 holds character 0x1f" in refused(lambda: load_yaml(path), path, "which YAML does not allow")
+
+
+# ---------------------------------------------------------------- HDF5 weights and solver states
+
+def _h5_with_a_damaged_group(write, *args) -> bytes:
+    """A file as `write` writes it, with the signature of its first symbol-table node (a group's) broken."""
+    path = scratch_file("base.h5", b"", "regressions")
+    write(path, *args)
+    raw = bytearray(path.read_bytes())
+    at = raw.rfind(b"SNOD")
+    assert at > 0
+    raw[at:at + 4] = b"SNOE"
+    return bytes(raw)
+
+
+def test_a_caffemodel_h5_whose_group_is_damaged():
+    """h5py's RuntimeError ('bad symbol table node signature') escaped read_caffemodel_h5, which caught OSError."""
+    import numpy as np
+
+    from firescale.caffe.caffemodel import read_weights, write_caffemodel_h5
+
+    raw = _h5_with_a_damaged_group(write_caffemodel_h5, {"conv1": [np.ones((2, 1, 3, 3), np.float32)]})
+    path = scratch_file("lenet.caffemodel.h5", raw, "regressions")
+    refused(lambda: read_weights(path), path, r"\(Caffe's HDF5 weights\) cannot be read: HDF5 reports .*damaged")
+
+
+def test_a_solverstate_h5_whose_group_is_damaged():
+    import numpy as np
+
+    from firescale.caffe.solverstate import CaffeSolverState, read_solverstate, write_solverstate_h5
+
+    state = CaffeSolverState(7, "x.caffemodel.h5", [np.ones(3, np.float32), np.ones(2, np.float32)])
+    path = scratch_file("x.solverstate.h5", _h5_with_a_damaged_group(write_solverstate_h5, state), "regressions")
+    refused(lambda: read_solverstate(path), path, r"cannot be read: HDF5 reports")
+
+
+def test_a_solverstate_h5_of_other_kinds_of_values():
+    """An empty `iter` raised IndexError, a text one ValueError, a history dataset in place of its group
+    ValueError, a history blob of text reached the trainer as a string array."""
+    import h5py
+    import numpy as np
+
+    from firescale.caffe.solverstate import read_solverstate
+
+    def state(blob=np.ones(2, np.float32), **replace) -> object:
+        path = scratch_file("odd.solverstate.h5", b"", "regressions")
+        with h5py.File(path, "w") as fh:
+            values = {"iter": np.array([3], np.int32), "current_step": np.array([0], np.int32)} | replace
+            for key, value in values.items():
+                if value is not None:
+                    fh.create_dataset(key, data=value)
+            if "history" not in replace:
+                fh.create_group("history").create_dataset("0", data=blob)
+        return path
+
+    for replace, match in (({"iter": np.zeros(0, np.int32)}, "'iter' holds int32 of shape"),
+                           ({"iter": np.array([b"3"])}, "'iter' holds"),
+                           ({"history": np.ones(3)}, "'history' is not a group"),
+                           ({"history": None}, "has no 'history'"),
+                           ({}, r"history/0 holds \|S4 values")):
+        path = state(np.array([b"text"]), **replace) if not replace else state(**replace)
+        refused(lambda: read_solverstate(path), path, match)
+
+
+# ---------------------------------------------------------------- mean files
+
+def _npy(array) -> bytearray:
+    import io
+
+    import numpy as np
+
+    out = io.BytesIO()
+    np.save(out, array)
+    return bytearray(out.getvalue())
+
+
+@pytest.mark.parametrize("at, byte", [(20, ord("[")), (10, ord("("))])
+def test_a_mean_npy_whose_header_is_damaged(at, byte):
+    """numpy's header parser raised SyntaxError or tokenize's TokenError, which the reader did not catch."""
+    import numpy as np
+
+    from firescale.data.transforms import load_mean
+
+    raw = _npy(np.zeros((4, 4, 3), np.float32))
+    raw[at] = byte
+    path = scratch_file("mean.npy", bytes(raw), "regressions")
+    refused(lambda: load_mean(str(path), (4, 4, 3)), path, "is not a NumPy array file")
+
+
+def test_a_mean_npy_that_claims_more_values_than_it_holds():
+    """The header's shape is read first: no allocation of the size a damaged header claims."""
+    import numpy as np
+
+    from firescale.data.transforms import load_mean
+
+    raw = _npy(np.zeros((4, 4, 3), np.float32))
+    header = bytes(raw).replace(b"'shape': (4, 4, 3)", b"'shape': (4000000000, 4000, 3)")
+    path = scratch_file("mean.npy", header, "regressions")
+    refused(lambda: load_mean(str(path), (4, 4, 3)), path, "its header says")
+
+
+def test_a_mean_binaryproto_whose_packed_values_are_cut():
+    """np.frombuffer's ValueError (a packed float field of 5 bytes) escaped the BlobProto reader."""
+    from firescale.caffe.wire import length_delimited, tag, encode_varint, VARINT
+    from firescale.data.transforms import load_mean
+
+    raw = tag(2, VARINT) + encode_varint(1) + length_delimited(5, b"\0" * 5)
+    path = scratch_file("mean.binaryproto", raw, "regressions")
+    refused(lambda: load_mean(str(path), (1, 1, 1)), path, "not a whole number of floats")
