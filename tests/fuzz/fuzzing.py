@@ -445,3 +445,37 @@ def scratch_file(name: str, content: str | bytes, folder: str = "") -> Path:
 def shipped(*patterns: str) -> list[Path]:
     """The repository's files matching the glob `patterns` (relative to its root), sorted."""
     return sorted({p for pattern in patterns for p in REPO.glob(pattern) if p.is_file()})
+
+
+def lmdb_offsets(raw: bytes, page: int = 4096) -> list[int]:
+    """Where LMDB keeps its structure in data.mdb: the meta pages' fields, every page's header, and the node
+    pointers and node headers of its branch and leaf pages (firescale.data.lmdb_pages has the layout)."""
+    import struct
+
+    found = [m * page + f for m in (0, 1) for f in range(16, 16 + 152, 8)]
+    for start in range(2 * page, len(raw) - page + 1, page):
+        found += [start + 8, start + 10, start + 12, start + 14]
+        flags, lower = struct.unpack_from("<HH", raw, start + 10)
+        if flags & 0x03 and 16 <= lower <= page:
+            for k in range((lower - 16) // 2):
+                found.append(start + 16 + 2 * k)
+                node = struct.unpack_from("<H", raw, start + 16 + 2 * k)[0]
+                if node < page - 8:
+                    found += [start + node, start + node + 4, start + node + 6]
+    return found
+
+
+HDF5_SIGNATURES = (b"TREE", b"HEAP", b"SNOD", b"OHDR", b"OCHK", b"BTHD", b"BTIN", b"BTLF", b"FRHP", b"FHDB",
+                   b"FHIB", b"FSHD", b"FSSE", b"GCOL", b"EAHD", b"EAIB", b"EADB", b"FAHD", b"FADB")
+
+
+def hdf5_offsets(raw: bytes) -> list[int]:
+    """Where HDF5 keeps its structure: the superblock and the first KiB, and every signed structure (object
+    headers, B-trees, heaps, symbol-table nodes) with the bytes after its signature."""
+    found = list(range(0, 1024, 4))
+    for signature in HDF5_SIGNATURES:
+        at = raw.find(signature)
+        while at >= 0 and len(found) < 20_000:
+            found += range(at, at + 48, 4)
+            at = raw.find(signature, at + 1)
+    return found

@@ -147,3 +147,62 @@ def test_a_mean_binaryproto_whose_packed_values_are_cut():
     raw = tag(2, VARINT) + encode_varint(1) + length_delimited(5, b"\0" * 5)
     path = scratch_file("mean.binaryproto", raw, "regressions")
     refused(lambda: load_mean(str(path), (1, 1, 1)), path, "not a whole number of floats")
+
+
+# ---------------------------------------------------------------- manifests
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    from firescale.data.ingest import ingest
+    from firescale.data.sources import load_source
+
+    source = load_source("digits", test_fraction=0.2, seed=0, resize=None)
+    return ingest(source, tmp_path_factory.mktemp("digits"), "digits", ["lmdb", "hdf5"], options={}).path
+
+
+def _with_manifest(digits, tmp_path, change):
+    import json
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(digits, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    change(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.pop("classes"), "key 'classes' is missing or not a list of class names"),
+    (lambda m: m.update(shape=[8, 8]), "key 'shape' is missing or not"),
+    (lambda m: m["splits"]["train"].update(records="1437"), "key 'splits.train.records' is missing or not"),
+    (lambda m: m["splits"]["train"]["files"].pop("train.h5"), r"key 'splits.train.files.train.h5' is missing"),
+    (lambda m: m.update(splits=[]), "key 'splits' is missing or not a mapping of train and test"),
+])
+def test_a_manifest_missing_a_key_the_readers_use(digits, tmp_path, change, match):
+    """open_dataset and verify read manifest["classes"], ["shape"], ... as they are: a KeyError or a TypeError."""
+    from firescale.data.manifest import verify_dataset
+    from firescale.data.readers import open_dataset
+
+    copy = _with_manifest(digits, tmp_path, change)
+    refused(lambda: open_dataset(copy, "train", "hdf5"), copy / "manifest.json", match)
+    refused(lambda: verify_dataset(copy), copy / "manifest.json", match)
+
+
+def test_a_manifest_counting_two_billion_records(digits, tmp_path):
+    """The LMDB reader made one key per record the manifest counted before looking at the tree: minutes and
+    gigabytes for a count a damaged digit makes 2**31."""
+    from firescale.data.readers import open_dataset
+
+    copy = _with_manifest(digits, tmp_path, lambda m: m["splits"]["train"].update(records=2**31))
+    mdb = copy / "train.lmdb" / "data.mdb"
+    refused(lambda: open_dataset(copy, "train", "lmdb"), mdb, r"holds 1438 records, the manifest says 2147483648")
+
+
+def test_a_manifest_whose_shape_is_not_the_hdf5_files(digits, tmp_path):
+    """The HDF5 split was opened with the manifest's shape unchecked: batches of another shape than its records."""
+    from firescale.data.readers import open_dataset
+
+    copy = _with_manifest(digits, tmp_path, lambda m: m.update(shape=[8, 4, 2]))
+    refused(lambda: open_dataset(copy, "train", "hdf5"), copy / "train.h5", r"records of \(8, 8, 1\), the manifest "
+                                                                            r"says 1438 of \(8, 4, 2\)")
