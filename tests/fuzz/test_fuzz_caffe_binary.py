@@ -82,7 +82,7 @@ def in_child(target: str, read, path: Path) -> None:
 
 # ---------------------------------------------------------------- weights
 
-@budget(40)
+@budget(100)
 @given(any_bytes(WEIGHTS, WEIGHT_FIELDS))
 def test_a_damaged_caffemodel_is_read_or_refused_in_one_sentence(raw):
     path = scratch_file("lenet_iter_10000.caffemodel", raw.data, "weights")
@@ -90,7 +90,7 @@ def test_a_damaged_caffemodel_is_read_or_refused_in_one_sentence(raw):
         read_or_refuse(lambda: check_weights(path), path)
 
 
-@budget(25)
+@budget(60)
 @given(any_bytes(WEIGHTS_H5, HDF5_HOT))
 def test_a_damaged_caffemodel_h5_is_read_or_refused_in_one_sentence(raw):
     in_child(".caffemodel.h5", check_weights, scratch_file("lenet.caffemodel.h5", raw.data, "weights"))
@@ -98,7 +98,7 @@ def test_a_damaged_caffemodel_h5_is_read_or_refused_in_one_sentence(raw):
 
 # ---------------------------------------------------------------- solver states
 
-@budget(40)
+@budget(100)
 @given(any_bytes(SOLVERSTATE, SOLVERSTATE_FIELDS))
 def test_a_damaged_solverstate_is_read_or_refused_in_one_sentence(raw):
     path = scratch_file("lenet_iter_10000.solverstate", raw.data, "states")
@@ -106,7 +106,7 @@ def test_a_damaged_solverstate_is_read_or_refused_in_one_sentence(raw):
         read_or_refuse(lambda: check_state(path), path)
 
 
-@budget(25)
+@budget(60)
 @given(any_bytes(SOLVERSTATE_H5, HDF5_HOT))
 def test_a_damaged_solverstate_h5_is_read_or_refused_in_one_sentence(raw):
     in_child(".solverstate.h5", check_state, scratch_file("lenet_iter_10000.solverstate.h5", raw.data, "states"))
@@ -131,7 +131,7 @@ np.save(_npy, MEAN)
 MEAN_NPY = _npy.getvalue()
 
 
-@budget(40)
+@budget(100)
 @given(st.sampled_from(["mean.binaryproto", "mean.npy"]), st.data())
 def test_a_damaged_mean_file_is_read_or_refused_in_one_sentence(name, data):
     from firescale.data.transforms import load_mean
@@ -157,7 +157,7 @@ def test_the_mean_files_read_as_written():
 SHAPES = [(3, 3, 1), (2, 5, 3), (8, 8, 1), (17, 3, 3), (4, 4, 4)]
 
 
-@budget(60)
+@budget(150)
 @given(st.sampled_from(SHAPES), st.lists(st.tuples(st.integers(0, 255), st.integers(-3, 2**31 - 1)), min_size=1,
                                          max_size=6), st.data())
 def test_a_batch_of_damaged_datums_decodes_as_each_alone_or_is_a_datum_error(shape, seeds, data):

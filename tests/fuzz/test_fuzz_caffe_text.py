@@ -20,7 +20,7 @@ from fuzzing import (
     trial,
     wild_values,
 )
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from firescale.caffe.prototxt import parse_prototxt
@@ -76,21 +76,21 @@ def read_net_file(name: str, text: str, input_shape=None, classes=None) -> None:
         read_or_refuse(lambda: load_net_file(path, phase="TEST"), path)
 
 
-@budget(40)
+@budget(100)
 @given(st.data())
 def test_a_net_files_tokens_changed_give_a_net_or_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(NETS)))
     read_net_file(name, data.draw(mutated_text(NETS[name], NET_WORDS)), data.draw(SHAPES))
 
 
-@budget(60)
+@budget(150)
 @given(st.data())
 def test_a_net_files_layers_changed_give_a_net_or_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(NETS)))
     read_net_file(name, prototxt(data.draw(mutated_tree(NET_TREES[name], NET_WORDS))), data.draw(SHAPES))
 
 
-@budget(20)
+@budget(40)
 @given(st.sampled_from(sorted(NETS)), st.one_of(st.none(), st.tuples(st.integers(1, 600), st.integers(1, 600),
                                                                      st.integers(1, 8))),
        st.one_of(st.none(), st.integers(1, 100_000)))
@@ -120,14 +120,14 @@ def read_solver_file(name: str, text: str, overrides: list[str] = ()) -> None:
             schedule_for_batch(config, ratio, max(1, config.max_iter))
 
 
-@budget(40)
+@budget(100)
 @given(st.data())
 def test_a_solver_files_tokens_changed_give_a_solver_or_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(SOLVERS)))
     read_solver_file(name, data.draw(mutated_text(SOLVERS[name], SOLVER_WORDS)))
 
 
-@budget(60)
+@budget(150)
 @given(st.data())
 def test_a_solver_files_keys_changed_give_a_solver_or_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(SOLVERS)))
@@ -137,7 +137,7 @@ def test_a_solver_files_keys_changed_give_a_solver_or_one_sentence(data):
     read_solver_file(name, text)
 
 
-@budget(30)
+@budget(60)
 @given(st.sampled_from(sorted(SOLVERS)),
        st.lists(st.one_of(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(SOLVER_WORDS),
                                     st.one_of(st.text(max_size=10), wild_values().map(yaml.safe_dump))),
@@ -161,11 +161,11 @@ def read_plan(name: str, text: str) -> None:
             return
         assert plan.devices >= 1
         for k, arch in enumerate((*plan.train, *plan.test)):
-            read_or_refuse(lambda: arch_devices(arch, spec, f"{path}: dist arch {k}"), path)
+            read_or_refuse(lambda a=arch, k=k: arch_devices(a, spec, f"{path}: dist arch {k}"), path)
         read_or_refuse(lambda: check_devices(plan, 2, "this replica"), path)
 
 
-@budget(40)
+@budget(80)
 @given(st.data())
 def test_a_layer_plans_tokens_changed_give_a_plan_or_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(PLANS)))
@@ -173,7 +173,7 @@ def test_a_layer_plans_tokens_changed_give_a_plan_or_one_sentence(data):
                                                           "pool1", "ip2", "loss"])))
 
 
-@budget(30)
+@budget(60)
 @given(st.data())
 def test_a_layer_plans_tree_changed_gives_a_plan_or_one_sentence(data):
     words = ["dist", "train", "test", "name", "device", "conv1", "conv2", "pool2", "ip1", "arch", "layer_assign"]

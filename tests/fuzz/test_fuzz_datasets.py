@@ -93,7 +93,7 @@ def read_and_verify(copy: Path, target: str, split: str) -> str:
     return f"{records} records"
 
 
-@budget(40)
+@budget(150)
 @given(st.sampled_from(TARGETS), st.sampled_from(("train", "test")), st.data())
 def test_a_damaged_dataset_file_reads_or_stops_in_one_sentence(pristine, originals, target, split, data):
     rel = data.draw(st.sampled_from(target_files(target, split)))
@@ -106,7 +106,7 @@ def test_a_damaged_dataset_file_reads_or_stops_in_one_sentence(pristine, origina
 
 # ---------------------------------------------------------------- the manifest
 
-@budget(40)
+@budget(100)
 @given(st.sampled_from(("lmdb", "hdf5")), st.sampled_from(("train", "test")), st.booleans(), st.data())
 def test_a_damaged_manifest_reads_or_stops_in_one_sentence(pristine, fmt, split, as_tree, data):
     text = (pristine / "manifest.json").read_text()
@@ -122,7 +122,7 @@ def test_a_damaged_manifest_reads_or_stops_in_one_sentence(pristine, fmt, split,
 
 # ---------------------------------------------------------------- damaged Datums in a Caffe LMDB
 
-@budget(40)
+@budget(80)
 @given(st.sampled_from([(8, 8, 1), (5, 7, 3)]), st.lists(st.integers(0, 19), min_size=1, max_size=4, unique=True),
        st.data())
 def test_an_lmdb_of_damaged_datums_reads_or_stops_naming_the_record(shape, damaged, data):

@@ -86,14 +86,14 @@ def lint(name: str, text: str) -> None:
         os.chdir(here)
 
 
-@budget(25)
+@budget(60)
 @given(st.data())
 def test_a_site_profiles_text_changed_lints_or_stops_in_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(SITES)))
     lint(name, data.draw(mutated_text(SITES[name], SITE_WORDS)))
 
 
-@budget(40)
+@budget(100)
 @given(st.data())
 def test_a_site_profiles_keys_changed_lint_or_stop_in_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(SITES)))
@@ -119,17 +119,17 @@ def plan(name: str, text: str) -> None:
         sweep = read_or_refuse(lambda: SweepPlan.build(config, site, source=path, base=REPO, check_limits=False),
                                [path, "experiment"])
         for experiment in (sweep.points if sweep is not None else ()):
-            read_or_refuse(lambda: predict_experiment(sweep, experiment, dataset_size=60_000), [path, experiment])
+            read_or_refuse(lambda e=experiment: predict_experiment(sweep, e, dataset_size=60_000), [path, experiment])
 
 
-@budget(25)
+@budget(50)
 @given(st.data())
 def test_an_experiments_files_text_changed_plans_or_stops_in_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(CONFIGS)))
     plan(name, data.draw(mutated_text(CONFIGS[name], CONFIG_WORDS)))
 
 
-@budget(40)
+@budget(80)
 @given(st.data())
 def test_an_experiments_files_keys_changed_plan_or_stop_in_one_sentence(data):
     name = data.draw(st.sampled_from(sorted(CONFIGS)))
