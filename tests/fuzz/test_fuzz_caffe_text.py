@@ -64,6 +64,7 @@ def read_net_file(name: str, text: str, input_shape=None, classes=None) -> None:
     from firescale.model.layers import branch_bounds, net_cost
     from firescale.nets.caffe_file import check_net_file, load_net_file
     from firescale.nets.zoo import get_net
+    from firescale.train.net_file import net_file_settings
 
     path = scratch_file(name, text, "nets")
     with trial("net file"):
@@ -72,6 +73,7 @@ def read_net_file(name: str, text: str, input_shape=None, classes=None) -> None:
             cost = net_cost(spec, 8)
             branch_bounds(spec, [layer.forward_flops for layer in cost.layers])
             assert cost.params >= 0 and cost.forward_flops >= 0
+            read_or_refuse(lambda: net_file_settings(spec), path)   # what the trainer takes from the file
         read_or_refuse(lambda: check_net_file(path, input_shape=input_shape, num_classes=classes), path)
         read_or_refuse(lambda: load_net_file(path, phase="TEST"), path)
 

@@ -142,3 +142,20 @@ def test_an_lmdb_of_damaged_datums_reads_or_stops_naming_the_record(shape, damag
             writer.put(datum_key(i), value)
     read_in_child("Datum in an LMDB", lambda: f"{read_through(folder.parent, 'caffe-lmdb', 'train')} records",
                   folder / "data.mdb")
+
+
+# ---------------------------------------------------------------- Caffe's HDF5Data list file
+
+@budget(60)
+@given(st.sampled_from(("train", "test")), st.data())
+def test_a_changed_caffe_hdf5_list_reads_or_stops_in_one_sentence(pristine, split, data):
+    """The text file HDF5Data reads (one .h5 path a line): its lines changed, doubled, pointing elsewhere."""
+    from firescale.bench.damage import CAFFE_LIST
+
+    name = f"{split}_{CAFFE_LIST}"
+    words = ["caffe_train_0.h5", "caffe_test_1.h5", "train.h5", "train.lmdb", "manifest.json", "missing.h5", "/",
+             "..", ".", "\x00", "/dev/null", "/proc/self/mem"]
+    text = data.draw(mutated_text((pristine / name).read_text(), words))
+    copy = fresh_copy(pristine)
+    (copy / name).write_text(text, errors="surrogateescape")
+    read_in_child("Caffe HDF5 list", lambda: f"{read_through(copy, 'caffe-hdf5', split)} records", copy / name)

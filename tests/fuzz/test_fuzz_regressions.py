@@ -206,3 +206,28 @@ def test_a_manifest_whose_shape_is_not_the_hdf5_files(digits, tmp_path):
     copy = _with_manifest(digits, tmp_path, lambda m: m.update(shape=[8, 4, 2]))
     refused(lambda: open_dataset(copy, "train", "hdf5"), copy / "train.h5", r"records of \(8, 8, 1\), the manifest "
                                                                             r"says 1438 of \(8, 4, 2\)")
+
+
+# ---------------------------------------------------------------- net files
+
+@pytest.mark.parametrize("value", ['"null"', "{ }", "true"])
+def test_a_v1_layers_blobs_lr_that_is_not_a_number(repo, value):
+    """float() of a V1 layer's blobs_lr raised ValueError or TypeError."""
+    from firescale.caffe.net import read_net
+
+    text = (repo / "tests/caffe/net_files/lenet_v1.prototxt").read_text().replace("blobs_lr: 1", f"blobs_lr: {value}", 1)
+    path = scratch_file("lenet_v1.prototxt", text.replace(f"blobs_lr: {value}", f"blobs_lr {value}")
+                        if value.startswith("{") else text, "regressions")
+    refused(lambda: read_net(path), path, r"layer 'conv1'.*'blobs_lr' is .*; expected a number per blob")
+
+
+# ---------------------------------------------------------------- Caffe's HDF5Data list
+
+@pytest.mark.parametrize("line", ["caffe_train_0.h5caffe_train_1.h5", "/dev/null", "."])
+def test_a_caffe_hdf5_list_naming_what_is_not_an_hdf5_file(tmp_path, line):
+    """A missing file was h5py's OSError in a sentence naming only the missing file, not the list."""
+    from firescale.data.readers import open_dataset
+
+    listing = tmp_path / "train_caffe_hdf5.txt"
+    listing.write_text(line + "\n")
+    refused(lambda: open_dataset(listing, "train"), listing, r"\(listed in .*train_caffe_hdf5.txt\) is not a file")

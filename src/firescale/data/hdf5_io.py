@@ -31,6 +31,7 @@ from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
 from firescale.hdf5errors import H5_ERRORS, damaged
 from firescale.hdf5errors import first_line as _first_line
+from firescale.userfile import read_user_text
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
@@ -236,10 +237,7 @@ class CaffeHdf5Reader:
 
     def __init__(self, list_file: str | os.PathLike[str]) -> None:
         self.path = Path(list_file)
-        try:
-            lines = [ln.strip() for ln in self.path.read_text().splitlines() if ln.strip()]
-        except OSError as exc:
-            raise FirescaleError(f"{self.path} cannot be read ({exc.strerror})") from exc
+        lines = [ln.strip() for ln in read_user_text(self.path, "Caffe HDF5Data list").splitlines() if ln.strip()]
         if not lines:
             raise FirescaleError(f"{self.path} lists no .h5 files")
         self.files: list[Path] = []
@@ -250,7 +248,14 @@ class CaffeHdf5Reader:
                 p = Path(line)
                 if not p.is_absolute() and not p.exists():
                     p = self.path.parent / p
-                self._handles.append(_open(p))
+                if not p.is_file():
+                    raise FirescaleError(f"{p} (listed in {self.path}) is not a file; the list names Caffe's .h5 "
+                                         "files, one a line, relative to the list's folder or absolute")
+                try:
+                    self._handles.append(h5py.File(p, "r", locking=False))
+                except OSError as exc:
+                    raise FirescaleError(f"{p} (listed in {self.path}) is not a readable HDF5 file "
+                                         f"({_first_line(exc)})") from exc
                 data, label = self._datasets(self._handles[-1], p)
                 self.files.append(p)
                 datas.append(data)
