@@ -215,9 +215,9 @@ def test_a_v1_layers_blobs_lr_that_is_not_a_number(repo, value):
     """float() of a V1 layer's blobs_lr raised ValueError or TypeError."""
     from firescale.caffe.net import read_net
 
-    text = (repo / "tests/caffe/net_files/lenet_v1.prototxt").read_text().replace("blobs_lr: 1", f"blobs_lr: {value}", 1)
-    path = scratch_file("lenet_v1.prototxt", text.replace(f"blobs_lr: {value}", f"blobs_lr {value}")
-                        if value.startswith("{") else text, "regressions")
+    written = f"blobs_lr {value}" if value.startswith("{") else f"blobs_lr: {value}"
+    text = (repo / "tests/caffe/net_files/lenet_v1.prototxt").read_text().replace("blobs_lr: 1", written, 1)
+    path = scratch_file("lenet_v1.prototxt", text, "regressions")
     refused(lambda: read_net(path), path, r"layer 'conv1'.*'blobs_lr' is .*; expected a number per blob")
 
 
