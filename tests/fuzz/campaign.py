@@ -42,10 +42,20 @@ def round_env(args: argparse.Namespace, stats: Path) -> dict[str, str]:
         env |= {"FIRESCALE_FUZZ_ASAN_KERNEL": str(Path(args.asan_kernel).resolve()), "LD_PRELOAD": libasan(),
                 # Python's own allocations are never freed at exit: leak reports would be noise.  A damaged size
                 # asking for terabytes gets NULL (numpy's MemoryError), not ASan's abort.
-                "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1:abort_on_error=0:exitcode=86",
+                # A reader's memory past hard_rss_limit_mb ends it (the forked readers' address-space cap cannot
+                # work beside ASan's shadow memory), so that a count a damage makes huge cannot take the machine's.
+                "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1:abort_on_error=0:exitcode=86:"
+                                "hard_rss_limit_mb=4096",
                 # every Python object from malloc, so that ASan sees the bounds of a bytes object too
                 "PYTHONMALLOC": "malloc"}
     return env
+
+
+def _capped() -> None:
+    """Without ASan: the round's pytest (and its forked readers) in 8 GiB of address space."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
 
 
 def main() -> int:
@@ -73,7 +83,8 @@ def main() -> int:
                 f"--hypothesis-seed={seed}", "--hypothesis-show-statistics", *args.pytest_args]
         started = time.monotonic()
         with open(log, "w") as out:
-            code = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO).returncode
+            code = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                  preexec_fn=None if args.asan_kernel else _capped).returncode
         print(f"fuzz: round {rounds} (seed {seed}) {'passed' if code == 0 else f'FAILED ({code})'} in "
               f"{time.monotonic() - started:.0f} s; {log}", flush=True)
         rounds += 1
@@ -87,8 +98,8 @@ def table(stats: Path, rounds: int) -> None:
     found = json.loads(stats.read_text()) if stats.is_file() else {}
     print(f"\n| target | examples | seconds |  ({rounds} round(s))\n|---|---:|---:|")
     for target, (n, seconds) in sorted(found.items()):
-        print(f"| {target} | {n} | {seconds:.0f} |")
-    print(f"| all | {sum(v[0] for v in found.values())} | {sum(v[1] for v in found.values()):.0f} |")
+        print(f"| {target} | {n} | {seconds:.1f} |")
+    print(f"| all | {sum(v[0] for v in found.values())} | {sum(v[1] for v in found.values()):.1f} |")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import REPO, any_bytes, budget, mutated_bytes, protobuf_offsets, read_or_refuse, scratch_file, trial
+from fuzzing import REPO, budget, read_or_refuse, scratch_file, trial
 from hypothesis import given
 from hypothesis import strategies as st
+from mutate import any_bytes, mutated_bytes, protobuf_offsets
 
 from firescale.bench.damage import classify, run_in_child
 from firescale.caffe.caffemodel import read_caffemodel, read_weights, write_caffemodel_h5

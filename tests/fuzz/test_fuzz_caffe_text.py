@@ -8,20 +8,10 @@ import math
 
 import pytest
 import yaml
-from fuzzing import (
-    budget,
-    mutated_text,
-    mutated_tree,
-    prototxt,
-    read_or_refuse,
-    scratch_file,
-    shipped,
-    tree_words,
-    trial,
-    wild_values,
-)
+from fuzzing import budget, read_or_refuse, scratch_file, shipped, trial
 from hypothesis import given
 from hypothesis import strategies as st
+from mutate import mutated_text, mutated_tree, prototxt, tree_words, wild_values
 
 from firescale.caffe.prototxt import parse_prototxt
 from firescale.errors import FirescaleError

@@ -9,20 +9,10 @@ import shutil
 
 import pytest
 import yaml
-from fuzzing import (
-    REPO,
-    budget,
-    mutated_text,
-    mutated_tree,
-    one_sentence,
-    read_or_refuse,
-    scratch_file,
-    shipped,
-    tree_words,
-    trial,
-)
+from fuzzing import REPO, budget, one_sentence, read_or_refuse, scratch_file, shipped, trial
 from hypothesis import given
 from hypothesis import strategies as st
+from mutate import mutated_text, mutated_tree, tree_words
 
 from firescale.errors import FirescaleError
 
