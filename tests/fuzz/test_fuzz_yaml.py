@@ -97,12 +97,16 @@ def plan(name: str, text: str) -> None:
     files and nets), and each experiment's points predicted."""
     from firescale.cluster.site import load_site
     from firescale.predict.experiment import predict_experiment
-    from firescale.sweep.config import load_config
+    from firescale.sweep.config import check_workflow_config, load_config
     from firescale.sweep.plan import SweepPlan
+    from firescale.yamlfile import load_yaml
 
     path = scratch_file("config.yaml", text, f"experiments/{name}")
     site = load_site(REPO / "site" / "local" / "site.yaml")
     with trial("experiments file"):
+        raw = read_or_refuse(lambda: load_yaml(path, "experiments file"), path)
+        if isinstance(raw, dict):   # as Snakemake's merged config reaches the workflow's check
+            read_or_refuse(lambda: check_workflow_config(raw, [path]), path)
         config = read_or_refuse(lambda: load_config(path, {"site": "local"}), path)
         if config is None:
             return
