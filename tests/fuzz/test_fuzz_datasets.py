@@ -26,7 +26,7 @@ from firescale.bench.damage import classify, read_through, run_in_child, target_
 pytestmark = pytest.mark.fuzz
 
 TARGETS = ("lmdb", "hdf5", "caffe-lmdb", "caffe-hdf5")
-TIMEOUT = 60
+TIMEOUT = 20   # seconds a reading child may take (below the example's alarm, fuzzing.HANG_S)
 MEMORY = 4 << 30   # bytes of address space a reading child may take
 
 

@@ -194,12 +194,11 @@ def run_in_child(work: Callable[[], object], timeout: float) -> tuple[int | None
     chunks = []
     deadline = time.monotonic() + timeout
     status: int | None = None
+    reaped = False
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
                 break
             ready, _, _ = select.select([r], [], [], min(left, 0.5))
             if ready:
@@ -208,9 +207,13 @@ def run_in_child(work: Callable[[], object], timeout: float) -> tuple[int | None
                     chunks.append(chunk)
                     continue
                 _, status = os.waitpid(pid, 0)  # end of output: the child has exited
+                reaped = True
                 break
     finally:
         os.close(r)
+        if not reaped:   # out of time, or this process interrupted: the child goes with it
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     return status, b"".join(chunks).decode(errors="replace")
 
 
