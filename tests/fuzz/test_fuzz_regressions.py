@@ -231,3 +231,16 @@ def test_a_caffe_hdf5_list_naming_what_is_not_an_hdf5_file(tmp_path, line):
     listing = tmp_path / "train_caffe_hdf5.txt"
     listing.write_text(line + "\n")
     refused(lambda: open_dataset(listing, "train"), listing, r"\(listed in .*train_caffe_hdf5.txt\) is not a file")
+
+
+# ---------------------------------------------------------------- experiments files
+
+def test_an_experiments_file_asking_for_four_billion_repeats(repo):
+    """`repeats: 4294967296` (a digit or two too many) planned that many runs of every point: the planner ran
+    until memory ran out.  The schema now allows 1 to 100."""
+    from firescale.sweep.config import load_config
+
+    text = (repo / "tests/report/data/config.yaml").read_text().replace("repeats: 2", "repeats: 4294967296")
+    path = scratch_file("config.yaml", text, "regressions")
+    refused(lambda: load_config(path, {"site": "local"}), path, r"repeats': 4294967296 is greater than the maximum "
+                                                                 "of 100")
