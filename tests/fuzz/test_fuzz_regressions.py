@@ -244,3 +244,16 @@ def test_an_experiments_file_asking_for_four_billion_repeats(repo):
     path = scratch_file("config.yaml", text, "regressions")
     refused(lambda: load_config(path, {"site": "local"}), path, r"repeats': 4294967296 is greater than the maximum "
                                                                  "of 100")
+
+
+# ---------------------------------------------------------------- binary solver states
+
+def test_a_solverstate_whose_learned_net_is_not_utf8():
+    """protobuf hands a string field that is not UTF-8 over as bytes: the state's learned_net reached the
+    resume as bytes, where a path is expected."""
+    from firescale.caffe.solverstate import read_solverstate
+    from firescale.caffe.wire import VARINT, encode_varint, length_delimited, tag
+
+    raw = tag(1, VARINT) + encode_varint(10000) + length_delimited(2, b"\x00\x00\x00\x00\x80lenet.caffemodel")
+    path = scratch_file("lenet.solverstate", raw, "regressions")
+    refused(lambda: read_solverstate(path), path, "learned_net is not UTF-8 text")

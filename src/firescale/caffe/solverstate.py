@@ -61,7 +61,13 @@ def read_solverstate(path: str | Path) -> CaffeSolverState:
     if not message.HasField("iter"):
         raise FirescaleError(f"{path} records no iteration: it is not a Caffe SolverState (.solverstate)")
     history = [blob_array(b, f"{path}: history blob {i}") for i, b in enumerate(message.history)]
-    return CaffeSolverState(message.iter, message.learned_net, history, message.current_step)
+    learned = message.learned_net
+    if isinstance(learned, bytes):   # protobuf hands a string field that is not UTF-8 over as bytes
+        try:
+            learned = learned.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FirescaleError(f"{path}: learned_net is not UTF-8 text; expected the weights file's name") from None
+    return CaffeSolverState(message.iter, learned, history, message.current_step)
 
 
 def _read_h5(path: Path) -> CaffeSolverState:
