@@ -103,10 +103,12 @@ def read_solver_file(name: str, text: str, overrides: list[str] = ()) -> None:
         config = read_or_refuse(lambda: load_solver(path, overrides), [path, "--set"])
         if config is None:
             return
-        for it in sorted({0, 1, config.max_iter // 2, max(0, config.max_iter - 1), config.max_iter,
-                          *(v for v in config.stepvalue if v >= 0), config.stepsize or 0}):
+        last = config.max_iter - 1   # the rate of each update, iterations 0..max_iter-1
+        for it in sorted({0, 1, config.max_iter // 2, last, *config.stepvalue, config.stepsize or 0} - {-1}):
+            if it > last:
+                continue
             rate = learning_rate(config, it)
-            assert isinstance(rate, float) and not math.isnan(rate), (it, rate)
+            assert isinstance(rate, float) and math.isfinite(rate) and rate >= 0, (it, rate)
             current_step(config, it)
         for ratio in (0.5, 2.0):
             schedule_for_batch(config, ratio, max(1, config.max_iter))

@@ -257,3 +257,25 @@ def test_a_solverstate_whose_learned_net_is_not_utf8():
     raw = tag(1, VARINT) + encode_varint(10000) + length_delimited(2, b"\x00\x00\x00\x00\x80lenet.caffemodel")
     path = scratch_file("lenet.solverstate", raw, "regressions")
     refused(lambda: read_solverstate(path), path, "learned_net is not UTF-8 text")
+
+
+# ---------------------------------------------------------------- solvers' learning-rate schedules
+
+@pytest.mark.parametrize("keys, match", [
+    ({"lr_policy": "inv", "gamma": -1, "power": 0.75}, r"'gamma' is -1.0, which makes 1 \+ gamma \* iter reach -598"),
+    ({"lr_policy": "inv", "gamma": -9223372036854775809, "power": 0.75}, "which makes 1 \\+ gamma \\* iter reach"),
+    ({"lr_policy": "exp", "gamma": 10}, r"'gamma' is 10.0, which raised to the power 599 makes the rate overflow"),
+    ({"lr_policy": "exp", "gamma": -0.5}, "'gamma' must not be negative with lr_policy 'exp'"),
+    ({"lr_policy": "poly", "power": -200}, "'power' is -200.0, which makes the rate overflow by iteration 599"),
+])
+def test_a_solver_whose_rate_leaves_the_real_numbers(repo, keys, match):
+    """lr_policy inv with gamma -1 (a digit changed in workflow/solvers/lenet-digits-b8.yaml) raised
+    ZeroDivisionError at the second iteration; gamma -9223372036854775809 gave complex rates; an exp or poly
+    schedule overflowed.  Each was accepted by the checks and met by the trainer mid-run."""
+    from firescale.caffe.solver import load_solver
+
+    text = (repo / "workflow/solvers/lenet-digits-b8.yaml").read_text().replace("lr_policy: inv\n", "")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(("gamma:", "power:")))
+    text += "\n" + "".join(f"{k}: {v}\n" for k, v in keys.items())
+    path = scratch_file("lenet-digits-b8.yaml", text, "regressions")
+    refused(lambda: load_solver(path), path, match)
