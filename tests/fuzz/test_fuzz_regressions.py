@@ -279,3 +279,21 @@ def test_a_solver_whose_rate_leaves_the_real_numbers(repo, keys, match):
     text += "\n" + "".join(f"{k}: {v}\n" for k, v in keys.items())
     path = scratch_file("lenet-digits-b8.yaml", text, "regressions")
     refused(lambda: load_solver(path), path, match)
+
+
+def test_a_layer_plans_layer_assign_that_is_a_list():
+    """`layer_assign: [false]` beside a block: dict() of the list raised TypeError."""
+    from firescale.nets.device_plan import read_layer_plan
+
+    text = 'dist {\n  arch {\n    layer_assign { name: "conv1" device: 0 }\n    layer_assign: [false]\n  }\n}\n'
+    path = scratch_file("plan.prototxt", text, "regressions")
+    refused(lambda: read_layer_plan(path), path, r"dist \(train\) arch 0: layer_assign must be a block")
+
+
+@pytest.mark.parametrize("value", ["{ net: 'x' }", "[1, 2]"])
+def test_a_solver_type_that_is_a_block_or_a_list(value):
+    """`solver_type` given a mapping: looking it up among the old names raised TypeError (unhashable)."""
+    from firescale.caffe.solver import load_solver
+
+    path = scratch_file("solver.yaml", f"base_lr: 0.01\nmax_iter: 10\nsolver_type: {value}\n", "regressions")
+    refused(lambda: load_solver(path), path, "solver key 'solver_type' must be one of SGD")

@@ -48,7 +48,7 @@ def _fields(message: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _assign(fields: Any, where: str) -> LayerAssign:
-    if not isinstance(fields, list):
+    if not isinstance(fields, list) or not all(isinstance(f, tuple) and len(f) == 2 for f in fields):
         raise FirescaleError(f"{where}: layer_assign must be a block {{ name: ... device: ... }}")
     values = dict(fields)
     if set(values) != {"name", "device"} or len(fields) != 2:

@@ -176,7 +176,7 @@ def _old_solver_type(source: str, raw: dict[str, Any]) -> str:
     names = list(OLD_SOLVER_TYPES)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
         value = names[value]
-    if value not in OLD_SOLVER_TYPES:
+    if not isinstance(value, str) or value not in OLD_SOLVER_TYPES:
         raise _err(source, "solver_type", f"must be one of {', '.join(names)} (or 0-{len(names) - 1}), not {value!r}")
     return OLD_SOLVER_TYPES[value]
 
