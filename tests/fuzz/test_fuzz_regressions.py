@@ -297,3 +297,16 @@ def test_a_solver_type_that_is_a_block_or_a_list(value):
 
     path = scratch_file("solver.yaml", f"base_lr: 0.01\nmax_iter: 10\nsolver_type: {value}\n", "regressions")
     refused(lambda: load_solver(path), path, "solver key 'solver_type' must be one of SGD")
+
+
+def test_the_workflows_check_names_the_file_that_gives_a_bad_experiment_name():
+    """A key the experiment names' pattern refuses was blamed on the command line's --config: the check looked
+    for the key's name as a value in the file."""
+    import yaml
+
+    from firescale.sweep.config import check_workflow_config
+
+    path = scratch_file("config.yaml", "site: local\nexperiments: {'00:15:00': null}\n", "regressions")
+    config = yaml.safe_load(path.read_text())
+    refused(lambda: check_workflow_config(config, [path]), path, r"config.yaml: key 'experiments': '00:15:00' is not "
+                                                                 "allowed; expected an experiment name")
