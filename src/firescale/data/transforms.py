@@ -8,6 +8,7 @@ ranks or on which rank reads the sample, and a resumed run draws the same ones.
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +48,10 @@ def _npy_mean(data: bytes, path: Path) -> np.ndarray:
     a damaged header claims."""
     stream = io.BytesIO(data)
     try:
-        version = np.lib.format.read_magic(stream)
-        shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001 - no public form
+        with warnings.catch_warnings():   # a damaged header's escapes: Python warns as it parses them
+            warnings.simplefilter("ignore")
+            version = np.lib.format.read_magic(stream)
+            shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001 - no public form
     except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast and tokenize: any of their errors
         raise FirescaleError(f"mean file {path} is not a NumPy array file (.npy): "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
