@@ -73,8 +73,8 @@ def test_report_row_of_the_two_gpu_point_names_two_nodes(sweep):
 
 def test_the_calibration_job_measured_on_the_two_gpu_points_nodes(sweep):
     """The calibration ran in a job of as many nodes as the 2-GPU point: its short run on the first (the
-    baseline's trainer, pytorch), and the allreduce the pytorch trainer pays, torch.distributed's over Gloo,
-    of LeNet's gradients over both; with one rank a node there is no contention to measure."""
+    baseline's trainer, pytorch), and the allreduce the pytorch trainer pays, its ranks' MPI process group
+    (srun --mpi=pmix starts MPI ranks, so auto takes it, as the points' runs do), of LeNet's gradients over both; with one rank a node there is no contention to measure."""
     cal = json.loads((sweep / "results" / "vcluster" / EXPERIMENT / "calibration.json").read_text())
     job = sweep / ".firescale-work" / "results" / "vcluster" / EXPERIMENT / "calibration"
     status = json.loads((job / "status.json").read_text())
@@ -82,6 +82,6 @@ def test_the_calibration_job_measured_on_the_two_gpu_points_nodes(sweep):
     comm = cal["comm_source"]
     assert comm["fitted"] is True and comm["measured"] == "torch" and comm["ranks"] == 2 and comm["seconds"] > 0
     probe = json.loads((job / "work" / "allreduce-probe-0.json").read_text())
-    assert [(m["algorithm"], m["ranks"], m["process_group"]) for m in probe["measurements"]] == [("torch", 2, "gloo")]
+    assert [(m["algorithm"], m["ranks"], m["process_group"]) for m in probe["measurements"]] == [("torch", 2, "mpi")]
     assert [r["batch_per_rank"] for r in cal["compute_source"]["records"]] == [64, 32]   # baseline, short run
     assert "contention" not in cal["compute_source"] and cal["contention"] == 1.0
