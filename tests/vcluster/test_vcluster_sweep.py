@@ -74,7 +74,8 @@ def test_report_row_of_the_two_gpu_point_names_two_nodes(sweep):
 def test_the_calibration_job_measured_on_the_two_gpu_points_nodes(sweep):
     """The calibration ran in a job of as many nodes as the 2-GPU point: its short run on the first (the
     baseline's trainer, pytorch), and the allreduce the pytorch trainer pays, its ranks' MPI process group
-    (srun --mpi=pmix starts MPI ranks, so auto takes it, as the points' runs do), of LeNet's gradients over both; with one rank a node there is no contention to measure."""
+    (srun --mpi=pmix starts MPI ranks, so auto takes it, as the points' runs do), of LeNet's gradients over
+    both; with one rank a node there is no contention to measure."""
     cal = json.loads((sweep / "results" / "vcluster" / EXPERIMENT / "calibration.json").read_text())
     job = sweep / ".firescale-work" / "results" / "vcluster" / EXPERIMENT / "calibration"
     status = json.loads((job / "status.json").read_text())
