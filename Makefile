@@ -1,6 +1,7 @@
 # firescale: one-command set-up, the test suite and the embedded sweep.
 #   make sweep   set up what is missing, then run the speedup sweep on the embedded `local` site
 #   make test    set up what is missing, then run the whole test suite
+#   make fuzz    the fuzz tier for FUZZ_MINUTES (default 30) on one core, the pixel kernel built with ASan
 #   make setup GPU=1   the GPU stack: TensorFlow with its CUDA packages, Horovod built with NCCL
 #   make setup FRAMEWORKS=pytorch   only the PyTorch backend: no TensorFlow, no Horovod, Python 3.11 to 3.13
 # Every step leaves a stamp in .venv/.firescale and is skipped when its stamp is newer than its inputs.
@@ -101,7 +102,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup system stack torch horovod package profiles check test sweep lint clean
+.PHONY: help setup system stack torch horovod package profiles check test fuzz sweep lint clean
 
 help:
 	@echo "make sweep   set up, then run the speedup sweep on the local site"
@@ -110,6 +111,7 @@ help:
 	@echo "make setup GPU=1   the same for GPU nodes: Horovod with NCCL (needs a CUDA toolkit's nvcc)"
 	@echo "make setup FRAMEWORKS=pytorch   only the PyTorch backend (add GPU=1 for torch's CUDA build)"
 	@echo "make check   ruff and mypy (make test runs them first)"
+	@echo "make fuzz    the fuzz tier for FUZZ_MINUTES (default 30), the pixel kernel built with AddressSanitizer"
 
 setup: system stack $(if $(WITH_TORCH),torch) $(if $(WITH_TF),horovod) package profiles
 
@@ -234,6 +236,23 @@ test: check
 
 lint: check
 	$(BIN)/snakemake --lint
+
+# The fuzz tier (tests/fuzz, docs/testing.md#the-fuzz-tier) in rounds of FUZZ_SCALE times make test's examples,
+# each round with a seed of its own, until FUZZ_MINUTES have passed, on one core.  The pixel kernel is built a
+# second time with AddressSanitizer into $(FUZZ_OUT)/asan and loaded in place of the installed one (libasan
+# preloaded); logs, failing examples and the examples tried per target land in $(FUZZ_OUT).
+FUZZ_MINUTES ?= 30
+FUZZ_SCALE ?= 10
+FUZZ_OUT ?= $(VENV)/fuzz
+CC ?= gcc
+fuzz: export PATH := $(abspath $(BIN)):$(PATH)
+fuzz: setup
+	@mkdir -p $(FUZZ_OUT)/asan
+	$(CC) -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address \
+	  -I"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	  src/firescale/_pixels.c -o $(FUZZ_OUT)/asan/_pixels.so
+	$(BIN)/python tests/fuzz/campaign.py --minutes $(FUZZ_MINUTES) --scale $(FUZZ_SCALE) --out $(FUZZ_OUT) \
+	  --asan-kernel $(FUZZ_OUT)/asan/_pixels.so
 
 sweep: setup
 	$(BIN)/snakemake --profile local speedup_sweep

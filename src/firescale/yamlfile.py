@@ -49,6 +49,10 @@ def parse_yaml(text: str, source: str | os.PathLike[str]) -> Any:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as exc:
         raise FirescaleError(f"{source}: line {exc.line}: {exc}; YAML would silently keep the last one") from None
+    except yaml.reader.ReaderError as exc:   # a character YAML does not allow (a control character, say)
+        line = text.count("\n", 0, exc.position) + 1
+        raise FirescaleError(f"{source}: line {line} holds character {exc.character:#04x}, which YAML does not allow "
+                             "(a control character); expected printable text") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -53,23 +53,28 @@ def test_horovod_allreduce_sums_and_feeds_the_communication_fit(run_ranks, tmp_p
     assert allreduce_measurement(out, "tree")["bytes"] == 2_000_000   # no size asked: the largest
     # After a synthetic step, as an iteration pays it: the step's time alone is recorded and subtracted.
     stepped = tmp_path / "stepped.json"
-    for attempt in range(3):   # on cores busy with the other worker the difference can come out below zero: the
-        run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
-                      "--compute-ms", "3", "--overlap-ms", "1", "--json", str(stepped)], timeout=240, cwd=repo)
-        try:                   # calibration refuses it and says to measure again, which is what a user does
-            picked = allreduce_measurement(stepped, "tree", 524_320)
-            break
-        except FirescaleError as exc:
-            assert "below zero" in str(exc) and "measure again" in str(exc) and attempt < 2, exc
+    run_ranks(2, ["bench", "allreduce", "--sizes-mb", "0.5", "--reps", "5", "--algorithms", "horovod",
+                  "--compute-ms", "3", "--overlap-ms", "1", "--json", str(stepped)], timeout=240, cwd=repo)
     data = json.loads(stepped.read_text())
     (m,) = data["measurements"]
     assert data["compute_ms"] == 3 and 0.0015 < m["compute_s"] < 0.03   # sized to ~3 ms on this core
-    assert picked["after_step_s"] == m["compute_s"]
     # --overlap-ms: the same allreduce timed beside 1 ms of compute too (its sums checked as the others'), and
     # the share of it that compute hid, which the calibration takes
     assert len(m["overlapped_seconds"]) == 5 and 0 <= m["hidden_share"] <= 1
     assert 0.0005 < m["window_s"] < m["compute_s"]     # a third of the step: apart even when cores are busy
-    assert picked["hidden_share"] == m["hidden_share"]
+    # Calibration takes the mean after the step as it was measured, whatever it came to: on cores busy with the
+    # other worker the difference can come out below zero, and then calibration refuses it and says to measure
+    # again (what a user does); otherwise it fits exactly the recorded figures.  Measured once, never rerun.
+    after_step = m.get("mean_s", m["median_s"])
+    print(f"the allreduce after the {m['compute_s'] * 1e3:.2f} ms step: {after_step * 1e3:.3f} ms (mean of 5)")
+    if after_step < 0:
+        with pytest.raises(FirescaleError, match=r"stepped\.json: the horovod allreduce over 2 ranks timed -[\d.]+ "
+                                                 r"ms, below zero .*measure again"):
+            allreduce_measurement(stepped, "tree", 524_320)
+    else:
+        picked = allreduce_measurement(stepped, "tree", 524_320)
+        assert picked["seconds"] == after_step and picked["after_step_s"] == m["compute_s"]
+        assert picked["hidden_share"] == m["hidden_share"] and picked["measured"] == "horovod"
     assert "hidden_share" not in allreduce_measurement(out, "tree", 524_320)
     only_mpi = tmp_path / "mpi.json"
     only_mpi.write_text(json.dumps({"measurements": [m for m in runs if m["algorithm"] == "tree"]}))

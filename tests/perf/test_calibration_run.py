@@ -224,8 +224,11 @@ def _digits(tmp_path):
     """A dataset folder whose manifest says 8x8 grey images of 10 classes (all the calibration reads of it)."""
     folder = tmp_path / "digits"
     folder.mkdir()
-    (folder / "manifest.json").write_text(json.dumps({"format": "firescale-dataset", "version": 1,
-                                                      "shape": [8, 8, 1], "num_classes": 10}))
+    files = {name: {"bytes": 0, "sha256": ""} for name in ("train.checksums.npy", "train.h5")}
+    (folder / "manifest.json").write_text(json.dumps({
+        "format": "firescale-dataset", "version": 1, "shape": [8, 8, 1], "num_classes": 10,
+        "classes": [str(c) for c in range(10)], "formats": ["hdf5"],
+        "splits": {"train": {"records": 0, "checksums": "train.checksums.npy", "files": files}}}))
     return folder
 
 

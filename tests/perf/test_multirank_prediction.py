@@ -149,7 +149,7 @@ def test_contention_measured_across_nodes_slows_the_points_that_span_them(tmp_pa
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(repo, tmp_path):
-    """Real ranks and real Horovod: with a 100 ms negotiation cycle, LeNet's 2-rank iteration on digits
+    """Real ranks and real Horovod: with a negotiation cycle of 100 ms or more, LeNet's 2-rank iteration on digits
     (a few ms of compute and allreduce) is one cycle, since Horovod's thread sleeps until the cycle ends
     before it takes the next request: no iteration beats the cycle, however fast the machine.  The model
     predicts the cycle.  Before the cycle was modelled, the probe's time after its short step (the cycle
@@ -158,10 +158,10 @@ def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(re
 
     The cycle must be well above one rank's iteration for the point to be paced by it: alone that iteration
     is 3-5 ms, but inside a whole `make test` on CI, beside the other worker, it was once 28.5 ms, over half
-    of the 50 ms cycle this test used then."""
+    of the 50 ms cycle this test used then.  So the cycle is set from that iteration, measured first in the
+    same test: ten times it, and 100 ms at least (what the test used before, twenty times an unloaded one)."""
     import os
 
-    cycle = 0.100
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The model gives each rank a core of its own, as a site's job does. A test worker is pinned to one core
     # (tests/conftest.py); the ranks of this test get the machine's cores (the worker's own pinning comes back
@@ -169,12 +169,13 @@ def test_a_two_rank_trainer_paced_by_horovods_cycle_is_predicted_at_the_cycle(re
     pinned = os.sched_getaffinity(0)
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
     try:
-        _paced_by_the_cycle(repo, tmp_path, cycle, env)
+        _paced_by_the_cycle(repo, tmp_path, env)
     finally:
         os.sched_setaffinity(0, pinned)
 
 
-def _paced_by_the_cycle(repo, tmp_path, cycle: float, env: dict) -> None:
+def _paced_by_the_cycle(repo, tmp_path, env: dict) -> None:
+    import math
     import subprocess
 
     from firescale.cluster.ranks import probe_allreduce, site_ranks
@@ -183,13 +184,18 @@ def _paced_by_the_cycle(repo, tmp_path, cycle: float, env: dict) -> None:
 
     subprocess.run([sys.executable, "-m", "firescale", "data", "ingest", "--source", "digits", "--out", str(tmp_path)],
                    check=True, capture_output=True, text=True, env=env)
-    site = load_site(site_copy(tmp_path / "slow", "local",
-                               lambda d: d.update(horovod={"cycle_time_ms": cycle * 1e3})))
-    ranks = site_ranks(site)
-    assert ranks.env["HOROVOD_CYCLE_TIME"] == "100"
-    runs = TrainRuns(tmp_path / "digits", "lenet_same", repo / "workflow" / "solvers" / "lenet-digits.yaml", 100,
-                     tmp_path / "runs", ranks, timeout=300, reference_batch=128)
-    alone = runs.run(1, 64, "r1-b64")
+
+    def runs_on(site) -> TrainRuns:
+        return TrainRuns(tmp_path / "digits", "lenet_same", repo / "workflow" / "solvers" / "lenet-digits.yaml", 100,
+                         tmp_path / "runs", site_ranks(site), timeout=300, reference_batch=128)
+
+    alone = runs_on(load_site(site_copy(tmp_path / "plain", "local"))).run(1, 64, "r1-b64")
+    cycle_ms = max(100, math.ceil(10 * alone.iteration_s * 1e3))   # from the iteration just measured
+    cycle = cycle_ms / 1e3
+    site = load_site(site_copy(tmp_path / "slow", "local", lambda d: d.update(horovod={"cycle_time_ms": cycle_ms})))
+    runs = runs_on(site)
+    ranks = runs.ranks
+    assert ranks.env["HOROVOD_CYCLE_TIME"] == str(cycle_ms)
     spec = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
     probe_allreduce(ranks, 2, spec, tmp_path / "probe.json", step_s=0.0005, batch_per_rank=64, reps=30)
     platform = platform_from_site(site)
@@ -202,8 +208,6 @@ def _paced_by_the_cycle(repo, tmp_path, cycle: float, env: dict) -> None:
     print(f"1 rank at 64: {alone.iteration_s * 1e3:.3f} ms; probe: {cal.comm_source['seconds'] * 1e3:.3f} ms after "
           f"{cal.comm_source['after_step_s'] * 1e3:.3f} ms; 2 x 64 predicted {predicted.iteration_s * 1e3:.3f} ms, "
           f"measured {two.iteration_s * 1e3:.3f} ms")
-    assert alone.iteration_s < cycle / 2, f"one rank's iteration ({alone.iteration_s * 1e3:.1f} ms) is too close " \
-        f"to the {cycle * 1e3:.0f} ms cycle for the point to be paced by it: the machine is too loaded for this test"
     assert two.ranks == 2
     assert two.iteration_s >= cycle * 0.95     # the loop cannot beat the cycle (iteration_s leaves some host work out)
     assert predicted.iteration_s == pytest.approx(cycle)       # one iteration per cycle

@@ -1,6 +1,7 @@
 """Job scripts: golden files per site and scheduler, strictness, quoting, and the job body run for real."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -43,13 +44,17 @@ def _variants(tmp_path):
     return sites
 
 
-@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "vcluster", "pbs-mpirun", "slurm-horovodrun"])
+@pytest.mark.parametrize("variant", ["titan", "ib-cluster", "local", "vcluster", "pbs-mpirun", "slurm-horovodrun",
+                                     "ib-cluster-pytorch"])
 @pytest.mark.parametrize("ranks", [1, 8])
 def test_golden_job_scripts(tmp_path, variant, ranks):
-    site = _variants(tmp_path)[variant]
+    """Each site's TensorFlow job; and a GPU site's PyTorch job, where NCCL runs: its walltime signal USR2, NCCL's
+    async error handling and the process group's timeout."""
+    framework = "pytorch" if variant.endswith("-pytorch") else "tensorflow"
+    site = _variants(tmp_path)[variant.removesuffix("-pytorch")]
     if site.nodes_for(ranks) > site.max_nodes:
         ranks = site.gpus_per_node
-    script = render_job_script(site, fixed_job(ranks))
+    script = render_job_script(site, dataclasses.replace(fixed_job(ranks), framework=framework))
     golden = GOLDEN / f"{variant}-{ranks}.sh"
     if UPDATE or not golden.exists():
         if not UPDATE:
@@ -227,6 +232,43 @@ def test_the_job_forwards_the_walltime_signal_to_the_ranks(tmp_path, sent):
     assert (run / "snapshot.txt").read_text() == "saved", err  # the rank got USR1 through mpirun
     status = _status(run)
     assert status["signal"] == sent.name.removeprefix("SIG") and status["exit_code"] == 3
+
+
+@pytest.mark.parametrize("sent", [signal.SIGUSR2, signal.SIGTERM])
+def test_a_usr2_site_forwards_usr2_to_the_ranks(tmp_path, sent):
+    """Where the walltime signal is USR2 (NCCL's jobs take it by default), the ranks are sent USR2, also on a
+    cancel's TERM, and status.json names the signal that came."""
+    site = load_site(site_copy(tmp_path, "local", lambda d: d.update(
+        walltime_signal={"signal": "USR2", "seconds_before": 300})))
+    code = ("import signal, sys, time, pathlib\n"
+            "signal.signal(signal.SIGUSR2,\n"
+            "              lambda *a: (pathlib.Path('snapshot.txt').write_text('saved'), sys.exit(3)))\n"
+            "pathlib.Path('ready').write_text('1')\n"
+            "time.sleep(60)\n")
+    run = tmp_path / "run"
+    job = JobSpec(name="body", ranks=1, walltime_s=60, workdir=run, log_file=run / "job.log",
+                  status_file=run / "status.json", command=[sys.executable, "-c", code])
+    err = _signalled(tmp_path, render_job_script(site, job), run, sent)
+    assert (run / "snapshot.txt").read_text() == "saved", err
+    assert "asking the ranks to snapshot and stop (SIGUSR2)" in err
+    assert _status(run)["signal"] == sent.name.removeprefix("SIG") and _status(run)["exit_code"] == 3
+
+
+def test_where_nccl_runs_the_job_sends_usr2_and_sets_the_collectives_timeouts():
+    """A GPU site's PyTorch job: Slurm's walltime signal USR2, the ranks' too, NCCL's async error handling and the
+    process group's timeout; its TensorFlow job keeps USR1 and sets Horovod's stall check instead."""
+    site = load_site("ib-cluster")
+    torch_job = render_job_script(site, dataclasses.replace(fixed_job(8), framework="pytorch"))
+    assert "#SBATCH --signal=B:USR2@300\n" in torch_job and 'kill -s USR2 "$FIRESCALE_CHILD"' in torch_job
+    assert "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n" in torch_job
+    assert "export FIRESCALE_COLLECTIVE_TIMEOUT_S=600\n" in torch_job and "HOROVOD_STALL" not in torch_job
+    tf_job = render_job_script(site, fixed_job(8))
+    assert "#SBATCH --signal=B:USR1@300\n" in tf_job and "TORCH_NCCL" not in tf_job
+    assert "export HOROVOD_STALL_CHECK_TIME_SECONDS=60\n" in tf_job
+    assert "export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=600\n" in tf_job
+    # a CPU site's PyTorch job: USR1, the timeout, no NCCL
+    cpu = render_job_script(load_site("vcluster"), dataclasses.replace(fixed_job(2), framework="pytorch"))
+    assert "--signal=B:USR1@60" in cpu and "FIRESCALE_COLLECTIVE_TIMEOUT_S=600" in cpu and "TORCH_NCCL" not in cpu
 
 
 @pytest.mark.parametrize("sent", [signal.SIGUSR1, signal.SIGTERM])

@@ -110,7 +110,7 @@ SHIPPED = EXPERIMENTS.read_text()
     (("    sweep:\n      gpus: [2]", "    sweeps:\n      gpus: [2]"),
      "unknown key 'sweeps' under 'experiments.fashion-lenet' (did you mean 'sweep'?); allowed keys: batch, "
      "calibrate, dataset, description, epochs, framework, lr_scaling, max_resubmits, net, precision, "
-     "process_group, repeats, sites, solver, sweep, target, walltime, warmup_iters"),
+     "process_group, repeats, sites, solver, stall_after, sweep, target, walltime, warmup_iters"),
     # YAML 1.1 reads an unquoted 10:00 as 600 (base 60); quoted, 10:00 is still no [D-]HH:MM:SS
     (('walltime: "00:20:00"', "walltime: 10:00"),
      "key 'experiments.fashion-lenet.walltime' is 600, which YAML read from an unquoted 10:00; quote it, in the "

@@ -170,7 +170,7 @@ experiments:
     (("sweep: {gpus: [2]}", "sweeps: {gpus: [2]}"),
      "unknown key 'sweeps' under 'experiments.mine' (did you mean 'sweep'?); allowed keys: batch, calibrate, "
      "dataset, description, epochs, framework, lr_scaling, max_resubmits, net, precision, process_group, repeats, "
-     "sites, solver, sweep, target, walltime, warmup_iters"),
+     "sites, solver, stall_after, sweep, target, walltime, warmup_iters"),
     (('walltime: "00:20:00"', "walltime: 10:00"),
      "key 'experiments.mine.walltime' is 600, which YAML read from an unquoted 10:00; quote it, in the form "
      '[D-]HH:MM:SS: walltime: "00:10:00" (600 s, as YAML read it)'),

@@ -31,6 +31,7 @@ class FakeJob:
     queries: int = 0
     sacct_calls: int = 0
     cancelled: bool = False
+    cancelled_state: str = "CANCELLED"  # what the scheduler says of the job once cancelled
 
 
 @dataclass
@@ -69,7 +70,7 @@ class FakeScheduler:
     def _advance(self, job: FakeJob) -> str | None:
         """The job's current state, or None when it has left the queue."""
         if job.cancelled:
-            return "CANCELLED"
+            return job.cancelled_state
         index = job.polls
         job.polls += 1
         if index < len(job.states) - 1:

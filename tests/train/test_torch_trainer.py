@@ -108,20 +108,25 @@ def test_a_pytorch_snapshot_resumes_bit_for_bit_on_gloo(work, run_ranks, two_ran
 @pytest.mark.slow
 @pytest.mark.tensorflow
 def test_the_two_backends_train_the_same_trajectory(work, run_ranks):
-    """One rank, the same seed, batch and Caffe solver, each backend: the first update's weights and history agree
-    within 1e-5 of their scale (the same initial weights, float32 convolutions summed in other orders), and after
-    20 updates within 1e-3, room for the differences to grow as SGD carries them (measured on 2026-11-28: 7.1e-7
-    after one update, 4.9e-7 after twenty)."""
+    """One rank, the same seed, batch and Caffe solver, each backend: after every one of 20 updates the weights and
+    history agree within 2e-5 of their scale, and after the first within 1e-5 (the same initial weights, float32
+    convolutions summed in other orders).  The backends differ by what float32 rounding gives, and SGD does not
+    grow it over these updates: measured 7.1e-7 after one update and 4.9e-7 after twenty on 2026-11-28, and on
+    2026-12-02 6.9e-7 after one, 2.9e-7 to 6.6e-7 after each of the other nineteen (6.6e-7 after twenty); the
+    bounds are 14 and 30 times what was measured."""
     runs = {}
     for framework in ("tensorflow", "pytorch"):
         out = f"agree-{framework}"
         run_ranks(1, train_args(work, out, "short.yaml", "--framework", framework, "--batch-per-rank", "32",
                                 "--set", "max_iter=20", "--set", "snapshot=1"), timeout=300)
         runs[framework] = work / out
-    for k in (1, 20):
+    worst = {}
+    for k in range(1, 21):
         tf_w = weights(runs["tensorflow"] / "snapshots" / f"snapshot_iter_{k}.solverstate")
         pt_w = weights(runs["pytorch"] / "snapshots" / f"snapshot_iter_{k}.solverstate")
-        bound = 1e-5 if k == 1 else 1e-3
-        for name in tf_w:
-            scale = max(np.abs(tf_w[name]).max(), 1e-12)
-            assert np.abs(tf_w[name] - pt_w[name]).max() / scale < bound, (k, name)
+        assert tf_w.keys() == pt_w.keys()
+        worst[k] = max(float(np.abs(tf_w[n] - pt_w[n]).max() / max(np.abs(tf_w[n]).max(), 1e-12)) for n in tf_w)
+    print("the backends' largest difference after each update, of the blob's scale:",
+          ", ".join(f"{k}: {d:.2g}" for k, d in worst.items()))
+    assert worst[1] < 1e-5, worst
+    assert all(d < 2e-5 for d in worst.values()), worst

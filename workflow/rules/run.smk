@@ -1,5 +1,5 @@
-# Run one sweep point: submit its job (or run it here), watch it, resubmit from its snapshot when
-# walltime ends it, and collect its status file and result.
+# Run one sweep point: submit its job (or run it here), watch it and its heartbeat, cancel it when it
+# stalls, resubmit from its snapshot when walltime or a stall ends it, and collect its status file and result.
 
 
 rule run_point:
@@ -17,4 +17,4 @@ rule run_point:
         ENV
     shell:
         "firescale sweep run {wildcards.site:q} --script {input.script:q} --point-file {input.point:q}"
-        " --collect {output.result:q} {output.status:q} > {log:q} 2>&1"
+        " --prediction {input.prediction:q} --collect {output.result:q} {output.status:q} > {log:q} 2>&1"

@@ -25,6 +25,7 @@ import signal
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,15 +162,15 @@ def read_through(dataset: Path, target: str, split: str) -> int:
     return records
 
 
-def _child(dataset: Path, target: str, split: str, out: int) -> None:
-    """In the forked child: read, write one line of outcome to `out`, and leave without cleanup."""
+def _child(work: Callable[[], object], out: int) -> None:
+    """In the forked child: run `work`, write one line of outcome to `out`, and leave without cleanup."""
     code = 3
     try:
         os.dup2(out, 1)  # what native code prints (HDF5's error stack, LMDB's assertion) comes back too
         os.dup2(out, 2)
         try:
-            records = read_through(dataset, target, split)
-            os.write(out, f"\nREAD {records} records\n".encode())
+            done = work()
+            os.write(out, f"\nREAD {done}\n".encode(errors="replace"))
             code = 0
         except FirescaleError as exc:
             os.write(out, b"\nSTOPPED " + str(exc).encode(errors="replace"))
@@ -181,23 +182,23 @@ def _child(dataset: Path, target: str, split: str, out: int) -> None:
         os._exit(code)
 
 
-def run_child(dataset: Path, target: str, split: str, timeout: float) -> tuple[int | None, str]:
-    """Fork a child that reads; (wait status or None when it hung, all it wrote)."""
+def run_in_child(work: Callable[[], object], timeout: float) -> tuple[int | None, str]:
+    """Fork a child that runs `work` (what it returns is printed after READ; a FirescaleError after STOPPED);
+    (wait status or None when it hung, all it wrote).  `classify` reads the two."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(r)
-        _child(dataset, target, split, w)
+        _child(work, w)
     os.close(w)
     chunks = []
     deadline = time.monotonic() + timeout
     status: int | None = None
+    reaped = False
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
                 break
             ready, _, _ = select.select([r], [], [], min(left, 0.5))
             if ready:
@@ -206,10 +207,19 @@ def run_child(dataset: Path, target: str, split: str, timeout: float) -> tuple[i
                     chunks.append(chunk)
                     continue
                 _, status = os.waitpid(pid, 0)  # end of output: the child has exited
+                reaped = True
                 break
     finally:
         os.close(r)
+        if not reaped:   # out of time, or this process interrupted: the child goes with it
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     return status, b"".join(chunks).decode(errors="replace")
+
+
+def run_child(dataset: Path, target: str, split: str, timeout: float) -> tuple[int | None, str]:
+    """Fork a child that reads one split of a reader path; (wait status or None when it hung, all it wrote)."""
+    return run_in_child(lambda: f"{read_through(dataset, target, split)} records", timeout)
 
 
 def classify(status: int | None, output: str, damaged: Path) -> tuple[str, str]:

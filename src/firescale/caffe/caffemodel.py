@@ -17,6 +17,7 @@ from firescale.atomic import atomic_path
 from firescale.caffe.proto import BlobProto, LayerParameter, NetParameter
 from firescale.caffe.wire import length_delimited
 from firescale.errors import FirescaleError
+from firescale.hdf5errors import H5_ERRORS, damaged
 from firescale.userfile import read_user_bytes
 
 Blobs = dict[str, list[np.ndarray]]
@@ -133,8 +134,20 @@ def read_caffemodel_h5(path: str | Path) -> Blobs:
             if not isinstance(data, h5py.Group):
                 raise FirescaleError(f"{path} has no group 'data': it is not Caffe's HDF5 weights (.caffemodel.h5)")
             return _h5_layers(data, "", path)
-    except OSError as exc:
-        raise FirescaleError(f"cannot read {path} as HDF5 weights ({exc}); the file is truncated or damaged") from None
+    except H5_ERRORS as exc:
+        raise damaged(path, "(Caffe's HDF5 weights)", exc) from None
+
+
+def h5_blob(dataset: Any, where: str) -> np.ndarray:
+    """One of Caffe's blobs stored as an HDF5 dataset: its float32 or float64 values in its shape."""
+    import h5py
+
+    if not isinstance(dataset, h5py.Dataset):
+        raise FirescaleError(f"{where} is a group, not a dataset of a blob's values")
+    array = np.asarray(dataset[()])
+    if array.dtype.kind != "f":
+        raise FirescaleError(f"{where} holds {array.dtype} values; a Caffe blob holds float32 or float64")
+    return array
 
 
 def _h5_layers(group: Any, prefix: str, path: Path) -> Blobs:
@@ -143,10 +156,10 @@ def _h5_layers(group: Any, prefix: str, path: Path) -> Blobs:
     out: Blobs = {}
     datasets = {k: v for k, v in group.items() if isinstance(v, h5py.Dataset)}
     if prefix and (datasets or not len(group)):
-        if sorted(datasets) != [str(i) for i in range(len(datasets))]:
+        if sorted(datasets) != sorted(str(i) for i in range(len(datasets))):
             raise FirescaleError(f"{path}: group data/{prefix} holds datasets {sorted(datasets)}, "
                                  "not Caffe's blobs 0, 1, ...")
-        out[prefix] = [np.asarray(datasets[str(i)][()]) for i in range(len(datasets))]
+        out[prefix] = [h5_blob(datasets[str(i)], f"{path}: data/{prefix}/{i}") for i in range(len(datasets))]
         return out
     for key, child in group.items():
         if isinstance(child, h5py.Group):

@@ -284,6 +284,8 @@ def parse_blobproto_mean(buf: bytes) -> np.ndarray:
             if number in (1, 2, 3, 4) and wire_type == VARINT:
                 dims[{1: "num", 2: "channels", 3: "height", 4: "width"}[number]] = int(value)
             elif number == 5 and wire_type == LENGTH_DELIMITED:
+                if len(value) % 4:
+                    raise DatumError(f"packed data holds {len(value)} bytes, not a whole number of floats")
                 values.extend(np.frombuffer(value, "<f4").tolist())
             elif number == 5 and wire_type == FIXED32:
                 values.append(struct.unpack("<f", struct.pack("<I", value))[0])

@@ -48,7 +48,7 @@ def _fields(message: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _assign(fields: Any, where: str) -> LayerAssign:
-    if not isinstance(fields, list):
+    if not isinstance(fields, list) or not all(isinstance(f, tuple) and len(f) == 2 for f in fields):
         raise FirescaleError(f"{where}: layer_assign must be a block {{ name: ... device: ... }}")
     values = dict(fields)
     if set(values) != {"name", "device"} or len(fields) != 2:
@@ -114,8 +114,11 @@ def plan_from_mapping(value: Any, source: str) -> DevicePlan:
             where = f"{source}: dist.{which}[{k}]"
             if not isinstance(arch, list) or not arch:
                 raise FirescaleError(f"{where}: an arch is a non-empty list of {{name: LAYER, device: N}}")
-            items = [list(a.items()) if isinstance(a, dict) else a for a in arch]
-            parsed.append(tuple(_assign(a, where) for a in items))
+            for j, a in enumerate(arch):
+                if not isinstance(a, dict):
+                    raise FirescaleError(f"{where}: item {j} is {a!r}; each item of an arch is a mapping "
+                                         "{name: LAYER, device: N}")
+            parsed.append(tuple(_assign(list(a.items()), where) for a in arch))
         out.append(tuple(parsed))
     return DevicePlan(out[0], out[1], source)
 

@@ -456,6 +456,10 @@ def _params(raw: dict[str, Any], v1: bool, where: str) -> tuple[ParamSpec, ...]:
         lrs, decays = _list(raw.get("blobs_lr")), _list(raw.get("weight_decay"))
         if "param" in raw and any(not isinstance(p, str) for p in _list(raw["param"])):
             raise FirescaleError(f"{where}: a V1 layer names shared blobs with param: \"name\", not blocks")
+        for key, values in (("blobs_lr", lrs), ("weight_decay", decays)):
+            bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))]
+            if bad:
+                raise FirescaleError(f"{where}: {key!r} is {bad[0]!r}; expected a number per blob")
         return tuple(ParamSpec(float(lrs[i]) if i < len(lrs) else 1.0, float(decays[i]) if i < len(decays) else 1.0)
                      for i in range(max(len(lrs), len(decays))))
     out = []

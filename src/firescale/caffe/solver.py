@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -175,7 +176,7 @@ def _old_solver_type(source: str, raw: dict[str, Any]) -> str:
     names = list(OLD_SOLVER_TYPES)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
         value = names[value]
-    if value not in OLD_SOLVER_TYPES:
+    if not isinstance(value, str) or value not in OLD_SOLVER_TYPES:
         raise _err(source, "solver_type", f"must be one of {', '.join(names)} (or 0-{len(names) - 1}), not {value!r}")
     return OLD_SOLVER_TYPES[value]
 
@@ -294,6 +295,40 @@ def validate(c: SolverConfig, source: str = "solver") -> None:
         need(len(c.stepvalue) > 0, "stepvalue", "is required by lr_policy 'multistep' (one or more iterations)")
         need(all(b > a for a, b in zip(c.stepvalue, c.stepvalue[1:])) and c.stepvalue[0] >= 0, "stepvalue",
              f"must be non-negative and strictly increasing, not {c.stepvalue}")
+    problem = _schedule_problem(c)
+    if problem:
+        raise _err(source, *problem)
+
+
+# The natural logarithm of the largest float: a rate whose logarithm is above it is not a number.
+_MAX_LOG = math.log(sys.float_info.max)
+
+
+def _schedule_problem(c: SolverConfig) -> tuple[str, str] | None:
+    """(key, why) when the policy's rate leaves the positive real numbers over iterations 0..max_iter-1 (a power
+    of a negative number, a rate past the largest float), else None: the trainer would meet it mid-run."""
+    last, policy, gamma, power = c.max_iter - 1, c.lr_policy, c.gamma, c.power
+    log_rate = math.log(c.base_lr)
+    if policy in ("step", "exp", "multistep") and gamma is not None:
+        steps = {"step": last // (c.stepsize or 1), "exp": last, "multistep": len(c.stepvalue)}[policy]
+        if gamma < 0:
+            return "gamma", f"must not be negative with lr_policy {policy!r} (the rate would change sign), not {gamma}"
+        if gamma > 1 and log_rate + steps * math.log(gamma) > _MAX_LOG:
+            return "gamma", (f"is {gamma}, which raised to the power {steps} makes the rate overflow by iteration "
+                             f"{last}; expected a rate the run can take")
+    if policy == "inv" and gamma is not None and power is not None:
+        end = 1.0 + gamma * last
+        if not end > 0:
+            return "gamma", (f"is {gamma}, which makes 1 + gamma * iter reach {end:g} by iteration {last}, and "
+                             f"lr_policy 'inv' raises it to -power; expected it above 0 over the run")
+        if not all(math.isfinite(-power * math.log(b)) and log_rate - power * math.log(b) <= _MAX_LOG
+                   for b in (1.0, end)):
+            return "power", (f"is {power}, which with gamma {gamma} makes the rate overflow within {c.max_iter} "
+                             "iterations")
+    if policy == "poly" and power is not None and power < 0 and last > 0:
+        if log_rate - power * math.log(c.max_iter) > _MAX_LOG:
+            return "power", f"is {power}, which makes the rate overflow by iteration {last}"
+    return None
 
 
 # ------------------------------------------------------------------ reading files

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from firescale.atomic import atomic_path
-from firescale.caffe.caffemodel import blob_array, blob_bytes, is_hdf5, parse_message
+from firescale.caffe.caffemodel import blob_array, blob_bytes, h5_blob, is_hdf5, parse_message
 from firescale.caffe.proto import SolverState
 from firescale.caffe.wire import length_delimited
 from firescale.errors import FirescaleError
+from firescale.hdf5errors import H5_ERRORS, damaged
 
 
 @dataclass
@@ -60,7 +61,13 @@ def read_solverstate(path: str | Path) -> CaffeSolverState:
     if not message.HasField("iter"):
         raise FirescaleError(f"{path} records no iteration: it is not a Caffe SolverState (.solverstate)")
     history = [blob_array(b, f"{path}: history blob {i}") for i, b in enumerate(message.history)]
-    return CaffeSolverState(message.iter, message.learned_net, history, message.current_step)
+    learned = message.learned_net
+    if isinstance(learned, bytes):   # protobuf hands a string field that is not UTF-8 over as bytes
+        try:
+            learned = learned.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FirescaleError(f"{path}: learned_net is not UTF-8 text; expected the weights file's name") from None
+    return CaffeSolverState(message.iter, learned, history, message.current_step)
 
 
 def _read_h5(path: Path) -> CaffeSolverState:
@@ -72,12 +79,36 @@ def _read_h5(path: Path) -> CaffeSolverState:
             if missing:
                 raise FirescaleError(f"{path} has no {missing[0]!r}: it is not Caffe's HDF5 solver state "
                                      "(.solverstate.h5)")
-            learned = fh["learned_net"][()] if "learned_net" in fh else b""
             group = fh["history"]
-            history = [np.asarray(group[str(i)][()]) for i in range(len(group))]
-            return CaffeSolverState(int(np.asarray(fh["iter"][()]).reshape(-1)[0]),
-                                    (learned.decode("utf-8") if isinstance(learned, bytes) else str(learned)),
-                                    history, int(np.asarray(fh["current_step"][()]).reshape(-1)[0]))
-    except (OSError, KeyError) as exc:
-        raise FirescaleError(f"cannot read {path} as an HDF5 solver state ({exc}); the file is truncated or "
-                             "damaged") from None
+            if not isinstance(group, h5py.Group) or sorted(group) != sorted(str(i) for i in range(len(group))):
+                raise FirescaleError(f"{path}: 'history' is not a group of Caffe's history blobs 0, 1, ...")
+            history = [h5_blob(group[str(i)], f"{path}: history/{i}") for i in range(len(group))]
+            return CaffeSolverState(_h5_count(fh, "iter", path), _h5_text(fh, "learned_net", path), history,
+                                    _h5_count(fh, "current_step", path))
+    except H5_ERRORS as exc:
+        raise damaged(path, "(Caffe's HDF5 solver state)", exc) from None
+
+
+def _h5_count(fh, key: str, path: Path) -> int:
+    """A whole number Caffe stores as a one-element int dataset (H5LTmake_dataset_int)."""
+    value = np.asarray(fh[key][()])
+    if value.size != 1 or value.dtype.kind not in "iu":
+        raise FirescaleError(f"{path}: {key!r} holds {value.dtype} of shape {value.shape}; expected one whole number")
+    return int(value.reshape(-1)[0])
+
+
+def _h5_text(fh, key: str, path: Path) -> str:
+    """A string Caffe stores with H5LTmake_dataset_string (absent: empty)."""
+    if key not in fh:
+        return ""
+    value = fh[key][()]
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value.item()
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8").rstrip("\0")
+        except UnicodeDecodeError:
+            raise FirescaleError(f"{path}: {key!r} is not UTF-8 text") from None
+    if isinstance(value, str):
+        return value
+    raise FirescaleError(f"{path}: {key!r} holds {type(value).__name__}; expected the weights file's name as text")

@@ -101,11 +101,25 @@ class SiteProfile:
     def resubmit_on_node_fail(self) -> bool:
         return bool(self.config["limits"]["resubmit_on_node_fail"])
 
-    @property
-    def walltime_signal(self) -> tuple[str, int]:
-        """The signal sent before walltime ends and how many seconds before (none on a site without a scheduler)."""
+    def walltime_signal(self, framework: str = "tensorflow") -> tuple[str, int]:
+        """The signal sent before walltime ends to a job of `framework`, and how many seconds before (none on a
+        site without a scheduler).  `auto` is USR2 where NCCL runs (pytorch on GPUs), which may take USR1 for
+        itself, and USR1 elsewhere."""
         sig = self.config["walltime_signal"]
-        return str(sig["signal"]), int(sig["seconds_before"])
+        name = str(sig["signal"])
+        if name == "auto":
+            name = "USR2" if framework == "pytorch" and self.device_kind == "gpu" else "USR1"
+        return name, int(sig["seconds_before"])
+
+    @property
+    def stall_after(self) -> float | None:
+        """The site's limits.stall_after (None: from each point's prediction; 0: no stall watch)."""
+        value = self.config["limits"].get("stall_after")
+        return None if value is None else float(value)
+
+    @property
+    def stall_after_floor(self) -> float:
+        return float(self.config["limits"]["stall_after_floor"])
 
     @property
     def allreduce(self) -> str:
@@ -265,6 +279,10 @@ def _semantic_errors(config: dict[str, Any], source: Path) -> Iterator[str]:
     if scheduler == "slurm" and any(d.split()[0].split("=")[0] == "--requeue" for d in config["directives"]):
         yield ("key 'directives': '--requeue' is not allowed; jobs are rendered with --no-requeue because "
                "firescale resubmits them itself, from the newest snapshot and within limits.max_resubmits")
+    timeouts = config["collective_timeout"]
+    if 0 < timeouts["horovod_stall_shutdown_seconds"] < timeouts["horovod_stall_check_seconds"]:
+        yield ("key 'collective_timeout.horovod_stall_shutdown_seconds': shorter than horovod_stall_check_seconds; "
+               "Horovod shuts down only after it has checked, so give at least the check's seconds (or 0: never)")
     if config["node"]["cores"] < config["node"]["gpus"]:
         yield "key 'node.cores': fewer cores than GPUs per node; each rank needs at least one core"
     yield from _link_errors(config)

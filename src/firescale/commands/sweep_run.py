@@ -14,6 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the point's JSON, written beside the script by `site render`")
     parser.add_argument("--collect", nargs=2, required=True, type=Path, metavar=("RESULT", "STATUS"),
                         help="where to write the point's run record and the job's status file")
+    parser.add_argument("--prediction", type=Path, default=None,
+                        help="the experiment's predict.json: a point without a stall_after of its own is found "
+                             "stalled after 100 of its predicted iterations or 2 evaluations, at least the site's "
+                             "limits.stall_after_floor (that floor alone without it)")
     parser.add_argument("--poll-seconds", type=float, default=None,
                         help="polling interval (default: the site's poll_seconds): on a scheduler the first "
                              "(else 10 s), growing to 120 s; here (no scheduler) every interval (else 1 s: looking "
@@ -25,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from firescale.jobs.lock import run_lock
     from firescale.jobs.outcome import ResubmitRules
     from firescale.sweep.records import read_point_record
-    from firescale.sweep.run import PointRun, Polling, collect, run_watched, site_scheduler
+    from firescale.sweep.run import PointRun, Polling, collect, run_watched, site_scheduler, stall_watch
 
     site = load_site(args.site)
     if site.archival:
@@ -38,10 +42,12 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(point.run_dir)
     polling = Polling.for_site(site, args.poll_seconds)
     log = lambda line: print(line, flush=True)  # noqa: E731
+    stall, words = stall_watch(point, site, args.prediction)
+    log(f"watching {point.point}'s heartbeat: {words}")
     point_run = PointRun(scheduler=site_scheduler(site),
                          script=args.script.resolve(), run_dir=run_dir,
                          max_resubmits=min(point.max_resubmits, site.max_resubmits), polling=polling, log=log,
-                         rules=ResubmitRules.for_site(site, point.walltime))
+                         rules=ResubmitRules.for_site(site, point.walltime, point.framework), stall=stall)
     with run_lock(run_dir, f"firescale sweep run {site.name} {point.experiment}/{point.point}") as lock:
         verdict, submissions = run_watched(point_run, lock)
         record = collect(point, verdict, submissions, run_dir, args.collect[0], args.collect[1])

@@ -29,6 +29,9 @@ from firescale.data.batch import batch_array
 from firescale.data.labels import check_labels
 from firescale.data.mapped_file import MappedFile
 from firescale.errors import FirescaleError
+from firescale.hdf5errors import H5_ERRORS, damaged
+from firescale.hdf5errors import first_line as _first_line
+from firescale.userfile import read_user_text
 
 LAYOUT = "firescale-hdf5"
 LAYOUT_VERSION = 1
@@ -57,23 +60,6 @@ def _open(path: Path) -> h5py.File:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:
         raise FirescaleError(f"{path} is not a readable HDF5 file ({_first_line(exc)})") from exc
-
-
-# What h5py raises for a file whose bytes are damaged: OSError and RuntimeError from the HDF5 library
-# (a checksum, a signature, an address past the end of the file), KeyError for an object whose header
-# cannot be read, ValueError and TypeError for a damaged datatype or dataspace, MemoryError for a
-# dataspace whose size is damaged.
-H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError, MemoryError)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().strip("'\"")
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def damaged(path: Path, what: str, exc: BaseException) -> FirescaleError:
-    """The error for a part of an HDF5 file that h5py cannot read, in one sentence naming file and part."""
-    return FirescaleError(f"{path} {what} cannot be read: HDF5 reports {_first_line(exc)}; the file is damaged")
 
 
 def read_records(data: h5py.Dataset, indices: np.ndarray, path: Path, first: int = 0) -> np.ndarray:
@@ -251,10 +237,7 @@ class CaffeHdf5Reader:
 
     def __init__(self, list_file: str | os.PathLike[str]) -> None:
         self.path = Path(list_file)
-        try:
-            lines = [ln.strip() for ln in self.path.read_text().splitlines() if ln.strip()]
-        except OSError as exc:
-            raise FirescaleError(f"{self.path} cannot be read ({exc.strerror})") from exc
+        lines = [ln.strip() for ln in read_user_text(self.path, "Caffe HDF5Data list").splitlines() if ln.strip()]
         if not lines:
             raise FirescaleError(f"{self.path} lists no .h5 files")
         self.files: list[Path] = []
@@ -265,7 +248,14 @@ class CaffeHdf5Reader:
                 p = Path(line)
                 if not p.is_absolute() and not p.exists():
                     p = self.path.parent / p
-                self._handles.append(_open(p))
+                if not p.is_file():
+                    raise FirescaleError(f"{p} (listed in {self.path}) is not a file; the list names Caffe's .h5 "
+                                         "files, one a line, relative to the list's folder or absolute")
+                try:
+                    self._handles.append(h5py.File(p, "r", locking=False))
+                except OSError as exc:
+                    raise FirescaleError(f"{p} (listed in {self.path}) is not a readable HDF5 file "
+                                         f"({_first_line(exc)})") from exc
                 data, label = self._datasets(self._handles[-1], p)
                 self.files.append(p)
                 datas.append(data)

@@ -192,10 +192,17 @@ class LmdbReader:
     """Random access to the Datums of one LMDB by record index."""
 
     def __init__(self, path: str | os.PathLike[str], *, keys: list[bytes] | None = None,
-                 shape: tuple[int, int, int] | None = None, index: bool = True) -> None:
-        """`index=False` keeps every read going through LMDB's lookups (to compare or to test them)."""
+                 shape: tuple[int, int, int] | None = None, index: bool = True, records: int | None = None) -> None:
+        """`index=False` keeps every read going through LMDB's lookups (to compare or to test them).  `records`
+        (a manifest's count) reads records 0..records-1 by ingest's keys, once the tree holds that many."""
         self.path = Path(path)
         self.env, found = open_lmdb_readonly(self.path)
+        if records is not None:
+            if records != len(found.keys):
+                self.env.close()
+                raise FirescaleError(f"{self.path / DATA_FILE} holds {len(found.keys)} records, the manifest says "
+                                     f"{records}")
+            keys = [datum_key(i) for i in range(records)]
         if keys is None:
             keys = found.keys
         self.keys = keys

@@ -52,9 +52,48 @@ def load_manifest(directory: str | Path) -> dict:
         raise FirescaleError(f"{path} does not exist; a finished dataset folder has a manifest.json") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise FirescaleError(f"{path} cannot be read as JSON ({exc})") from exc
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise FirescaleError(f"{path} is not a {FORMAT} manifest of version {VERSION}")
+    check_manifest(manifest, path)
     return manifest
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_manifest(manifest: dict, path: Path) -> None:
+    """Refuse a manifest whose keys the readers and `verify` use are missing or of another kind (one
+    sentence naming the file and the key), so that none of them fails on it later with a KeyError."""
+    def need(ok: bool, key: str, expected: str) -> None:
+        if not ok:
+            raise FirescaleError(f"{path}: key {key!r} is missing or not {expected}; the file is damaged or was "
+                                 f"not written by `firescale data ingest`")
+
+    shape, classes, formats, splits = (manifest.get(k) for k in ("shape", "classes", "formats", "splits"))
+    need(isinstance(shape, list) and len(shape) == 3 and all(_whole(v) and 0 < v < 1 << 20 for v in shape),
+         "shape", "[height, width, channels] of whole numbers above 0")
+    need(isinstance(classes, list) and 0 < len(classes) and all(isinstance(c, str) for c in classes), "classes",
+         "a list of class names")
+    need(manifest.get("num_classes") == len(classes), "num_classes", f"the number of classes ({len(classes)})")
+    need(isinstance(formats, list) and formats and all(f in ("lmdb", "hdf5") for f in formats), "formats",
+         "a list of lmdb and hdf5")
+    need(isinstance(splits, dict) and splits and set(splits) <= set(SPLITS), "splits",
+         f"a mapping of {' and '.join(SPLITS)}")
+    for split, info in splits.items():
+        at = f"splits.{split}"
+        need(isinstance(info, dict), at, "a mapping of records, checksums and files")
+        need(_whole(info.get("records")) and 0 <= info["records"] < 1 << 40, f"{at}.records", "a record count")
+        files = info.get("files")
+        need(isinstance(files, dict), f"{at}.files", "a mapping of file names to their bytes and sha256")
+        checksums = info.get("checksums")
+        wanted = [checksums, *(split_files(split, fmt) for fmt in formats)]
+        need(isinstance(checksums, str) and Path(checksums).name == checksums and checksums not in ("", ".", ".."),
+             f"{at}.checksums", "the name of a file in the dataset's folder")
+        for rel in wanted:
+            entry = files.get(rel)
+            need(isinstance(entry, dict) and _whole(entry.get("bytes")) and entry["bytes"] >= 0
+                 and isinstance(entry.get("sha256"), str), f"{at}.files.{rel}", "its bytes and sha256")
 
 
 def manifest_if_ingested(directory: str | Path) -> dict | None:

@@ -132,17 +132,17 @@ def open_dataset(path: str | Path, split: str, fmt: str | None = None) -> Datase
     info = manifest["splits"][split]
     shape = tuple(manifest["shape"])
     if chosen == "lmdb":
-        from firescale.caffe.datum import datum_key
         from firescale.data.lmdb_io import LmdbReader
 
-        reader = LmdbReader(path / f"{split}.lmdb", keys=[datum_key(i) for i in range(info["records"])], shape=shape)
+        reader = LmdbReader(path / f"{split}.lmdb", records=info["records"], shape=shape)
     else:
         from firescale.data.hdf5_io import Hdf5Reader
 
         reader = Hdf5Reader(path / f"{split}.h5")
-        if reader.num_records != info["records"]:
-            raise FirescaleError(f"{reader.path} holds {reader.num_records} records, "
-                                 f"the manifest says {info['records']}")
+        if reader.num_records != info["records"] or reader.shape != shape:
+            reader.close()
+            raise FirescaleError(f"{reader.path} holds {reader.num_records} records of {reader.shape}, "
+                                 f"the manifest says {info['records']} of {shape}")
     return Dataset(path, split, chosen, info["records"], shape, len(manifest["classes"]), digest,
                    list(manifest["classes"]), reader)
 

@@ -8,6 +8,7 @@ ranks or on which rank reads the sample, and a resumed run draws the same ones.
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +39,31 @@ def _mean_file(path: Path) -> np.ndarray:
             return parse_blobproto_mean(data)
         except DatumError as exc:
             raise FirescaleError(f"mean file {path} is not a Caffe mean image (a BlobProto): {exc}") from None
+    return _npy_mean(data, path)
+
+
+def _npy_mean(data: bytes, path: Path) -> np.ndarray:
+    """A .npy file's array as float32, its header read first: a header that cannot be parsed, a size that the
+    file's bytes do not hold, or values that are not numbers are one sentence, never an allocation of the size
+    a damaged header claims."""
+    stream = io.BytesIO(data)
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False).astype(np.float32)
-    except (ValueError, EOFError, OSError) as exc:
-        raise FirescaleError(f"mean file {path} is not a NumPy array file (.npy): {exc}") from None
+        with warnings.catch_warnings():   # a damaged header's escapes: Python warns as it parses them
+            warnings.simplefilter("ignore")
+            version = np.lib.format.read_magic(stream)
+            shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001 - no public form
+    except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast and tokenize: any of their errors
+        raise FirescaleError(f"mean file {path} is not a NumPy array file (.npy): "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise FirescaleError(f"mean file {path} holds {dtype} values; a mean image holds numbers")
+    count = int(np.prod(shape, dtype=object))
+    offset = stream.tell()
+    if count * dtype.itemsize != len(data) - offset:
+        raise FirescaleError(f"mean file {path} holds {len(data) - offset} bytes of values, but its header says "
+                             f"{shape} of {dtype} ({count * dtype.itemsize} bytes): the file is cut short or damaged")
+    array = np.frombuffer(data, dtype, count, offset)
+    return (array.reshape(shape[::-1]).T if fortran else array.reshape(shape)).astype(np.float32)
 
 
 def load_mean(mean: tuple[float, ...] | list[float] | str | Path | None,

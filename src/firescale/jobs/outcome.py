@@ -36,17 +36,17 @@ class ResubmitRules:
     """What may send one point's job back to the queue."""
 
     walltime_s: int | None = None  # the job's walltime; None where there is none (no scheduler)
-    signal: str = ""               # the site's walltime signal (USR1)
+    signal: str = ""               # the site's walltime signal for the job (USR1, or USR2 where NCCL runs)
     lead_s: int = 0                # sent this many seconds before the walltime ends
     early_s: int = 60              # how much earlier the scheduler may send it (Slurm: up to 60 s)
     node_fail: bool = False        # the site resubmits a job a failed node ended
 
     @classmethod
-    def for_site(cls, site: SiteProfile, walltime: str) -> ResubmitRules:
-        """The site's walltime signal against a point's walltime, and its NODE_FAIL choice."""
+    def for_site(cls, site: SiteProfile, walltime: str, framework: str = "tensorflow") -> ResubmitRules:
+        """The site's walltime signal for a job of `framework` against a point's walltime, and its NODE_FAIL choice."""
         if site.scheduler == "local":
             return cls()
-        name, lead = site.walltime_signal
+        name, lead = site.walltime_signal(framework)
         return cls(walltime_s=parse_walltime(walltime), signal=name, lead_s=lead, node_fail=site.resubmit_on_node_fail)
 
 

@@ -16,6 +16,7 @@ from firescale.cluster.horovod import site_horovod_environment
 from firescale.cluster.horovod_build import site_gpu_operations
 from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wrap
 from firescale.cluster.site import SiteProfile
+from firescale.cluster.timeouts import site_timeout_environment
 from firescale.errors import FirescaleError
 from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.spec import JobSpec
@@ -139,7 +140,9 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     options = [*([f"--mpi={srun_mpi}"] if srun_mpi else []), *c["launcher_options"]]
     launch = command if job.one_process else wrap(site.launcher, command, placement, options)
     env_list = ENV_LIST_VARIABLE.get(site.launcher)
-    collectives = {**site_allreduce(site).environment(), **site_horovod_environment(site)}
+    collectives = {**site_allreduce(site).environment(), **site_horovod_environment(site),
+                   **site_timeout_environment(site, job.framework)}
+    walltime_signal = site.walltime_signal(job.framework)[0]
     threads = {"OMP_NUM_THREADS": str(placement.cores_per_rank)}
     return {
         "site": c,
@@ -158,7 +161,10 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
         "srun_mpi": srun_mpi,
         "build_check": shell_command(build_check) if build_check else None,
         "walltime_timer": scheduler.walltime_timer(site, job),
-        "walltime_signal": Shell(site.walltime_signal[0]),
+        "walltime_signal": Shell(walltime_signal),
+        # what the ranks are sent to snapshot and stop: the walltime signal, USR1 where that is TERM (mpirun
+        # would end its ranks on TERM before they snapshot)
+        "rank_signal": Shell(walltime_signal if walltime_signal in ("USR1", "USR2") else "USR1"),
     }
 
 

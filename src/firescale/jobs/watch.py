@@ -3,7 +3,8 @@
 A failed `squeue`, `sacct` or `qstat` says nothing about the job (state UNKNOWN): the watcher asks again
 with backoff and gives up only after `give_up_after` seconds of silence, and then the job is cancelled,
 never left running unwatched.  An ended state must be answered `confirm` times in a row (a job that
-neither the queue nor accounting knows, GONE, once more) before the runner acts on it.
+neither the queue nor accounting knows, GONE, once more) before the runner acts on it.  While the job runs,
+`check` (the runner's look at the job's heartbeat, jobs/stall.py) may end the watch: STALLED, with its words.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from firescale.errors import FirescaleError
-from firescale.jobs.schedulers.base import GONE, RUNNING, UNKNOWN, JobState, Scheduler
+from firescale.jobs.schedulers.base import GONE, RUNNING, STALLED, UNKNOWN, JobState, Scheduler
 
 if TYPE_CHECKING:
     from firescale.cluster.site import SiteProfile
@@ -54,8 +55,10 @@ class _Tally:
 
 
 def watch_job(scheduler: Scheduler, job_id: str, polling: Polling, sleep: Callable[[float], None],
-              log: Callable[[str], None], on_running: Callable[[], Any] = lambda: None) -> JobState:
-    """Poll until the job has ended (confirmed) or the scheduler stayed silent too long (UNKNOWN)."""
+              log: Callable[[str], None], on_running: Callable[[], Any] = lambda: None,
+              check: Callable[[], str | None] | None = None) -> JobState:
+    """Poll until the job has ended (confirmed), the scheduler stayed silent too long (UNKNOWN), or `check`,
+    asked at every poll that finds the job running, said why it stalled (STALLED)."""
     t = _Tally(interval=polling.first, retry=polling.first)
     while True:
         state = scheduler.poll(job_id)
@@ -77,6 +80,8 @@ def watch_job(scheduler: Scheduler, job_id: str, polling: Polling, sleep: Callab
             t.last_words = state.words()
         if state.state == RUNNING:
             on_running()
+            if check is not None and (stalled := check()) is not None:
+                return JobState(STALLED, stalled)
         if state.active:
             t.candidate, t.agreeing = "", 0
             sleep(t.interval)

@@ -94,6 +94,15 @@ def experiment_model(plan: SweepPlan, experiment: str, dataset_size: int | None 
     return ExperimentModel(spec, size, size_source, evaluation["solver_epochs"], source, **evaluation)
 
 
+def evaluation_count(model: ExperimentModel, iterations: int, batch_ratio: float = 1.0) -> int:
+    """How many evaluations a run of `iterations` makes: one every test_interval iterations (scaled to the
+    point's batch: test_interval x baseline batch / batch), and one first with test_initialization."""
+    if not model.test_interval or not model.test_size:
+        return 0
+    interval = max(1, round(model.test_interval * batch_ratio))
+    return math.ceil(iterations / interval) + int(model.test_initialization)
+
+
 def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iterations: int,
                  calibration: Calibration | None = None, batch_ratio: float = 1.0) -> float:
     """Seconds spent evaluating before `iterations` are done: one evaluation every test_interval
@@ -104,10 +113,9 @@ def evaluation_s(model: ExperimentModel, platform: Platform, gpus: int, iteratio
     pass over the test set at the platform's compute factor (Paleo's forward time; no overhead).  Where
     several devices share a node, their shards take the platform's contention longer, as training does.
     """
-    if not model.test_interval or not model.test_size:
+    evaluations = evaluation_count(model, iterations, batch_ratio)
+    if not evaluations:
         return 0.0
-    interval = max(1, round(model.test_interval * batch_ratio))  # at batch B: test_interval x baseline batch / B
-    evaluations = math.ceil(iterations / interval) + int(model.test_initialization)
     shared = platform.contention_at(gpus)    # one device evaluates alone
     if calibration is not None and calibration.eval_s > 0:
         return evaluations * calibration.eval_s / gpus * shared
@@ -163,8 +171,9 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     budget = lambda p: p.epochs if p.epochs is not None else model.solver_epochs  # noqa: E731
 
     def one(p: Any) -> tuple[Any, float, float]:
-        """The point's prediction, its time to accuracy and its evaluating: fixed-epoch budgets give every
-        point the baseline's epochs, times the ratio of the epochs the experiment states for each."""
+        """The point's prediction, its time to accuracy and its evaluating (all its evaluations): fixed-epoch
+        budgets give every point the baseline's epochs, times the ratio of the epochs the experiment states for
+        each."""
         pred = predict_phases(platform, model.net, p, model.epochs * budget(p) / budget(baseline),
                               model.dataset_size, scaling="strong",   # a batch schedule: phase by phase
                               overlap=overlap,   # the DAG model's overlapped schedule for overlapped runs
@@ -180,7 +189,9 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         out[p.name] = {"gpus": p.gpus, "batch": p.batch, "lr": p.lr, "epochs": pred.epochs,
                        "iteration_s": pred.iteration_s,
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
-                       "evaluation_s": evaluating, "time_to_accuracy_s": total, "speedup": base_total / total,
+                       "evaluation_s": evaluating,
+                       "evaluations": evaluation_count(model, pred.iterations, baseline.batch / p.batch),
+                       "time_to_accuracy_s": total, "speedup": base_total / total,
                        "allreduce_model": pred.comm_algorithm, "nodes": pred.nodes, "comm_s": pred.comm_s,
                        "comm_intra_s": pred.comm_intra_s, "comm_inter_s": pred.comm_inter_s,
                        "io_s": pred.io_s, "h2d_s": pred.h2d_s}

@@ -58,6 +58,8 @@ def check_workflow_config(config: dict[str, Any], files: Sequence[str | os.PathL
         if error.validator == "additionalProperties":    # the unknown key itself is where it was written
             extra = sorted(set(value) - set(error.schema.get("properties", {})))[0]
             parts, value = [*parts, extra], value[extra]
+        elif "propertyNames" in error.absolute_schema_path:   # a key its names' pattern refuses: where it was written
+            parts, value = [*parts, value], _at(checked, parts)[value]
         holder = next((Path(f) for f in reversed(files) if _gives(f, parts, value)), None)
         where = str(holder) if holder else "the workflow's --config (the command line or the profile)"
         raise FirescaleError(f"{where}: {describe(error, schema, written_in(holder) if holder else None)}")
@@ -74,6 +76,13 @@ def _checked(config: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any
             apply_defaults(schema["$defs"]["experiment"], exp, schema)
     errors = schema_errors(schema, config)
     return config, (errors[0] if errors else None), schema
+
+
+def _at(config: Any, parts: list[str | int]) -> Any:
+    """The value at key path `parts` of `config`."""
+    for part in parts:
+        config = config[part]
+    return config
 
 
 def _gives(path: str | os.PathLike[str], parts: list[str | int], value: Any) -> bool:

@@ -159,7 +159,15 @@ def point_record(plan: SweepPlan, experiment: str, point: SweepPoint) -> PointRe
         site=plan.site.name, experiment=experiment, point=point.name, gpus=point.gpus,
         nodes=plan.site.nodes_for(point.ranks, point.devices), batch=point.batch, lr=point.lr, repeat=point.repeat,
         baseline=point.baseline, walltime=plan.walltimes[experiment], run_dir=str(run_dir(plan, experiment, point)),
-        max_resubmits=min(int(plan.experiment(experiment)["max_resubmits"]), plan.site.max_resubmits))
+        max_resubmits=min(int(plan.experiment(experiment)["max_resubmits"]), plan.site.max_resubmits),
+        framework=plan.framework(experiment), stall_after=stall_after(plan, experiment))
+
+
+def stall_after(plan: SweepPlan, experiment: str) -> float | None:
+    """The experiment's stall_after, else the site's limits.stall_after; None: each point's from its prediction
+    (`firescale sweep run --prediction`, jobs.stall.default_stall_after)."""
+    value = plan.experiment(experiment).get("stall_after", plan.site.stall_after)
+    return None if value is None else float(value)
 
 
 def calibration_dir(plan: SweepPlan, experiment: str) -> Path:

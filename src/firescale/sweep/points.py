@@ -300,7 +300,7 @@ def limit_errors(points: list[SweepPoint], site: SiteProfile, walltime: str) -> 
     if wall > site.max_walltime_s:
         errors.append(f"walltime {walltime} exceeds site {site.name}'s limits.max_walltime "
                       f"{site.config['limits']['max_walltime']}")
-    lead = site.walltime_signal[1]
+    lead = site.walltime_signal()[1]
     if site.scheduler != "local" and wall <= lead:
         errors.append(f"walltime {walltime} is not longer than site {site.name}'s walltime_signal.seconds_before "
                       f"({lead} s): every job would be told to snapshot and stop as soon as it starts")

@@ -55,6 +55,8 @@ class PointRecord(PlannedPoint):
     walltime: str
     run_dir: str
     max_resubmits: int
+    framework: str = "tensorflow"      # the walltime signal differs where NCCL runs (SiteProfile.walltime_signal)
+    stall_after: float | None = None   # the experiment's or site's; None: from the point's prediction; 0: no watch
     format: str = POINT_FORMAT
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +64,10 @@ class PointRecord(PlannedPoint):
 
     def write(self, path: str | Path) -> Path:
         return atomic_write_json(path, self.to_dict())
+
+
+# Keys a point file written before them lacks: their defaults hold (TensorFlow; stall_after from the prediction).
+_POINT_OPTIONAL = ("framework", "stall_after")
 
 
 def read_point_record(path: str | Path) -> PointRecord:
@@ -74,7 +80,7 @@ def read_point_record(path: str | Path) -> PointRecord:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise FirescaleError(f"{path}: key 'format' is {found!r}, not {POINT_FORMAT!r}; render the point again")
     names = [f.name for f in fields(PointRecord)]
-    missing = [n for n in names if n not in data]
+    missing = [n for n in names if n not in data and n not in _POINT_OPTIONAL]
     if missing:
         raise FirescaleError(f"{path}: missing key {missing[0]!r}; a {POINT_FORMAT} record needs {', '.join(names)}")
     unknown = sorted(set(data) - set(names))

@@ -38,6 +38,16 @@ _NEEDS = {"tensorflow": "TensorFlow and Horovod (`make setup`)", "pytorch": "PyT
                                                                             "'firescale[pytorch]'`)"}
 
 
+class CollectiveGaveUp(FirescaleError):
+    """A collective that gave up waiting for a peer (its library's timeout, or a peer's connection gone): the
+    collective's name in `collective` ('all_reduce (Gloo)'), the sentence for people in the message.  The
+    trainer writes both into the rank's heartbeat, and the runner resubmits such a job as a stall."""
+
+    def __init__(self, collective: str, message: str) -> None:
+        super().__init__(message)
+        self.collective = collective
+
+
 def check_framework(framework: str, where: str = "--framework") -> str:
     if framework not in FRAMEWORKS:
         raise FirescaleError(f"{where} {framework!r} is not a framework firescale trains with; use one of "
@@ -113,6 +123,9 @@ class Backend(Protocol):
     def versions(self, rank: Any) -> dict[str, str]: ...
 
     def close(self, rank: Any) -> None: ...
+
+    def gave_up(self, exc: BaseException) -> CollectiveGaveUp | None:
+        """`exc` as the collective that gave up waiting for a peer, when that is what it says; else None."""
 
     # TensorFlow's alone so far (the loop refuses them for another backend before it starts):
     # def measure_copies(self, placement) -> placement      a split net's copy layers timed

@@ -10,12 +10,13 @@ import numpy as np
 
 from firescale.errors import FirescaleError
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# TERM, and the walltime signals the job forwards: USR1, or USR2 where NCCL runs (it may take USR1 for itself)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 READ_EVERY = 10    # iterations between the host's reads of the summed losses and stop flags (at most)
 
 
 class StopRequest:
-    """Remembers a SIGTERM/SIGUSR1; the ranks agree on it where the host next reads the summed stop flags."""
+    """Remembers a SIGTERM, SIGUSR1 or SIGUSR2; the ranks agree on it where the host next reads the summed flags."""
 
     def __init__(self) -> None:
         self.signum: int | None = None

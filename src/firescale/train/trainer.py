@@ -16,7 +16,7 @@ from firescale.nets.device_plan import read_layer_plan
 from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, file_record, write_result
 from firescale.source import source_commit
-from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, load_backend
+from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, CollectiveGaveUp, load_backend
 from firescale.train.checkpoint import (
     Snapshot,
     check_same_read_limit,
@@ -27,6 +27,7 @@ from firescale.train.checkpoint import (
     trajectory_settings,
     write_snapshot,
 )
+from firescale.train.heartbeat import Heartbeat
 from firescale.train.readback import LossReads, StopRequest, read_due
 from firescale.train.scaling import plan_schedule
 from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 Rank = Any   # a backend's rank: rank, size, local_rank, local_size, device, pinned_cpus, devices, is_root, the sums
 
-EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also used for SIGUSR1: "snapshot written, resubmit with --resume"
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also for SIGUSR1 and SIGUSR2: "snapshot written, resubmit with --resume"
 
 
 @dataclass
@@ -150,14 +151,23 @@ def run_training(opts: TrainOptions) -> int:
         _check_backend_options(opts, plan)
         backend = load_backend(opts.framework, opts.precision, opts.process_group)
         rank = set_up_ranks(opts, plan.devices if plan else 1, backend)
+        heartbeat = Heartbeat(opts.out, rank.rank, rank.size).start()
         try:
-            training = Training(opts, solver_cfg, target, rank, clock, plan, backend)
+            training = Training(opts, solver_cfg, target, rank, clock, plan, backend, heartbeat=heartbeat)
             training.restore_or_broadcast()
             training.prepare()
             status = training.train(stop)
-            return training.finish(status, stop)
+            code = training.finish(status, stop)
+        except BaseException as exc:
+            gave_up = None if isinstance(exc, CollectiveGaveUp) else backend.gave_up(exc)
+            heartbeat.fail(gave_up or exc)
+            if gave_up is not None:
+                raise gave_up from None
+            raise
         finally:
             backend.close(rank)
+        heartbeat.stop("done")
+        return code
     finally:
         stop.restore()
 
@@ -194,8 +204,10 @@ class Training:
 
     def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
                  rank: Rank, clock: SegmentClock, layer_plan: DevicePlan | None = None,
-                 backend: Backend | None = None) -> None:
+                 backend: Backend | None = None, *, heartbeat: Heartbeat | None = None) -> None:
         self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
+        # where this rank is, for the runner's stall watch (none written unless started: run_training starts it)
+        self.heartbeat = heartbeat or Heartbeat(opts.out, rank.rank, rank.size, interval_s=0)
         self.backend = backend or load_backend(opts.framework, opts.precision, opts.process_group)
         self.layer_plan = layer_plan
         self.target, self.target_source = target
@@ -245,8 +257,9 @@ class Training:
         opts, cfg, chosen = self.opts, self.solver_cfg, self.chosen
         self.transform, transform_notes = data_transform(self.data_layers, scale=opts.scale, mean=opts.mean,
                                                          crop=opts.crop, mirror=opts.mirror)
-        self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
-        self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
+        with self.heartbeat.during("dataset-check"):
+            self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
+            self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
         self.image_shape = tuple(BatchTransformer(self.transform, self.train_ds.shape).out_shape)
         # A Caffe file keeps its own classes (the dataset's must agree); a built-in net takes the dataset's.
         self.spec = get_net(chosen.name, input_shape=self.image_shape)
@@ -425,6 +438,8 @@ class Training:
             # The last segment was stopped by the update that made this evaluation due, before it ran.
             reached = self._reached(self.evaluate().top1)
         self.speed_window = (now(), self.iteration)
+        self.heartbeat.iteration = self.iteration   # a resumed run's first
+        self.heartbeat.enter("train")
         while self.iteration < cfg.max_iter and not reached:
             stop_agreed = self.step(stop)
             if stop_agreed:  # some rank was told to stop: all stop here, after the same update
@@ -462,6 +477,7 @@ class Training:
         else:
             summed = self._iteration_in_parts(*args)
         self.iteration += 1
+        self.heartbeat.updated(self.iteration)
         self.images_done += plan.effective_batch
         self.loss_reads.add(summed, plan.effective_batch)
         cfg = self.solver_cfg
@@ -526,6 +542,10 @@ class Training:
     def evaluate(self) -> EvalPoint:
         """The test set's first `eval_images` (all of it without test_iter), sharded over the ranks; logged, printed
         and written to result.json."""
+        with self.heartbeat.during("eval"):
+            return self._evaluate()
+
+    def _evaluate(self) -> EvalPoint:
         from firescale.data.readers import test_batches
         from firescale.train.evaluation import evaluate, rank_share
 
@@ -539,9 +559,15 @@ class Training:
         self.backend.broadcast_statistics(self.rank, self.net)
         batches = test_batches(self.test_ds, self.transform, rank=self.rank.rank, size=self.rank.size,
                                batch=self.eval_per_rank)
-        steps = self.steps
+        steps, beat = self.steps, self.heartbeat
+
+        def step(images: Any, labels: Any) -> Any:
+            sums = steps.evaluate(*steps.batch(images, labels))
+            beat.step()
+            return sums
+
         try:
-            sums = evaluate(lambda images, labels: steps.evaluate(*steps.batch(images, labels)), batches,
+            sums = evaluate(step, batches,
                             self.rank.sum_numbers, rank_share(self.eval_images, self.rank.rank, self.rank.size))
         finally:
             batches.close()
@@ -573,6 +599,10 @@ class Training:
         """Rank 0 writes weights, solver history and the run state (data order, evaluations, segments)."""
         if not self.rank.is_root:
             return
+        with self.heartbeat.during("snapshot"):
+            self._write_snapshot(status)
+
+    def _write_snapshot(self, status: str) -> None:
         cfg = self.solver_cfg
         segments = self.prior_segments + [self.current_segment(status)]
         meta_out = {
@@ -620,6 +650,7 @@ class Training:
     def finish(self, status: str, stop: StopRequest) -> int:
         """The layer trace when asked, result.json, the closing log lines; the process's exit code."""
         rank, c = self.rank, self.log.constants
+        self.heartbeat.enter("finish")
         result = self.result(status)
         if self.opts.profile_layers and status != "interrupted":
             self._profile_layers(result)

@@ -104,9 +104,9 @@ firescale_finish() {
 trap firescale_finish EXIT
 
 # The scheduler's warning before walltime, a cancel or a preemption reaches the ranks as SIGUSR1,
-# which every launcher forwards (mpirun would kill its ranks on SIGTERM before they snapshot).
-# status.json records the first signal and when it came: the runner resubmits only for the walltime
-# signal near the walltime's end, never for a cancel.
+# which every launcher forwards (mpirun would kill its ranks on SIGTERM before they snapshot); USR2
+# where NCCL runs, which may take USR1 for itself.  status.json records the first signal and when it
+# came: the runner resubmits only for the walltime signal near the walltime's end, never for a cancel.
 firescale_forward() {
   if [ -z "$FIRESCALE_SIGNAL" ]; then
     FIRESCALE_SIGNAL=$1
@@ -116,6 +116,7 @@ firescale_forward() {
   if [ -n "$FIRESCALE_CHILD" ]; then kill -s USR1 "$FIRESCALE_CHILD" 2>/dev/null || true; fi
 }
 trap 'firescale_forward USR1' USR1
+trap 'firescale_forward USR2' USR2
 trap 'firescale_forward TERM' TERM
 trap 'firescale_forward INT' INT
 
@@ -130,6 +131,8 @@ export FIRESCALE_ALLREDUCE=tree
 export FIRESCALE_ALLREDUCE_TREE=binomial
 export FIRESCALE_RUN_DIR=/shared/firescale/results/demo/g1
 export HOROVOD_CYCLE_TIME=0.1
+export HOROVOD_STALL_CHECK_TIME_SECONDS=60
+export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=600
 export OMP_NUM_THREADS=1
 export OMPI_MCA_coll_tuned_allreduce_algorithm=2
 export OMPI_MCA_coll_tuned_bcast_algorithm=6

@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 
 # Normalised job states.  GONE: the scheduler answered, and neither its queue nor its accounting knows
 # the job (decide by the status file).  UNKNOWN: the scheduler did not answer (a failed or timed-out
-# squeue, sacct or qstat); it says nothing about the job, so the runner asks again.
+# squeue, sacct or qstat); it says nothing about the job, so the runner asks again.  STALLED: the runner's
+# own word for a running job whose heartbeat shows no progress (jobs/stall.py); it cancels the job.
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, PREEMPTED, CANCELLED, GONE = (
     "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED", "CANCELLED", "GONE")
-NODE_FAIL, OUT_OF_MEMORY, UNKNOWN = "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"
+NODE_FAIL, OUT_OF_MEMORY, UNKNOWN, STALLED = "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN", "STALLED"
 ACTIVE = frozenset({PENDING, RUNNING})
 
 

@@ -80,7 +80,7 @@ class PBS(Scheduler):
         return lines + [f"#PBS {extra}" for extra in c["directives"]]
 
     def walltime_timer(self, site: SiteProfile, job: JobSpec) -> int | None:
-        return max(1, job.walltime_s - site.walltime_signal[1])
+        return max(1, job.walltime_s - site.walltime_signal(job.framework)[1])
 
     def submit_with(self, script: Path, workdir: Path, env: Mapping[str, str]) -> str:
         # qsub's exit code only says the script was accepted; the outcome comes from polling and status.json.
@@ -157,7 +157,7 @@ class Torque(PBS):
             nodes += f":ppn={site.config['node']['cores']}"
         if site.config["pbs"]["gpus"] and site.device_kind == "gpu":
             nodes += f":gpus={site.gpus_per_node}"
-        sig, lead = site.walltime_signal
+        sig, lead = site.walltime_signal(job.framework)
         # Moab's extension: a signal before walltime ends, so training can snapshot.
         return [f"#PBS -l {nodes}", f"#PBS -l walltime={format_walltime(job.walltime_s)}",
                 f"#PBS -l signal={sig}@{lead}"]

@@ -38,6 +38,7 @@ class Slurm(Scheduler):
     def directives(self, site: SiteProfile, job: JobSpec) -> list[str]:
         c = site.config
         placement = site.placement(job.ranks, job.devices_per_rank)
+        signal, lead = site.walltime_signal(job.framework)
         flags: dict[str, str | None] = {
             "--job-name": job.name,
             "--nodes": str(placement.nodes),
@@ -46,7 +47,7 @@ class Slurm(Scheduler):
             "--time": format_walltime(job.walltime_s),
             "--output": str(job.log_file),
             "--open-mode": "append",
-            "--signal": f"B:{c['walltime_signal']['signal']}@{c['walltime_signal']['seconds_before']}",
+            "--signal": f"B:{signal}@{lead}",
             # firescale resubmits a job itself (from its newest snapshot, counted against max_resubmits);
             # a requeue by Slurm would rerun the script under the same id, unseen and uncounted.
             "--no-requeue": None,

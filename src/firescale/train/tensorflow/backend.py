@@ -1,6 +1,7 @@
 """The TensorFlow side of the seam (firescale.train.backend): Horovod ranks, tf.Module nets, traced steps."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ import tensorflow as tf
 from firescale.caffe.solver import SolverConfig
 from firescale.model.traces import LayerTrace
 from firescale.nets.spec import NetSpec
+from firescale.train.backend import CollectiveGaveUp
 from firescale.train.placement import LayerPlacement
 from firescale.train.tensorflow.distributed import Rank
 from firescale.train.tensorflow.nets import CaffeNet
@@ -75,6 +77,18 @@ class TensorFlowBackend:
 
     def __init__(self, precision: str) -> None:
         self.precision = precision    # fp32 or tf32 (load_backend refuses bf16 for this backend)
+
+    def gave_up(self, exc: BaseException) -> CollectiveGaveUp | None:
+        """Horovod's error once its stall check shut it down (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: a rank alive
+        but missing from a collective), or a peer's exit ended it: the collective that gave up.  A rank that is
+        stopped blocks Horovod's own negotiation, so no check runs: that is the runner's stall watch's to end."""
+        text = str(exc)
+        if not isinstance(exc, tf.errors.OpError) or "Horovod has been shut down" not in text:
+            return None
+        words = re.sub(r"^\{\{[^}]*\}\}\s*", "", (text.strip().splitlines() or ["Horovod has been shut down"])[0])
+        return CollectiveGaveUp("allreduce (Horovod)", f"Horovod's allreduce gave up: {words[:300]}; a peer stopped, "
+                                "hangs or is gone (Horovod shuts down after the site's "
+                                "collective_timeout.horovod_stall_shutdown_seconds)")
 
     def init_rank(self, threads: int, devices: int) -> Rank:
         """Horovod initialised, this rank pinned to its device; one rank shuts Horovod down again (the trainer's

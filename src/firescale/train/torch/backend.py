@@ -17,6 +17,7 @@ import torch
 from firescale.caffe.solver import SolverConfig
 from firescale.errors import FirescaleError
 from firescale.nets.spec import NetSpec
+from firescale.train.backend import CollectiveGaveUp
 from firescale.train.torch.distributed import GradientBuckets, Rank
 from firescale.train.torch.nets import CaffeNet
 from firescale.train.torch.solvers import CaffeSolver
@@ -163,6 +164,10 @@ class TorchBackend:
         self.process_group = process_group
         self.device = "cpu"      # this rank's, once init_rank has chosen it
         self.autocast: torch.dtype | None = None
+
+    def gave_up(self, exc: BaseException) -> CollectiveGaveUp | None:
+        """None: the Rank's collectives raise CollectiveGaveUp themselves (Rank.collective)."""
+        return None
 
     def init_rank(self, threads: int, devices: int) -> Rank:
         from firescale.train.torch.distributed import init_rank

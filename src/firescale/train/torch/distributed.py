@@ -1,13 +1,14 @@
 """torch.distributed set-up for one rank: its device and core, the process group, sums, and the allreduce in use."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import platform
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,12 +18,14 @@ import torch
 import torch.distributed as dist
 
 from firescale.cluster.collectives import PROCESS_GROUPS, decode_allreduce, resolve_process_group
+from firescale.cluster.timeouts import COLLECTIVE_TIMEOUT_VARIABLE, DEFAULT_COLLECTIVE_TIMEOUT_S
 from firescale.errors import FirescaleError
+from firescale.train.backend import CollectiveGaveUp
 from firescale.train.host import mpi_implementation, pin_cpus
 from firescale.train.torch import mpi_group
-from firescale.train.torch.rendezvous import Place, launcher_place, local_of_mpi, mpi_started, rendezvous
+from firescale.train.torch.rendezvous import Place, abandon_mpi, launcher_place, local_of_mpi, mpi_started, rendezvous
 
-RENDEZVOUS_TIMEOUT_S = 600.0   # how long ranks wait for each other at start and in a collective
+RENDEZVOUS_TIMEOUT_S = 600.0   # how long ranks wait for each other at start
 # DistributedDataParallel's bucket_cap_mb default: gradients are summed in buckets of about this many bytes.
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
 LIBRARY_NAMES = {"nccl": "NCCL", "gloo": "Gloo", "mpi": "MPI"}   # the run record's names of the process groups
@@ -55,10 +58,27 @@ class Rank:
     devices: tuple[str, ...] = ()  # the Horovod Rank's devices of a net split by layers: never, here
     rendezvous: str = ""           # host:port where the ranks met ("" with one rank or the MPI group)
     comm: Any = None               # the MPI group's communicator (None for the others)
+    timeout_s: float = 0.0         # how long the process group's collectives wait for a peer (0: no group)
 
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    @contextlib.contextmanager
+    def collective(self, what: str) -> Iterator[None]:
+        """A torch.distributed collective `what` (all_reduce, broadcast, ...) in the block: its library's error (the
+        process group's timeout, or a peer's connection gone) becomes CollectiveGaveUp, one sentence naming it."""
+        try:
+            yield
+        except RuntimeError as exc:   # torch.distributed's DistError and its kin derive from it
+            library = LIBRARY_NAMES.get(self.process_group, self.process_group)
+            words = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            abandon_mpi()   # MPI_Finalize at exit would wait for the lost peer
+            raise CollectiveGaveUp(
+                f"{what} ({library})",
+                f"the {what} of rank {self.rank} over {self.size} ranks ({library}) gave up: {words}; a peer stopped, "
+                f"hangs or is gone (the process group waits {self.timeout_s:g} s for a peer: the site's "
+                "collective_timeout.seconds)") from None
 
     def start_sum(self, flat: torch.Tensor) -> Any:
         """all_reduce(SUM) of one flat buffer, in place, started; wait() on what it returns.  The MPI group's is
@@ -66,7 +86,13 @@ class Rank:
         if self.comm is not None:
             mpi_group.sum_in_place(self.comm, flat)
             return DONE
-        return dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
+        with self.collective("all_reduce"):
+            return dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
+
+    def wait(self, work: Any) -> None:
+        """Wait for a started sum (start_sum's)."""
+        with self.collective("all_reduce"):
+            work.wait()
 
     def sum(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Element-wise sums over all ranks of each tensor: one flat buffer per dtype, each all_reduce(SUM) started
@@ -84,7 +110,8 @@ class Rank:
             mpi_group.sum_in_place(self.comm, torch.from_numpy(array))   # the array's own memory
             return array
         t = torch.from_numpy(array).to(self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        with self.collective("all_reduce"):
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.cpu().numpy()
 
     def barrier(self) -> None:
@@ -93,7 +120,8 @@ class Rank:
         if self.comm is not None:
             self.comm.Barrier()
         else:
-            dist.barrier(device_ids=[torch.device(self.device).index] if self.process_group == "nccl" else None)
+            with self.collective("barrier"):
+                dist.barrier(device_ids=[torch.device(self.device).index] if self.process_group == "nccl" else None)
 
     def broadcast_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
         """Rank 0's values into every rank's `tensors`, in place (one broadcast per dtype)."""
@@ -105,7 +133,8 @@ class Rank:
                 if self.comm is not None:
                     mpi_group.broadcast_in_place(self.comm, flat)
                 else:
-                    dist.broadcast(flat, src=0)
+                    with self.collective("broadcast"):
+                        dist.broadcast(flat, src=0)
                 if not self.is_root:
                     for i, piece in zip(members, flat.split([tensors[i].numel() for i in members])):
                         tensors[i].copy_(piece.view_as(tensors[i]))
@@ -116,7 +145,8 @@ class Rank:
         if self.comm is not None:
             return self.comm.bcast(obj, root=0)
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        with self.collective("broadcast_object_list"):
+            dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def gather_object(self, obj: Any) -> list[Any]:
@@ -126,7 +156,8 @@ class Rank:
         if self.comm is not None:
             return list(self.comm.allgather(obj))
         out: list[Any] = [None] * self.size
-        dist.all_gather_object(out, obj)
+        with self.collective("all_gather_object"):
+            dist.all_gather_object(out, obj)
         return out
 
     def close(self) -> None:
@@ -153,7 +184,7 @@ def _flat_sum(rank: Rank, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         started.append((members, flat, rank.start_sum(flat)))
     out: list[torch.Tensor] = list(tensors)
     for members, flat, work in started:
-        work.wait()
+        rank.wait(work)
         for i, piece in zip(members, flat.split([tensors[i].numel() for i in members])):
             out[i] = piece.view_as(tensors[i])
     return out
@@ -189,13 +220,39 @@ def choose_process_group(requested: str, cuda: bool, place: Place, env: Mapping[
     return group
 
 
+def collective_timeout(env: Mapping[str, str]) -> float:
+    """Seconds a collective waits for a peer: what the job exports from the site (FIRESCALE_COLLECTIVE_TIMEOUT_S),
+    else the site schema's default."""
+    text = env.get(COLLECTIVE_TIMEOUT_VARIABLE, "")
+    try:
+        value = float(text) if text else DEFAULT_COLLECTIVE_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise FirescaleError(f"{COLLECTIVE_TIMEOUT_VARIABLE} is {text!r}; it must be a number of seconds > 0 (the "
+                             "site's collective_timeout.seconds)")
+    return value
+
+
+def _all_arrive(store: Any, place: Place, timeout_s: float) -> None:
+    """Every rank at the store, within the rendezvous's `timeout_s`: the process group then forms within its
+    collectives' timeout, which may be much shorter than ranks take to start on a busy cluster."""
+    store.set(f"firescale/arrived/{place.rank}", "1")
+    try:
+        store.wait([f"firescale/arrived/{r}" for r in range(place.size)], timedelta(seconds=timeout_s))
+    except RuntimeError as exc:
+        raise FirescaleError(f"rank {place.rank}: not every one of the {place.size} ranks reached the rendezvous "
+                             f"within {timeout_s:g} s ({(str(exc).strip().splitlines() or ['timeout'])[0]})") from None
+
+
 def init_rank(threads: int = 1, devices: int = 1, *, process_group: str = "auto",
-              timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> Rank:
+              timeout_s: float = RENDEZVOUS_TIMEOUT_S, collective_timeout_s: float | None = None) -> Rank:
     """This rank's place from its launcher, one device (the local rank's GPU, else one pinned core), `threads`
     torch threads, cuDNN's deterministic kernels, and, with several ranks, the process group `process_group`
     (choose_process_group: auto is NCCL on GPUs; on CPUs MPI for ranks MPI started, else Gloo).  The MPI group is
     MPI's own communicator, with no torch.distributed group or rendezvous beside it.  One rank creates no process
-    group: there is nothing to sum."""
+    group: there is nothing to sum.  The ranks meet within `timeout_s`; a collective of Gloo or NCCL then waits
+    `collective_timeout_s` for a peer (default: collective_timeout(os.environ)); MPI's have no timeout."""
     if devices != 1:
         raise FirescaleError(f"devices is {devices}, but the PyTorch backend runs one device per rank; a net split "
                              "over devices needs the TensorFlow backend")
@@ -215,16 +272,18 @@ def init_rank(threads: int = 1, devices: int = 1, *, process_group: str = "auto"
     met, comm = "", None
     if place.size > 1 and backend == "mpi":
         comm = mpi_group.open_group(place)
-    elif place.size > 1:
-        timeout = timedelta(seconds=timeout_s)
-        store, host, port = rendezvous(place, os.environ, timeout)
+    waits = 0.0
+    if place.size > 1 and backend != "mpi":
+        waits = collective_timeout(os.environ) if collective_timeout_s is None else collective_timeout_s
+        store, host, port = rendezvous(place, os.environ, timedelta(seconds=timeout_s))
         met = f"{host}:{port}"
-        dist.init_process_group(backend, store=store, rank=place.rank, world_size=place.size, timeout=timeout,
-                                device_id=device if backend == "nccl" else None)
+        _all_arrive(store, place, timeout_s)   # the start waits for late ranks, not the collectives' timeout
+        dist.init_process_group(backend, store=store, rank=place.rank, world_size=place.size,
+                                timeout=timedelta(seconds=waits), device_id=device if backend == "nccl" else None)
     # Pinned last, so that the threads the process group and MPI started keep to the rank's core too.
     pinned = [] if cuda else pin_cpus(local_rank, local_size)
     return Rank(place.rank, place.size, local_rank, local_size, str(device), pinned,
-                backend if place.size > 1 else "none", rendezvous=met, comm=comm)
+                backend if place.size > 1 else "none", rendezvous=met, comm=comm, timeout_s=waits)
 
 
 class GradientBuckets:
@@ -284,7 +343,7 @@ class GradientBuckets:
             self._start(len(self._started))
         out: list[torch.Tensor] = [torch.empty(0)] * len(self.parameters)
         for members, (flat, work) in zip(self.buckets, self._started):
-            work.wait()
+            self.rank.wait(work)
             for i, piece in zip(members, flat.split([self.parameters[i].numel() for i in members])):
                 out[i] = piece.view_as(self.parameters[i])
         self._reset()

@@ -237,10 +237,19 @@ def mpi_world() -> Any:
     return MPI.COMM_WORLD
 
 
+_ABANDONED: list[bool] = []   # set once a peer is lost: MPI is then left without MPI_Finalize
+
+
+def abandon_mpi() -> None:
+    """A peer stopped or is gone (a collective gave up): this rank exits without MPI_Finalize, which would wait
+    for that peer for ever (Open MPI's finalize meets every rank); the launcher then ends the others."""
+    _ABANDONED.append(True)
+
+
 def _finalize_mpi() -> None:
     from mpi4py import MPI
 
-    if MPI.Is_initialized() and not MPI.Is_finalized():
+    if MPI.Is_initialized() and not MPI.Is_finalized() and not _ABANDONED:
         MPI.Finalize()
 
 
