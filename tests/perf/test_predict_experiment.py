@@ -71,7 +71,7 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     assert sorted(points) == ["baseline", "g2-b64-r0"]          # the local sweep: 1 and 2 ranks at total 64
     for p in points.values():
         assert set(p) == {"gpus", "batch", "lr", "epochs", "iteration_s", "iterations", "training_s", "evaluation_s",
-                          "time_to_accuracy_s", "speedup", "allreduce_model", "memory",
+                          "evaluations", "time_to_accuracy_s", "speedup", "allreduce_model", "memory",
                           "nodes", "comm_s", "comm_intra_s", "comm_inter_s", "io_s", "h2d_s"}
         assert p["allreduce_model"] == "tree"                   # local forces Open MPI's binomial tree
         assert p["memory"]["fits"] and 0 < max(p["memory"]["peak_bytes"]) < 24e9

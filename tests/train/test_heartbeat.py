@@ -231,3 +231,19 @@ def test_horovods_stall_shutdown_ends_a_collective_a_rank_never_joins_naming_it(
     took = float(line.split()[1])
     assert 6 <= took <= 30, line
     assert "Horovod's allreduce gave up: Horovod has been shut down." in line, line
+
+
+def test_the_heartbeat_waits_for_the_run_folder_and_never_makes_it(tmp_path):
+    run = tmp_path / "run"
+    beat = Heartbeat(run, rank=0, size=1, interval_s=0.05).start()
+    time.sleep(0.2)
+    assert not run.exists()              # a refused start leaves nothing behind
+    run.mkdir()
+    beat.enter("train")
+    beat.updated(3)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and read_beats(run).get(0) is None:
+        time.sleep(0.02)
+    assert read_beats(run)[0].iteration == 3
+    beat.stop()
+    assert read_beats(run)[0].phase == "done"

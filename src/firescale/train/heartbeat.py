@@ -5,6 +5,10 @@ phase): two attribute stores an iteration, nothing written, nothing waited for. 
 every `interval_s` seconds and at once when the phase changes, so a rank's file keeps changing while its process
 lives, and its numbers change while it progresses.  A process that is stopped (SIGSTOP), or hung in the kernel,
 stops both; a rank that waits in a collective keeps beating with the same numbers.
+
+The heartbeat never makes the run folder: a run whose inputs are refused (a damaged --weights, a net that does not
+fit the dataset) leaves no folder behind.  Until the trainer makes it (or the runner has, as a sweep's does), the
+thread writes nothing; a start-up without beats is never a stall (jobs/stall.py).
 """
 from __future__ import annotations
 
@@ -128,6 +132,8 @@ class Heartbeat:
             self._lock.release()
 
     def _write_locked(self) -> None:
+        if not self.run_dir.is_dir():   # not made yet: the trainer makes it once its inputs are checked
+            return
         self.beats += 1
         beat = RankBeat(rank=self.rank, size=self.size, host=self.host, pid=self.pid, job_id=self.job_id,
                         phase=self.phase, iteration=self.iteration, steps=self.steps, beat=self.beats,
