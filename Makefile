@@ -21,6 +21,15 @@ HOROVOD_VERSION := 0.28.1
 # will do (TensorFlow 2.15 has wheels for 3.11 at most).  With GPU=1 the default is tensorflow alone, as
 # before; see GPU below for why one virtualenv cannot hold both backends' CUDA libraries.
 GPU ?= 0
+# Without FRAMEWORKS given, a Python that cannot run TensorFlow 2.15 (any but 3.11: the virtualenv's where it exists,
+# else PYTHON) gets the PyTorch backend alone, and `make test` and `make sweep` follow it (docs/install.md).
+SETUP_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+ifeq ($(origin FRAMEWORKS),undefined)
+ifeq ($(shell $(SETUP_PYTHON) -c 'import sys; print(int(sys.version_info[:2] == (3, 11)))' 2>/dev/null),0)
+FRAMEWORKS := pytorch
+PYTORCH_ALONE := $(shell $(SETUP_PYTHON) -V 2>&1) ($(SETUP_PYTHON))
+endif
+endif
 ifeq ($(GPU),1)
 FRAMEWORKS ?= tensorflow
 else
@@ -71,7 +80,9 @@ HOROVOD_BUILD_FLAGS :=
 TORCH ?= torch==2.13.0
 endif
 TORCH_INDEX ?=
-TORCH_PIP := "$(TORCH)" "$(SETUPTOOLS)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# A CPU set-up where pip reaches no CPU build of torch (no wheel on disk, PyTorch's CPU index closed) stops before
+# PyPI's CUDA build, about 3 GB; ALLOW_CUDA_TORCH=1 takes that build anyway, to run on the CPU.
+ALLOW_CUDA_TORCH ?= 0
 comma := ,
 # What the stack step installs from pyproject.toml: the test tools and TensorFlow's extras.  torch has a step
 # of its own (the `pytorch` extra is for installs without make: they pin torch the same way).
@@ -102,7 +113,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help setup system stack torch horovod package profiles check test fuzz sweep lint clean
+.PHONY: help setup pytorch-alone system stack torch horovod package profiles check test fuzz sweep lint clean
 
 help:
 	@echo "make sweep   set up, then run the speedup sweep on the local site"
@@ -113,7 +124,12 @@ help:
 	@echo "make check   ruff and mypy (make test runs them first)"
 	@echo "make fuzz    the fuzz tier for FUZZ_MINUTES (default 30), the pixel kernel built with AddressSanitizer"
 
-setup: system stack $(if $(WITH_TORCH),torch) $(if $(WITH_TF),horovod) package profiles
+setup: $(if $(PYTORCH_ALONE),pytorch-alone) system stack $(if $(WITH_TORCH),torch) $(if $(WITH_TF),horovod) \
+       package profiles
+
+pytorch-alone:
+	@echo "firescale: $(PYTORCH_ALONE) cannot run TensorFlow 2.15 (Python 3.11 only): setting up the PyTorch" \
+	  "backend alone, without TensorFlow and Horovod; for both, make setup PYTHON=/path/to/python3.11 (docs/install.md)"
 
 system: $(STAMPS)/system
 stack: $(STACK)
@@ -167,28 +183,13 @@ ifneq ($(WITH_TF),)
 endif
 	@touch $@
 
-# Reads pip's report of what it would install (pip install --dry-run --report FILE) and stops if that holds
-# CUDA packages: nvidia-*, cuda-* or triton come only with a CUDA build of torch.
-define NO_CUDA_TORCH
-import json, sys
-names = [p["metadata"]["name"] for p in json.load(open(sys.argv[1]))["install"]]
-cuda = [n for n in names if n.lower().startswith(("nvidia-", "cuda-", "triton"))]
-if cuda:
-    sys.exit(f"firescale: pip would install a CUDA build of {sys.argv[2]} ({', '.join(cuda[:3])}, ...) on a CPU set-up;\n"
-             "  point pip at torch's CPU build: make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu"
-             " (on a GPU node: make setup GPU=1 FRAMEWORKS=pytorch)")
-endef
-export NO_CUDA_TORCH
-
 # torch at its pin (TORCH above), after the stack, whose packages it leaves as they are (it needs none of
-# TensorFlow's, and NumPy 1.26 suits it).  On a CPU set-up pip first says what it would install, and the
-# step stops before a CUDA build: several GB that no CPU node can use.
+# TensorFlow's, and NumPy 1.26 suits it).  firescale.cluster.torch_install reads pip's dry-run reports and takes,
+# on a CPU set-up, a CPU build: TORCH_INDEX's, else the one pip finds, else PyTorch's CPU index's; a CUDA build of
+# several GB only with ALLOW_CUDA_TORCH=1.
 $(STAMPS)/torch$(VARIANT): $(STACK)
-ifneq ($(GPU),1)
-	$(BIN)/python -m pip install -q --dry-run --report $(STAMPS)/torch-plan.json $(TORCH_PIP)
-	@$(BIN)/python -c "$$NO_CUDA_TORCH" $(STAMPS)/torch-plan.json "$(TORCH)"
-endif
-	$(BIN)/python -m pip install -q $(TORCH_PIP)
+	$(BIN)/python -m firescale.cluster.torch_install "$(TORCH)" "$(SETUPTOOLS)" --index "$(TORCH_INDEX)" \
+	  --allow-cuda "$(ALLOW_CUDA_TORCH)" --gpu "$(GPU)" --report-dir $(STAMPS)
 	$(BIN)/python -c 'import torch; print("firescale: torch", torch.__version__, "CUDA", torch.version.cuda)'
 	@touch $@
 
@@ -224,13 +225,21 @@ check: setup
 # The tests marked `aside` sleep while a real scheduler's clock runs (a controller's outage), with the CPU
 # idle: they run in a pytest of their own beside the workers, and their output follows the workers'.
 # Exit status 5 is pytest's "no test selected" (PYTEST_ARGS chose none of one kind).
+# A backend the set-up leaves out (FRAMEWORKS=pytorch, or a Python that cannot run TensorFlow) has its tier
+# deselected by its marker, and the last lines say how many tests that tier holds.
+LEFT_OUT_TIER := $(if $(WITH_TF),$(if $(WITH_TORCH),,pytorch),tensorflow)
+LEAVE_OUT := $(if $(LEFT_OUT_TIER),-m 'not $(LEFT_OUT_TIER)')
 test: check
-	@$(BIN)/python -m pytest --aside only -p no:cacheprovider --durations=5 $(PYTEST_ARGS) \
+	@$(BIN)/python -m pytest --aside only -p no:cacheprovider --durations=5 $(LEAVE_OUT) $(PYTEST_ARGS) \
 	  > $(VENV)/aside-tests.log 2>&1 & aside=$$!; \
 	set +e; \
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 --aside exclude $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 --aside exclude $(LEAVE_OUT) \
+	  $(PYTEST_ARGS); \
 	main=$$?; wait $$aside; side=$$?; \
 	echo "--- the tests marked aside, run beside the workers ($(VENV)/aside-tests.log)"; cat $(VENV)/aside-tests.log; \
+	$(if $(LEFT_OUT_TIER),echo "firescale: left out the $(LEFT_OUT_TIER) tier (not in this set-up): its \
+	  $$($(BIN)/python -m pytest --collect-only -q -p no:cacheprovider -m $(LEFT_OUT_TIER) 2>&1 | tail -1 \
+	  | sed -E 's|/.*||; s/ tests? collected.*//') tests (marker $(LEFT_OUT_TIER)) did not run";) \
 	if [ $$main -eq 5 ] && [ $$side -eq 5 ]; then exit 5; fi; \
 	for rc in $$main $$side; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done
 
@@ -254,8 +263,9 @@ fuzz: setup
 	$(BIN)/python tests/fuzz/campaign.py --minutes $(FUZZ_MINUTES) --scale $(FUZZ_SCALE) --out $(FUZZ_OUT) \
 	  --asan-kernel $(FUZZ_OUT)/asan/_pixels.so
 
+# Without TensorFlow the default experiment trains with PyTorch (the experiments file's `framework` key).
 sweep: setup
-	$(BIN)/snakemake --profile local speedup_sweep
+	$(BIN)/snakemake --profile local speedup_sweep $(if $(WITH_TF),,--config framework=pytorch)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .snakemake

@@ -71,8 +71,14 @@ def _checked(config: dict[str, Any]) -> tuple[dict[str, Any], Any, dict[str, Any
     schema = config_schema()
     config = copy.deepcopy(config)
     experiments = config.get("experiments")
+    # the backend of experiments that name none; a value the schema refuses is blamed on the key itself
+    default_framework = config.get("framework")
+    if default_framework not in schema["properties"]["framework"]["enum"]:
+        default_framework = None
     for exp in (experiments.values() if isinstance(experiments, dict) else ()):
         if isinstance(exp, dict):
+            if default_framework is not None:
+                exp.setdefault("framework", default_framework)
             apply_defaults(schema["$defs"]["experiment"], exp, schema)
     errors = schema_errors(schema, config)
     return config, (errors[0] if errors else None), schema

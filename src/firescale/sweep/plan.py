@@ -199,6 +199,7 @@ class SweepPlan:
         folder (`sweep.descriptions` writes them relative to the commands' project folder)."""
         config = copy.deepcopy(self.config)
         config.pop("recalibrate", None)   # how this run calibrates, not what the experiments are: no re-plan
+        config.pop("framework", None)     # already each experiment's own (sweep.config)
         for exp in config["experiments"].values():
             exp["solver"] = str(self.resolve(exp["solver"]))
             exp["net"] = experiment_net(exp["net"], self.base)
