@@ -30,8 +30,9 @@ PYPI_CUDA = json.loads((DATA / "pip-report-torch-py312-pypi.json").read_text())
 class Pip:
     """pip's answers in turn, and the extra arguments of each dry run asked for."""
 
-    def __init__(self, *reports: dict[str, Any]) -> None:
+    def __init__(self, *reports: dict[str, Any], probe_failure: str = "") -> None:
         self.reports, self.asked = list(reports), []
+        self.probe_failure = probe_failure
 
     def __call__(self, extra: Sequence[str]) -> dict[str, Any]:
         self.asked.append(list(extra))
@@ -70,6 +71,10 @@ def test_where_only_a_cuda_build_is_in_reach_the_set_up_stops_naming_the_opt_in(
     assert words.startswith("the only torch==2.13.0 pip reaches for Python 3.12.1 is a CUDA build (cuda-toolkit, ")
     assert f"make setup {OPT_IN} installs the CUDA build" in words and "docs/install.md" in words
     assert re.search(r"\.\s+[A-Z]", words) is None and "\n" not in words      # one sentence
+    assert "(not reachable from here?)" in words
+    pip = Pip(PYPI_CUDA, PYPI_CUDA, probe_failure="Failed to resolve 'download.pytorch.org'")
+    with pytest.raises(FirescaleError, match=r"gave no CPU build \(pip: Failed to resolve 'download.pytorch.org'\);"):
+        choose("torch==2.13.0", pip)
 
 
 def test_the_opt_in_takes_pypis_cuda_build():

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from firescale.errors import FirescaleError
 
@@ -33,7 +34,14 @@ OPT_IN = "ALLOW_CUDA_TORCH=1"
 # The index pip may not reach: one try, not pip's five with back-off (a closed network answers at once or not at all).
 PROBE_OPTIONS = ("--retries", "1", "--timeout", "20")
 
-Planner = Callable[[Sequence[str]], dict[str, Any]]
+
+class Planner(Protocol):
+    """One pip dry run with extra arguments, returning its report; `probe_failure` says why the last run given
+    PROBE_OPTIONS could not reach its index ("" when it could, or nothing said)."""
+
+    probe_failure: str
+
+    def __call__(self, extra: Sequence[str]) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -87,9 +95,10 @@ def choose(torch: str, planner: Planner, *, index: str | None = None, allow_cuda
     if allow_cuda:
         return Choice(None, f"firescale: {OPT_IN}: installing PyPI's CUDA build of {torch} ({_few(first.cuda)}, "
                             "about 3 GB); it runs on the CPU here")
+    why = f"pip: {planner.probe_failure}" if planner.probe_failure else "not reachable from here?"
     raise FirescaleError(f"the only {torch} pip reaches for {python} is a CUDA build ({_few(first.cuda)}, about 3 GB "
-                         f"of wheels) and PyTorch's CPU index ({CPU_INDEX}) gave no CPU build (not reachable from "
-                         f"here?); make setup {OPT_IN} installs the CUDA build to run on the CPU (docs/install.md)")
+                         f"of wheels) and PyTorch's CPU index ({CPU_INDEX}) gave no CPU build ({why}); make setup "
+                         f"{OPT_IN} installs the CUDA build to run on the CPU (docs/install.md)")
 
 
 def _index_args(index: str | None) -> list[str]:
@@ -100,23 +109,37 @@ def _few(names: list[str]) -> str:
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
-def pip_planner(python: str, requirements: Sequence[str], report_dir: Path) -> Planner:
-    """A planner running `python -m pip install --dry-run --report` for `requirements`."""
-    def plan(extra: Sequence[str]) -> dict[str, Any]:
-        report_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=report_dir, prefix="torch-plan.", suffix=".json", delete=False) as f:
+# What pip says when an index is out of reach (its warnings, one a package, are kept from the terminal).
+UNREACHABLE = re.compile(r"Failed to resolve '[^']+'|Connection refused|timed out|Network is unreachable")
+
+
+class PipPlanner:
+    """`python -m pip install --dry-run --report` for `requirements`; a probe's warnings are read, not shown."""
+
+    def __init__(self, python: str, requirements: Sequence[str], report_dir: Path) -> None:
+        self.python, self.requirements, self.report_dir = python, list(requirements), report_dir
+        self.probe_failure = ""
+
+    def __call__(self, extra: Sequence[str]) -> dict[str, Any]:
+        probe = all(option in extra for option in PROBE_OPTIONS)
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=self.report_dir, prefix="torch-plan.", suffix=".json", delete=False) as f:
             report = Path(f.name)
         try:
-            subprocess.run([python, "-m", "pip", "install", "-q", "--dry-run", "--report", str(report),
-                            *requirements, *extra], check=True)
+            proc = subprocess.run([self.python, "-m", "pip", "install", "-q", "--dry-run", "--report", str(report),
+                                   *self.requirements, *extra], stderr=subprocess.PIPE if probe else None, text=True)
+            if probe:
+                found = UNREACHABLE.search(proc.stderr or "")
+                self.probe_failure = found.group(0) if found else ""
+            if proc.returncode != 0:
+                if probe:
+                    sys.stderr.write(proc.stderr or "")
+                raise FirescaleError(f"pip's dry run of {' '.join(self.requirements)} failed (exit status "
+                                     f"{proc.returncode}); its words are above")
             data: dict[str, Any] = json.loads(report.read_text())
             return data
-        except subprocess.CalledProcessError as exc:
-            raise FirescaleError(f"pip's dry run of {' '.join(requirements)} failed (exit status {exc.returncode}); "
-                                 "its words are above") from None
         finally:
             report.unlink(missing_ok=True)
-    return plan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     python = sys.executable
     version = ".".join(map(str, sys.version_info[:3]))
     try:
-        choice = choose(args.requirements[0], pip_planner(python, args.requirements, args.report_dir),
+        choice = choose(args.requirements[0], PipPlanner(python, args.requirements, args.report_dir),
                         index=args.index or None, allow_cuda=args.allow_cuda == "1", gpu=args.gpu == "1",
                         python=f"Python {version}")
     except FirescaleError as exc:
