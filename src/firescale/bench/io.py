@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from firescale.caffe.pixels import PIXELS_KERNEL
 from firescale.data.manifest import load_manifest, split_files
@@ -107,7 +108,7 @@ def calibrate_compute(target_s: float):
         reps = max(reps + 1, int(reps * min(8.0, 1.2 * target_s / max(took, 1e-6))))
 
 
-def _timed_steps(it, step, seconds: float, min_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _timed_steps(it, step, seconds: float, min_steps: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Run steps pulling from `it`: per step, the seconds blocked in next() and the whole step's seconds."""
     waits: list[float] = []
     totals: list[float] = []
@@ -120,7 +121,7 @@ def _timed_steps(it, step, seconds: float, min_steps: int) -> tuple[np.ndarray, 
         t2 = time.perf_counter()
         waits.append(t1 - t0)
         totals.append(t2 - t0)
-    return np.asarray(waits), np.asarray(totals)
+    return np.asarray(waits, dtype=np.float64), np.asarray(totals, dtype=np.float64)
 
 
 def _feed_s_per_batch(ds, batch: int, batches: int = 5) -> tuple[float, tuple[np.ndarray, np.ndarray]]:
@@ -157,7 +158,7 @@ def data_wait(ds, batch: int, seconds: float, min_compute_s: float = 0.05) -> di
     return {"feed": "reader thread and queue (firescale.data.prefetch), as a rank with more than one core reads",
             "steps": len(waits), "compute_s_per_step": compute_s, "matmul_reps": reps,
             "prefetch_batches": depth, "feed_s_per_batch": feed_s, "step_s": float(totals.mean()),
-            "wait_s_per_step": float(waits.mean()), "wait_s_max": float(waits.max()),
+            "wait_s_per_step": float(waits.mean()), "wait_s_max": float(np.max(waits)),
             "wait_fraction": float(waits.sum() / totals.sum()),
             "wait_fraction_median": float(np.median(waits) / np.median(totals)),
             "handoff_floor_wait_s_per_step": float(f_waits.mean()),
