@@ -52,7 +52,8 @@ def test_googlenet_iteration_is_bounded_by_its_slowest_branches_and_by_their_sum
 
 def test_a_net_without_branches_has_one_bound_and_an_identity_shortcut_costs_nothing():
     nin = predict_point(firecaffe_platform(), get_net("nin"), 4, 256)
-    assert nin.iteration_sequential_lower_s == nin.iteration_sequential_s
+    # one bound: equal to the last few bits (the two sum the same layers in other orders)
+    assert nin.iteration_sequential_lower_s == pytest.approx(nin.iteration_sequential_s, rel=1e-12)
     resnet = get_net("resnet50")
     cost = net_cost(resnet, 1)
     flops = [layer.forward_flops for layer in cost.layers]

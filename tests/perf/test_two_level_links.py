@@ -94,7 +94,9 @@ def test_shipped_sites_predict_what_they_did_with_one_link(tmp_path):
         # hides nothing): those fields are tests/train/test_overlapped_allreduce's and the overlap benchmark's.
         fields = [k for k in FIELDS if k != "iteration_overlap_s" and not (before["overlap"] and k in
                                                                           ("iteration_s", "speedup"))]
-        assert {k: after[k] for k in fields} == {k: before[k] for k in fields}, where
+        # the same to the last few bits: NumPy 2's scalar rules round some sums in another order than 1.26's
+        assert {k: after[k] for k in fields} == {k: pytest.approx(before[k], rel=1e-12) if isinstance(before[k], float)
+                                                 else before[k] for k in fields}, where
 
 
 def _nvlink(d: dict) -> None:

@@ -51,7 +51,11 @@ def _npy_mean(data: bytes, path: Path) -> np.ndarray:
         with warnings.catch_warnings():   # a damaged header's escapes: Python warns as it parses them
             warnings.simplefilter("ignore")
             version = np.lib.format.read_magic(stream)
-            shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001 - no public form
+            # versions 1.0 and 2.0 differ in the header's length field; 3.0 (UTF-8 field names) never holds a mean
+            readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in readers:
+                raise ValueError(f"format version {version[0]}.{version[1]}, where a mean image is 1.0 or 2.0")
+            shape, fortran, dtype = readers[version](stream)
     except Exception as exc:  # noqa: BLE001 - numpy parses the header with ast and tokenize: any of their errors
         raise FirescaleError(f"mean file {path} is not a NumPy array file (.npy): "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
