@@ -310,3 +310,24 @@ def test_the_workflows_check_names_the_file_that_gives_a_bad_experiment_name():
     config = yaml.safe_load(path.read_text())
     refused(lambda: check_workflow_config(config, [path]), path, r"config.yaml: key 'experiments': '00:15:00' is not "
                                                                  "allowed; expected an experiment name")
+
+
+@pytest.mark.parametrize("solver, words", [
+    ("workflow/solvers/lenet-digits.yamlworkflow/solvers/lenet-digits.yaml", "does not exist"),
+    ("local", "the name must end in .prototxt"),
+])
+def test_an_experiments_missing_solver_names_the_file_and_the_experiment(repo, solver, words):
+    """`make fuzz` (2026-12-02, seed 1796239251): a solver path the experiments file got wrong was refused in the
+    solver file's words alone, naming neither the experiments file nor the experiment that gave it."""
+    from firescale.cluster.site import load_site
+    from firescale.sweep.config import load_config
+    from firescale.sweep.plan import SweepPlan
+
+    text = (repo / "tests" / "workflow" / "digits-lenet.yaml").read_text()   # the input the fuzzer changed
+    path = scratch_file("config.yaml", "site: local\n" + text.replace("workflow/solvers/lenet-digits.yaml", solver),
+                        "regressions")
+    config = load_config(path)
+    site = load_site(repo / "site" / "local" / "site.yaml")
+    said = refused(lambda: SweepPlan.build(config, site, source=path, base=repo, check_limits=False), path,
+                   rf"config.yaml: experiment digits-lenet: key 'solver': solver file .*{words}")
+    assert solver.split("/")[-1] in said

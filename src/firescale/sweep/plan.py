@@ -87,7 +87,10 @@ class SweepPlan:
                 raise FirescaleError(f"{source}: experiment {experiment}: process_group {exp['process_group']} "
                                      "needs framework pytorch; Horovod sums the tensorflow backend's gradients")
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
-            base_lr = solver_base_lr(config, experiment, base)
+            try:
+                base_lr = solver_base_lr(config, experiment, base)
+            except FirescaleError as exc:   # the solver's own words, and which file and experiment name it
+                raise FirescaleError(f"{source}: experiment {experiment}: key 'solver': {exc}") from None
             points[experiment] = plan_sweep(config, experiment, site.name, base_lr, repeats, base=base)
             walltimes[experiment] = sweep_walltime(config, experiment, site)
             problems[experiment] = limit_errors(points[experiment], site, walltimes[experiment])
