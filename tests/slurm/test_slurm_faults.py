@@ -54,7 +54,8 @@ def _point(site, script: Path, walltime: str, log, **polling) -> PointRun:
 def test_a_users_scancel_fails_the_point_without_a_resubmission(tmp_path, monkeypatch, slurm):
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     site = slurm_here(tmp_path)
-    script = _job(tmp_path, site, [sys.executable, "-c", WAIT_FOR_USR1.format(seconds=120)], 300)
+    # 15 minutes: well past the site's 300 s signal lead, which at a walltime of 300 s Slurm may send at the start
+    script = _job(tmp_path, site, [sys.executable, "-c", WAIT_FOR_USR1.format(seconds=120)], 900)
     lines: list[str] = []
 
     def log(line: str) -> None:
@@ -67,7 +68,7 @@ def test_a_users_scancel_fails_the_point_without_a_resubmission(tmp_path, monkey
             job_id = line.split("job ")[1].split(":")[0]
             subprocess.run(["scancel", job_id], check=True)  # what a user types
 
-    verdict, subs = _point(site, script, "00:05:00", log).run()
+    verdict, subs = _point(site, script, "00:15:00", log).run()
     status = json.loads((script.parent / "run" / "status.json").read_text())
     assert verdict.outcome == "failed" and len(subs) == 1, "\n".join(lines)
     assert "cancelled by a user or an administrator (scheduler state CANCELLED)" in verdict.reason
