@@ -188,8 +188,9 @@ endif
 # on a CPU set-up, a CPU build: TORCH_INDEX's, else the one pip finds, else PyTorch's CPU index's; a CUDA build of
 # several GB only with ALLOW_CUDA_TORCH=1.
 $(STAMPS)/torch$(VARIANT): $(STACK)
-	$(BIN)/python -m firescale.cluster.torch_install "$(TORCH)" "$(SETUPTOOLS)" --index "$(TORCH_INDEX)" \
-	  --allow-cuda "$(ALLOW_CUDA_TORCH)" --gpu "$(GPU)" --report-dir $(STAMPS)
+	$(BIN)/python -m firescale.cluster.torch_install "$(TORCH)" "$(SETUPTOOLS)" --report-dir $(STAMPS) \
+	  $(if $(TORCH_INDEX),--index "$(TORCH_INDEX)") $(if $(filter 1,$(ALLOW_CUDA_TORCH)),--allow-cuda) \
+	  $(if $(filter 1,$(GPU)),--gpu)
 	$(BIN)/python -c 'import torch; print("firescale: torch", torch.__version__, "CUDA", torch.version.cuda)'
 	@touch $@
 

@@ -147,8 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Install torch for make setup (see the module's docstring).")
     parser.add_argument("requirements", nargs="+", help="torch's requirement first, then any to install beside it")
     parser.add_argument("--index", default="", help="TORCH_INDEX: an extra index to take torch from")
-    parser.add_argument("--allow-cuda", default="", help="ALLOW_CUDA_TORCH: 1 takes a CUDA build on a CPU set-up")
-    parser.add_argument("--gpu", default="0", help="GPU: 1 installs the build pip chooses")
+    parser.add_argument("--allow-cuda", action="store_true", help="ALLOW_CUDA_TORCH=1: a CUDA build on a CPU set-up")
+    parser.add_argument("--gpu", action="store_true", help="GPU=1: the build pip chooses")
     parser.add_argument("--report-dir", type=Path, required=True, help="where pip's dry-run reports are written")
     parser.add_argument("--dry-run", action="store_true", help="say the choice, install nothing")
     args = parser.parse_args(argv)
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     version = ".".join(map(str, sys.version_info[:3]))
     try:
         choice = choose(args.requirements[0], PipPlanner(python, args.requirements, args.report_dir),
-                        index=args.index or None, allow_cuda=args.allow_cuda == "1", gpu=args.gpu == "1",
+                        index=args.index or None, allow_cuda=args.allow_cuda, gpu=args.gpu,
                         python=f"Python {version}")
     except FirescaleError as exc:
         print(f"firescale: {exc}", file=sys.stderr)
