@@ -74,9 +74,8 @@ VARIANT :=
 HOROVOD_BUILD_FLAGS :=
 # torch's CPU build.  Pinned exactly, so pip never chooses a build itself: a range takes PyPI's newest release,
 # which on Linux is a CUDA build of several GB.  On the project's machines, CI's included, pip finds
-# torch-2.13.0+cpu (Python 3.11) on disk (/opt/wheels, pip's find-links) and prefers it to PyPI's 2.13.0.  Elsewhere give pip PyTorch's CPU index:
-# make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu.  The torch step stops rather than download a
-# CUDA build on a CPU set-up.
+# torch-2.13.0+cpu (Python 3.11) on disk (/opt/wheels, pip's find-links) and prefers it to PyPI's 2.13.0.  Elsewhere
+# the torch step tries PyTorch's CPU index itself, and stops rather than download a CUDA build (ALLOW_CUDA_TORCH).
 TORCH ?= torch==2.13.0
 endif
 TORCH_INDEX ?=

@@ -40,7 +40,7 @@ class Pip:
 
 
 def test_the_reports_tell_a_cpu_build_from_a_cuda_build():
-    disk, pypi = Plan.from_report(DISK_CPU, None), Plan.from_report(PYPI_CUDA, None)
+    disk, pypi = Plan.from_report(DISK_CPU), Plan.from_report(PYPI_CUDA)
     assert disk.version_of("torch") == "2.13.0+cpu" and disk.cuda == []
     assert pypi.version_of("torch") == "2.13.0"
     assert {"cuda-toolkit", "nvidia-cudnn-cu13", "triton"} <= set(pypi.cuda)
@@ -96,7 +96,7 @@ def test_gpu_1_takes_the_build_pip_plans():
 
 def test_a_report_without_an_install_list_is_one_sentence():
     with pytest.raises(FirescaleError, match=r"^pip's dry-run report has no install list"):
-        Plan.from_report({"version": "1"}, None)
+        Plan.from_report({"version": "1"})
 
 
 @pytest.mark.pytorch

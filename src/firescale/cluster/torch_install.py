@@ -48,16 +48,15 @@ class Planner(Protocol):
 class Plan:
     """What one pip dry run would install."""
 
-    index: str | None                 # the extra index it was given, None for pip's own
     packages: tuple[tuple[str, str], ...]   # (name, version), as pip's report lists them
 
     @classmethod
-    def from_report(cls, report: dict[str, Any], index: str | None) -> Plan:
+    def from_report(cls, report: dict[str, Any]) -> Plan:
         try:
             packages = tuple((p["metadata"]["name"], p["metadata"]["version"]) for p in report["install"])
         except (KeyError, TypeError) as exc:
             raise FirescaleError(f"pip's dry-run report has no install list with names and versions ({exc})") from None
-        return cls(index, packages)
+        return cls(packages)
 
     @property
     def cuda(self) -> list[str]:
@@ -79,7 +78,7 @@ def choose(torch: str, planner: Planner, *, index: str | None = None, allow_cuda
            gpu: bool = False, python: str = "this Python") -> Choice:
     """Where `torch` (a pip requirement, e.g. "torch==2.13.0") comes from; `planner(extra_args)` is one pip dry
     run returning its report.  Raises FirescaleError, one sentence, where only a CUDA build is in reach."""
-    first = Plan.from_report(planner(_index_args(index)), index)
+    first = Plan.from_report(planner(_index_args(index)))
     if gpu:
         return Choice(index, f"firescale: torch {first.version_of('torch')} (GPU=1: the build pip chooses)")
     if not first.cuda:
@@ -88,7 +87,7 @@ def choose(torch: str, planner: Planner, *, index: str | None = None, allow_cuda
     if index is not None:   # the user's own index: no second guess
         raise FirescaleError(f"pip would install a CUDA build of {torch} from {index} ({_few(first.cuda)}) on a CPU "
                              f"set-up; name an index with torch's CPU build, or make setup {OPT_IN} to take it anyway")
-    cpu = Plan.from_report(planner([*_index_args(CPU_INDEX), *PROBE_OPTIONS]), CPU_INDEX)
+    cpu = Plan.from_report(planner([*_index_args(CPU_INDEX), *PROBE_OPTIONS]))
     if not cpu.cuda:
         return Choice(CPU_INDEX, f"firescale: no CPU build of {torch} on this machine for {python}; taking "
                                  f"torch {cpu.version_of('torch')} from PyTorch's CPU index ({CPU_INDEX})")
