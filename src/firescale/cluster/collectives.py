@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from firescale.errors import FirescaleError
+from firescale.frameworks import PROCESS_GROUPS
 
 if TYPE_CHECKING:  # annotations only
     from firescale.cluster.site import SiteProfile
@@ -201,9 +202,6 @@ class AllreduceUsed:
         return self.model in TREE_MODELS
 
 
-# The PyTorch trainer's process groups (`firescale train --process-group`): auto is NCCL on GPUs; on CPUs MPI
-# (mpi4py on the tensors' memory) where MPI started the ranks, else Gloo.
-PROCESS_GROUPS = ("auto", "gloo", "mpi", "nccl")
 
 
 def resolve_process_group(requested: str, *, gpu: bool, mpi_ranks: bool) -> str:

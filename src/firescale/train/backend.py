@@ -17,25 +17,23 @@ from typing import Any, Protocol
 import numpy as np
 
 from firescale.caffe.solver import SolverConfig
-from firescale.cluster.collectives import PROCESS_GROUPS
 from firescale.errors import FirescaleError
+from firescale.frameworks import (  # noqa: F401  (re-exported for the loop's callers)
+    DEFAULT_FRAMEWORK,
+    DEFAULT_PRECISION,
+    FRAMEWORKS,
+    PRECISIONS,
+    PROCESS_GROUPS,
+    REGISTRY,
+    check_combination,
+    check_framework,
+    check_precision,
+)
 from firescale.nets.spec import NetSpec
 
-FRAMEWORKS = ("tensorflow", "pytorch")
-DEFAULT_FRAMEWORK = "tensorflow"
-LIBRARIES = {"tensorflow": "Horovod", "pytorch": "torch.distributed"}   # whose allreduce each backend's trainer calls
-# The keys of a run record's `versions` (each backend's distributed.versions) that name the framework and the
-# libraries its allreduce runs on: what a kept calibration is keyed by (predict/calibration_key.py).
-STACK_VERSIONS = {"tensorflow": ("tensorflow", "horovod", "mpi"), "pytorch": ("torch", "cuda", "nccl", "mpi")}
-# fp32: Caffe's numerics (TF32 off); tf32: float32 values, matrix products in TF32 on GPUs that have it;
-# bf16: the forward and backward passes autocast to bfloat16, the weights and the update in float32.
-PRECISIONS = ("fp32", "tf32", "bf16")
-DEFAULT_PRECISION = "fp32"
-# The pytorch backend's process groups (PROCESS_GROUPS, resolve_process_group) live in the allreduce vocabulary,
-# firescale.cluster.collectives, which the model reads too.
-_MODULES = {"tensorflow": "firescale.train.tensorflow.backend", "pytorch": "firescale.train.torch.backend"}
-_NEEDS = {"tensorflow": "TensorFlow and Horovod (`make setup`)", "pytorch": "PyTorch (`make setup`, or `pip install "
-                                                                            "'firescale[pytorch]'`)"}
+# The tables of what each framework is and can do are firescale.frameworks'; these names stay for the callers.
+LIBRARIES = {f.name: f.library for f in REGISTRY.values()}
+STACK_VERSIONS = {f.name: f.stack_versions for f in REGISTRY.values()}
 
 
 class CollectiveGaveUp(FirescaleError):
@@ -46,20 +44,6 @@ class CollectiveGaveUp(FirescaleError):
     def __init__(self, collective: str, message: str) -> None:
         super().__init__(message)
         self.collective = collective
-
-
-def check_framework(framework: str, where: str = "--framework") -> str:
-    if framework not in FRAMEWORKS:
-        raise FirescaleError(f"{where} {framework!r} is not a framework firescale trains with; use one of "
-                             f"{', '.join(FRAMEWORKS)}")
-    return framework
-
-
-def check_precision(precision: str, where: str = "--precision") -> str:
-    if precision not in PRECISIONS:
-        raise FirescaleError(f"{where} {precision!r} is not a precision firescale trains in; use one of "
-                             f"{', '.join(PRECISIONS)}")
-    return precision
 
 
 class Steps(Protocol):
@@ -135,20 +119,11 @@ class Backend(Protocol):
 def load_backend(framework: str, precision: str = DEFAULT_PRECISION, process_group: str = "auto") -> Backend:
     """The backend of `framework` for `precision` (and, for pytorch, `process_group`); one sentence when its
     framework is not installed."""
-    check_framework(framework)
-    check_precision(precision)
-    if framework == "tensorflow" and precision == "bf16":
-        raise FirescaleError("precision 'bf16' is the pytorch backend's; the tensorflow backend trains in fp32 or "
-                             "tf32 (set framework: pytorch to train in bf16)")
-    if process_group not in PROCESS_GROUPS:
-        raise FirescaleError(f"--process-group {process_group!r} is not one of {', '.join(PROCESS_GROUPS)}")
-    if process_group != "auto" and framework != "pytorch":
-        raise FirescaleError(f"--process-group {process_group} picks the pytorch backend's process group; the "
-                             f"{framework} backend's ranks are Horovod's (set framework pytorch, or leave it out)")
+    chosen = check_combination(framework, precision, process_group)
     try:
-        module = importlib.import_module(_MODULES[framework])
+        module = importlib.import_module(chosen.module)
     except ImportError as exc:
-        raise FirescaleError(f"framework {framework!r} needs {_NEEDS[framework]}, which this Python lacks "
+        raise FirescaleError(f"framework {framework!r} needs {chosen.needs}, which this Python lacks "
                              f"({exc})") from None
     backend: Backend = module.make_backend(precision, process_group)
     return backend
