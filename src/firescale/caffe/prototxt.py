@@ -19,6 +19,39 @@ REPEATED = frozenset({"stepvalue", "test_iter", "test_net", "test_net_param", "t
 NET_REPEATED = frozenset({"layer", "layers", "input", "input_shape", "input_dim"})
 
 
+_SIMPLE_ESCAPES = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, "?": 63, "'": 39, '"': 34}
+_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.DOTALL)
+
+
+def unescape(body: str, source: str) -> str:
+    """A quoted string's text as protobuf's text parser (Caffe's) reads it: the file's UTF-8 text with C's
+    escapes, where an octal (\\303) or hex (\\xc3) escape is one byte and \\u/\\U a code point, the bytes then
+    read as UTF-8."""
+    out = bytearray()
+    pos = 0
+    for m in _ESCAPE.finditer(body):
+        out += body[pos:m.start()].encode("utf-8")
+        octal, hexa, short, long, other = m.groups()
+        if octal is not None or hexa is not None:
+            out.append(int(octal, 8) & 0xFF if octal is not None else int(hexa, 16))
+        elif short is not None or long is not None:
+            point = int(short or long, 16)
+            if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
+                raise FirescaleError(f"{source}: the escape {m.group(0)!r} in \"{body}\" is not a Unicode code point")
+            out += chr(point).encode("utf-8")
+        elif other in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[other])
+        else:
+            raise FirescaleError(f"{source}: {m.group(0)!r} in \"{body}\" is not an escape Caffe's text format "
+                                 "knows; use \\n, \\t, \\\\, \\\", an octal \\ooo or a hex \\xhh")
+        pos = m.end()
+    out += body[pos:].encode("utf-8")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FirescaleError(f"{source}: the string \"{body}\" is not UTF-8 once its escapes are read") from None
+
+
 def tokenize(text: str, source: str) -> list[tuple[str, str]]:
     """(kind, text) pairs: 'str' for a quoted string (escapes decoded), 'punct', or 'word'."""
     tokens: list[tuple[str, str]] = []
@@ -32,7 +65,11 @@ def tokenize(text: str, source: str) -> list[tuple[str, str]]:
         pos = m.end()
         comment, quoted, punct, word = m.groups()
         if quoted is not None:
-            tokens.append(("str", bytes(quoted[1:-1], "utf-8").decode("unicode_escape")))
+            text_of = unescape(quoted[1:-1], source)
+            if tokens and tokens[-1][0] == "str":   # "a" "b" is "ab", as in C and protobuf's text format
+                tokens[-1] = ("str", tokens[-1][1] + text_of)
+            else:
+                tokens.append(("str", text_of))
         elif punct is not None:
             tokens.append(("punct", punct))
         elif word is not None:
