@@ -36,7 +36,8 @@ def test_smoke_mode_runs_every_part_without_the_packages_a_gpu_node_lacks(tmp_pa
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(HIDE)
     env = {**os.environ, "FIRESCALE_TEST_HIDDEN": ",".join(ABSENT_ON_THE_NODE),
-           "PYTHONPATH": os.pathsep.join([str(hide), str(repo / "src"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(hide), str(repo / "src"), os.environ.get("PYTHONPATH", "")]),
+           "FIRESCALE_CHECKOUT": str(repo)}    # run from elsewhere: the checkout named, not found from the package
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "firescale", "bench", "gpu", "--smoke", "--minutes", "1", "--out",
                            str(out), "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True,
@@ -63,6 +64,25 @@ def test_smoke_mode_runs_every_part_without_the_packages_a_gpu_node_lacks(tmp_pa
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# The PyTorch backend on a CPU (smoke run)")
     assert "| steps | passed |" in summary and "## Steps of the ImageNet nets" in summary
+
+
+@pytest.mark.parametrize("how", ["working folder", "variable", "option"])
+def test_a_folder_without_the_gpu_tests_is_one_sentence_naming_how_it_was_chosen(tmp_path, repo, how):
+    """The check finds its tests in the checkout named by --checkout, else $FIRESCALE_CHECKOUT, else the working
+    folder (never by walking up from the package); a folder without them stops it before any part runs."""
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    env.pop("FIRESCALE_CHECKOUT", None)
+    argv = [sys.executable, "-m", "firescale", "bench", "gpu", "--smoke", "--out", str(tmp_path / "out")]
+    if how == "variable":
+        env["FIRESCALE_CHECKOUT"] = str(tmp_path)
+    elif how == "option":
+        env["FIRESCALE_CHECKOUT"] = str(repo)          # the option wins over the variable
+        argv += ["--checkout", str(tmp_path)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    said = {"working folder": "the working folder", "variable": "FIRESCALE_CHECKOUT", "option": "--checkout"}[how]
+    assert proc.returncode != 0
+    assert f"{said} {tmp_path} holds no tests/train/test_torch_gpu.py" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "gpu-check.json").exists()
 
 
 def _side(net: str, batch: int, precision: str, side: str, speed: float, peak: int, status: str = "ok") -> dict:

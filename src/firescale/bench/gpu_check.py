@@ -18,16 +18,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import firescale
 from firescale.atomic import atomic_write_json, atomic_write_text, load_json
+from firescale.errors import FirescaleError
 
 GPU_CHECK_FORMAT = "firescale.bench.gpu_check/1"
-PACKAGE = Path(__file__).resolve().parents[1]
-REPO = PACKAGE.parents[1]              # the checkout: src/firescale/bench/gpu_check.py
+# The folder the running package was imported from, first on the parts' PYTHONPATH so that they run this code.
+IMPORTED_FROM = Path(firescale.__file__).resolve().parent.parent
+CHECKOUT_VARIABLE = "FIRESCALE_CHECKOUT"
+GPU_TESTS = "tests/train/test_torch_gpu.py"    # what the tests part runs, relative to the checkout
 DEFAULT_FASHION = Path("/usr/share/datasets/fashion-mnist")   # Debian's dataset-fashion-mnist
 # What comes back: the summary, every number in one JSON, and each part's log.
 FILES = {"summary": "summary.md", "json": "gpu-check.json", "tests": "pytest.txt", "train": "train.txt",
@@ -103,6 +107,22 @@ class CheckOptions:
     commit: str | None = None
     work: Path | None = None
     command: str = ""
+    checkout: Path | None = None     # the firescale checkout whose tests, solvers and sites the parts use
+
+
+def find_checkout(given: Path | None, environ: Mapping[str, str]) -> Path:
+    """The checkout the check runs its tests from: `given` (--checkout), else $FIRESCALE_CHECKOUT, else the
+    working folder, as docs/gpu-check.md runs it; one sentence when that folder holds no GPU tests."""
+    if given is not None:
+        where, folder = "--checkout", given
+    elif environ.get(CHECKOUT_VARIABLE):
+        where, folder = CHECKOUT_VARIABLE, Path(environ[CHECKOUT_VARIABLE])
+    else:
+        where, folder = "the working folder", Path.cwd()
+    if not (folder / GPU_TESTS).is_file():
+        raise FirescaleError(f"{where} {folder} holds no {GPU_TESTS}, the GPU tests the check runs; run it from a "
+                             f"firescale checkout, or name one with --checkout DIR or {CHECKOUT_VARIABLE}")
+    return folder.resolve()
 
 
 class Check:
@@ -113,8 +133,9 @@ class Check:
         self.plan = SMOKE if opts.smoke else FULL
         self.start = time.monotonic()
         self.deadline = self.start + 60.0 * opts.minutes
+        self.checkout = find_checkout(opts.checkout, os.environ)
         opts.out.mkdir(parents=True, exist_ok=True)
-        self.env = check_environment(os.environ)
+        self.env = check_environment(os.environ, self.checkout)
 
     def log(self, part: str) -> Path:
         return self.opts.out / FILES[part]
@@ -128,17 +149,18 @@ class Check:
     def run(self, argv: Sequence[str | os.PathLike[str]], part: str, timeout: float) -> tuple[int | None, float]:
         """Run `argv` from the checkout, its output appended to the part's log; (exit code or None when it ran
         past `timeout` and was stopped, seconds)."""
-        return run_logged([str(a) for a in argv], self.log(part), timeout, self.env, REPO)
+        return run_logged([str(a) for a in argv], self.log(part), timeout, self.env, self.checkout)
 
 
-def check_environment(base: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """The parts' environment: this checkout's package first on PYTHONPATH (nothing is installed on a bare node),
-    unbuffered output, and Open MPI allowed to start ranks as root (the device machine's commands run as root)."""
+def check_environment(base: Mapping[str, str], checkout: Path) -> dict[str, str]:
+    """The parts' environment: the running package first on PYTHONPATH (nothing is installed on a bare node), the
+    checkout's sites, unbuffered output, and Open MPI allowed to start ranks as root (the device machine's commands
+    run as root)."""
     env = {k: v for k, v in base.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE.parent), *[p for p in env.get("PYTHONPATH", "").split(
+    env["PYTHONPATH"] = os.pathsep.join([str(IMPORTED_FROM), *[p for p in env.get("PYTHONPATH", "").split(
         os.pathsep) if p]])
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("FIRESCALE_SITE_PATH", str(REPO / "site"))
+    env.setdefault("FIRESCALE_SITE_PATH", str(checkout / "site"))
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env
@@ -187,7 +209,7 @@ PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfa
 def tests_part(check: Check) -> PartResult:
     """pytest -m gpu on tests/train/test_torch_gpu.py: passed only when every test ran and passed."""
     timeout = check.seconds_for("tests")
-    argv = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/train/test_torch_gpu.py", "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", "-m", "gpu", GPU_TESTS, "-p", "no:cacheprovider",
             "-rA", "-q", "--durations=10"]
     if importlib.util.find_spec("pytest_timeout") is not None:   # a test that hangs (NCCL's set-up) fails alone
         argv += ["--timeout", str(int(max(timeout / 2, 30)))]
@@ -317,8 +339,9 @@ def steps_part(check: Check) -> PartResult:
 
 
 # ------------------------------------------------------------ the whole check
-def git_commit(repo: Path = REPO) -> str | None:
-    """The checkout's commit, with '+changes' when files differ from it; None where there is no git here."""
+def git_commit(repo: Path = IMPORTED_FROM) -> str | None:
+    """The commit of the checkout at `repo` (default: the running package's), with '+changes' when files differ
+    from it; None where there is no git here."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo, capture_output=True, text=True,
                               timeout=30)
@@ -359,7 +382,7 @@ def run_gpu_check(opts: CheckOptions, say: Callable[[str], None] = print) -> dic
             parts.append(result)
             say(f"{name}: {result.status} in {result.seconds:.0f} s" + (f" ({result.note})" if result.note else ""))
         record = {"format": GPU_CHECK_FORMAT, "date": time.strftime("%Y-%m-%d", time.gmtime()),
-                  "commit": opts.commit or git_commit() or "unknown", "command": opts.command,
+                  "commit": opts.commit or git_commit(check.checkout) or "unknown", "command": opts.command,
                   "smoke": opts.smoke, "minutes": opts.minutes, "seconds": time.monotonic() - check.start,
                   "device": device, "parts": [asdict(p) for p in parts],
                   "files": {k: f for k, f in FILES.items() if k in ("json", "summary") or (opts.out / f).is_file()}}

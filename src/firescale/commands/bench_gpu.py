@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"Fashion-MNIST's IDX files, for the default experiment (default {DEFAULT_FASHION}; "
                              "digits when absent)")
     parser.add_argument("--commit", help="the commit measured, where the checkout has no git (default: git's)")
+    parser.add_argument("--checkout", type=Path,
+                        help="the firescale checkout whose GPU tests, solvers and sites the parts use (default "
+                             "$FIRESCALE_CHECKOUT, else the working folder)")
     parser.add_argument("--work", type=Path, help="keep datasets and runs here (default: a temporary folder)")
     parser.epilog = "What each part runs, and how to run it on a lent GPU: docs/gpu-check.md."
 
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.minutes > 0:
         raise FirescaleError(f"--minutes must be above 0, not {args.minutes}")
     opts = CheckOptions(args.out, args.minutes, args.smoke, args.fashion, args.commit, args.work,
-                        command=shlex.join(["firescale", *sys.argv[1:]]))
+                        command=shlex.join(["firescale", *sys.argv[1:]]), checkout=args.checkout)
     record = run_gpu_check(opts, say=lambda s: print(s, flush=True))
     print(f"written: {', '.join(str(args.out / f) for f in record['files'].values())}")
     return 0 if check_passed(record) else 1
