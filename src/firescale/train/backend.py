@@ -87,7 +87,7 @@ class Net(Protocol):
     def spec(self) -> NetSpec: ...
 
     @property
-    def infos(self) -> Sequence[ParamInfo]:
+    def infos(self) -> list[ParamInfo]:
         """Every blob's layer, kind, index and shape in the trainer's layout, in Caffe's order."""
         ...
 

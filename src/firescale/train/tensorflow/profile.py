@@ -51,12 +51,12 @@ def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Rank,
 
         fwd, bwd = tf.function(forward, autograph=False), tf.function(backward, autograph=False)
         inp = x
-        forward_us = _median_us(lambda fwd=fwd, inp=inp: fwd(inp).numpy(), repeats)
-        backward_us = _median_us(lambda bwd=bwd, inp=inp: [g.numpy() for g in bwd(inp)], repeats)
+        forward_us = _median_us(lambda: fwd(inp).numpy(), repeats)   # timed now, in this layer's turn
+        backward_us = _median_us(lambda: [g.numpy() for g in bwd(inp)], repeats)
         grads = [tf.zeros_like(p) for p in params]
         comm_us = 0.0
         if params and rank.size > 1:
-            comm_us = _median_us(lambda grads=grads: [g.numpy() for g in rank.sum(grads)], repeats, rank.barrier)
+            comm_us = _median_us(lambda: [g.numpy() for g in rank.sum(grads)], repeats, rank.barrier)
         grad_bytes = sum(int(p.shape.num_elements()) * 4 for p in params)
         trace.append(LayerTrace(index, layer.name, forward_us, backward_us, comm_us, grad_bytes))
         if not is_loss:

@@ -51,12 +51,12 @@ class _GradientMark(torch.autograd.Function):
     """The identity; its backward calls `note` as the gradient passes (before the layers beneath it run theirs)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, note: Callable[[], None]) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, note: Callable[[], None]) -> torch.Tensor:
         ctx.note = note
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         ctx.note()
         return grad, None
 
@@ -103,7 +103,7 @@ class IterationProbe:
                 y = _GradientMark.apply(y, lambda: own.backward.insert(0, clock.mark()))
             return y
 
-        self.net._layer = layer  # type: ignore[method-assign]
+        self.net._layer = layer  # type: ignore[method-assign,assignment]
         try:
             learnt = [p for p, keep in zip(self.net.params, self.net.learnt) if keep]
             with _autocast(images.device, self.autocast):
@@ -199,7 +199,7 @@ def profile_net(net: CaffeNet, images: torch.Tensor, labels: torch.Tensor, rank:
         comm_us = 0.0
         if rank.size > 1 and row.name in learnt:
             zeros = [torch.zeros_like(p) for p in learnt[row.name]]
-            comm_us = 1e6 * median_seconds(lambda zeros=zeros: rank.sum(zeros)[-1].cpu(), repeats, rank.barrier)
+            comm_us = 1e6 * median_seconds(lambda: rank.sum(zeros)[-1].cpu(), repeats, rank.barrier)
         trace.append(LayerTrace(row.layer_id, row.name, row.forward_us, row.backward_us, comm_us,
                                 row.gradient_bytes))
     return trace
