@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from firescale.errors import FirescaleError
@@ -38,6 +39,10 @@ class LayersRequest:
         if self.iterations < 1 or self.warm_up < 0:
             raise FirescaleError(f"--iterations must be at least 1 and --warm-up at least 0, not {self.iterations} "
                                  f"and {self.warm_up}")
+
+
+def _nothing() -> None:
+    return None
 
 
 class TimedUpdates:
@@ -76,14 +81,14 @@ def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -
         backend = TorchBackend(request.precision)
         rank = backend.init_rank(1, 1)
         device = torch.device(model.rank.device)
+        sync = partial(torch.cuda.synchronize, device) if device.type == "cuda" else _nothing
         for batch in request.batches:
             batches = gpu_steps.device_batches(model, batch, seed=batch)
             model.reset()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
-            updates = TimedUpdates(model.solver, gpu_steps.BASE_LR,
-                                   lambda: torch.cuda.synchronize(device) if device.type == "cuda" else None)
+            updates = TimedUpdates(model.solver, gpu_steps.BASE_LR, sync)
             timed = backend.profile_layers(model.net, *batches[0], rank, repeats=request.iterations,
                                            warm_up=request.warm_up, update=updates)[1:]   # less the data wait
             update_s = updates.median_s(request.iterations)

@@ -26,6 +26,7 @@ from firescale.train.torch.nets import CaffeNet
 from firescale.train.torch.solvers import CaffeSolver
 from firescale.train.torch.steps import eval_sums, loss_and_gradients, loss_backward
 
+
 def bucket_bytes(env: Mapping[str, str] | None = None) -> int:
     """The overlapped allreduce's bucket size in bytes: FIRESCALE_BUCKET_MB (site.yaml's `torch: {bucket_mb: N}`,
     beside Horovod's fusion threshold; one sentence if it is bad), else the registry's default."""

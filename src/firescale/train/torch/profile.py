@@ -10,6 +10,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -183,6 +184,11 @@ def profile_iterations(net: CaffeNet, images: torch.Tensor, labels: torch.Tensor
                        gradient_bytes.get(name, 0)) for k, (name, fwd, bwd) in enumerate(probe.medians(), start=1)]
 
 
+def _summed(rank: Rank, tensors: list[torch.Tensor]) -> None:
+    """A sum of `tensors` over the ranks, waited for on the host (a GPU's stream included)."""
+    rank.sum(tensors)[-1].cpu()
+
+
 def profile_net(net: CaffeNet, images: torch.Tensor, labels: torch.Tensor, rank: Rank, *, data_wait_s: float,
                 autocast: torch.dtype | None, repeats: int = 5) -> list[LayerTrace]:
     """The trainer's layer trace (`train --profile-layers`): layer 0 is `data_wait`, the mean data wait the
@@ -199,7 +205,7 @@ def profile_net(net: CaffeNet, images: torch.Tensor, labels: torch.Tensor, rank:
         comm_us = 0.0
         if rank.size > 1 and row.name in learnt:
             zeros = [torch.zeros_like(p) for p in learnt[row.name]]
-            comm_us = 1e6 * median_seconds(lambda: rank.sum(zeros)[-1].cpu(), repeats, rank.barrier)
+            comm_us = 1e6 * median_seconds(partial(_summed, rank, zeros), repeats, rank.barrier)
         trace.append(LayerTrace(row.layer_id, row.name, row.forward_us, row.backward_us, comm_us,
                                 row.gradient_bytes))
     return trace
