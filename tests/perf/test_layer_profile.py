@@ -23,6 +23,7 @@ from firescale.model.profile import (
     read_profile,
     write_profile,
 )
+from firescale.model.traces import LayerTrace
 from firescale.nets.zoo import get_net
 from firescale.predict.profile_check import check_profile
 
@@ -35,13 +36,18 @@ def _ideal(flops: float, memory_bytes: float) -> float:
     return flops / PEAK + memory_bytes / BANDWIDTH
 
 
+def _timed(forward_s: float, backward_s: float) -> LayerTrace:
+    """A trace row of these times, as a backend's profile_layers gives one."""
+    return LayerTrace(1, "layer", forward_s * 1e6, backward_s * 1e6, 0.0, 0)
+
+
 def _profile_of(net: str, batch: int, efficiency: dict[str, float], precision: str = "fp32") -> LayerProfile:
     """`net`'s layers as if each family ran at `efficiency` of the roofline (1.0 where not given)."""
     cost = net_cost(get_net(net), batch)
-    layers = tuple(ProfiledLayer.of(net, layer, _ideal(layer.forward_flops, layer.forward_memory_bytes)
-                                    / efficiency.get(layer.family, 1.0),
-                                    _ideal(layer.backward_flops, layer.backward_memory_bytes)
-                                    / efficiency.get(layer.family, 1.0)) for layer in cost.layers)
+    layers = tuple(ProfiledLayer.of(net, layer, _timed(_ideal(layer.forward_flops, layer.forward_memory_bytes)
+                                                       / efficiency.get(layer.family, 1.0),
+                                                       _ideal(layer.backward_flops, layer.backward_memory_bytes)
+                                                       / efficiency.get(layer.family, 1.0))) for layer in cost.layers)
     layers_s = sum(lay.forward_s + lay.backward_s for lay in layers)
     update_s = _ideal(2.0 * cost.params, 3.0 * cost.weight_bytes)   # the update at the roofline
     return LayerProfile("test device", precision, "pytorch", layers,
@@ -53,8 +59,9 @@ def test_a_layer_in_the_profile_takes_its_measured_time_else_its_familys_fit_els
     conv1, conv2, pool1 = cost.layers[0], cost.layers[2], cost.layers[1]
     assert (conv1.family, conv2.family, pool1.family) == ("conv5x5s1", "conv5x5s1", "pool")
     # The profile measured conv2 alone, at a fifth of the roofline forward and a tenth backward.
-    measured = ProfiledLayer.of("lenet_same", conv2, 5 * _ideal(conv2.forward_flops, conv2.forward_memory_bytes),
-                                10 * _ideal(conv2.backward_flops, conv2.backward_memory_bytes))
+    measured = ProfiledLayer.of("lenet_same", conv2, _timed(5 * _ideal(conv2.forward_flops, conv2.forward_memory_bytes),
+                                                            10 * _ideal(conv2.backward_flops,
+                                                                        conv2.backward_memory_bytes)))
     profile = LayerProfile("test device", "fp32", "pytorch", (measured,))
     times = compute_times(cost, DEVICE, profile=profile)
     sources = dict(zip((lay.name for lay in cost.layers), times.layer_sources))
@@ -72,8 +79,10 @@ def test_a_layer_in_the_profile_takes_its_measured_time_else_its_familys_fit_els
 def test_a_family_unseen_falls_back_to_its_kind():
     vgg = net_cost(get_net("vgg16"), 4)     # 3x3 convolutions only
     profile = LayerProfile("test device", "fp32", "pytorch",
-                           tuple(ProfiledLayer.of("vgg16", lay, 2 * _ideal(lay.forward_flops, lay.forward_memory_bytes),
-                                                  2 * _ideal(lay.backward_flops, lay.backward_memory_bytes))
+                           tuple(ProfiledLayer.of("vgg16", lay, _timed(2 * _ideal(lay.forward_flops,
+                                                                                  lay.forward_memory_bytes),
+                                                                       2 * _ideal(lay.backward_flops,
+                                                                                  lay.backward_memory_bytes)))
                                  for lay in vgg.layers if lay.kind == "conv"))
     alexnet = net_cost(get_net("alexnet"), 4)   # 11x11, 5x5 and 3x3 convolutions
     times = compute_times(alexnet, DEVICE, profile=profile)

@@ -238,7 +238,7 @@ def test_one_rank_has_no_process_group_and_sums_nothing(alone):
     assert all(torch.equal(a, p.grad) for a, p in zip(buckets.wait(), net.parameters()))
     assert all(a is p.grad for a, p in zip(summed_gradients(rank, list(net.parameters())), net.parameters()))
     record = describe_allreduce(rank, {}, gradient_bytes=32)
-    assert set(record) == KEYS
+    assert set(record.to_dict()) == KEYS
     assert (record["library"], record["algorithm"], record["model"], record["process_group"]) == (
         "none", "none (one rank)", None, "none")
     shown = versions(rank)
@@ -262,7 +262,7 @@ def test_the_record_of_a_gpu_site_s_allreduce_reads_nccl_algo():
     rank = Rank(0, 8, 0, 4, "cuda:0", [], "nccl")
     env = {"FIRESCALE_ALLREDUCE": "tree", "NCCL_ALGO": "Tree", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
     grouped = describe_allreduce(rank, env, gradient_bytes=100 * 2**20)
-    assert set(grouped) == KEYS
+    assert set(grouped.to_dict()) == KEYS
     assert {k: grouped[k] for k in ("requested", "controller", "cpu_operations", "nccl_algo", "library", "algorithm",
                                     "model", "tree", "overlap", "message_bytes", "bucket_bytes", "horovod_knobs")} == {
         "requested": "tree", "controller": "torch.distributed", "cpu_operations": "none", "nccl_algo": "Tree",
@@ -271,7 +271,8 @@ def test_the_record_of_a_gpu_site_s_allreduce_reads_nccl_algo():
     assert grouped["ompi_coll_tuned"] == {"coll_tuned_use_dynamic_rules": "1"}
     assert grouped["collectives"]["library"] == "NCCL" and grouped["collectives"]["gpu_operations"] == "NCCL"
     overlapped = describe_allreduce(rank, env, gradient_bytes=100 * 2**20, overlap=True)
-    assert overlapped["bucket_bytes"] == distributed.DDP_BUCKET_BYTES == overlapped["message_bytes"]
+    # the registry's default bucket, DistributedDataParallel's 25 MiB
+    assert overlapped.bucket_bytes == distributed.default_bucket_bytes() == 25 * 2**20 == overlapped.message_bytes
 
 
 # --- real ranks ------------------------------------------------------------------------------------------------

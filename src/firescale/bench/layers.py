@@ -3,13 +3,17 @@
 Each net is built as the trainer builds it (bench/gpu_steps.build_model: Caffe's fillers, the trainer's SGD), on
 the device a rank of the pytorch backend takes (the GPU, else one core), in the precision asked.  At each batch,
 `warm_up` iterations run unmeasured, then `iterations` marked ones give every layer's median forward and backward
-seconds inside a real iteration (train/torch/profile.py); then the same iterations run unmarked, through the
-trainer's own steps, for the whole iteration the layers are held against; the peak memory comes with them.
+seconds inside a real iteration (the backend's `profile_layers`, the solver's update applied after each and timed
+apart); then the same iterations run unmarked, through the trainer's own steps, for the whole iteration the layers
+are held against; the peak memory comes with them.
 """
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from firescale.errors import FirescaleError
@@ -37,11 +41,27 @@ class LayersRequest:
                                  f"and {self.warm_up}")
 
 
-def _applied_by(solver: Any, base_lr: float) -> Callable[[list[Any], int], None]:
-    """The update of a marked iteration: `solver` applies the gradients at iteration i, as in training."""
-    def update(grads: list[Any], i: int) -> None:
-        solver.apply(grads, base_lr, i)
-    return update
+def _nothing() -> None:
+    return None
+
+
+class TimedUpdates:
+    """The update of a marked iteration: `solver` applies the gradients at iteration i, as in training, each
+    application timed with the device synchronised before and after it; `reset()` forgets the warm-up's."""
+
+    def __init__(self, solver: Any, base_lr: float, sync: Callable[[], None]) -> None:
+        self.solver, self.base_lr, self.sync = solver, base_lr, sync
+        self.seconds: list[float] = []
+
+    def __call__(self, grads: list[Any], i: int) -> None:
+        self.sync()
+        start = time.perf_counter()
+        self.solver.apply(grads, self.base_lr, i)
+        self.sync()
+        self.seconds.append(time.perf_counter() - start)
+
+    def median_s(self, last: int) -> float:
+        return statistics.median(self.seconds[-last:]) if self.seconds and last > 0 else 0.0
 
 
 def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -> LayerProfile:
@@ -51,7 +71,6 @@ def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -
     from firescale.bench import gpu_steps
     from firescale.bench.gpu_check import git_commit
     from firescale.train.torch.backend import TorchBackend
-    from firescale.train.torch.profile import LOSS, profile_iterations
 
     request.check()
     info = gpu_steps.device_info()
@@ -60,26 +79,27 @@ def profile_layers(request: LayersRequest, say: Callable[[str], None] = print) -
     for name in request.nets:
         model = gpu_steps.build_model(name)
         backend = TorchBackend(request.precision)
-        backend.init_rank(1, 1)
+        rank = backend.init_rank(1, 1)
         device = torch.device(model.rank.device)
+        sync = partial(torch.cuda.synchronize, device) if device.type == "cuda" else _nothing
         for batch in request.batches:
             batches = gpu_steps.device_batches(model, batch, seed=batch)
             model.reset()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
-            timed, update_s = profile_iterations(
-                model.net, batches, autocast=backend.autocast, warm_up=request.warm_up,
-                iterations=request.iterations,
-                update=_applied_by(model.solver, gpu_steps.BASE_LR))
+            updates = TimedUpdates(model.solver, gpu_steps.BASE_LR, sync)
+            timed = backend.profile_layers(model.net, *batches[0], rank, repeats=request.iterations,
+                                           warm_up=request.warm_up, update=updates)[1:]   # less the data wait
+            update_s = updates.median_s(request.iterations)
             by_name = {t.name: t for t in timed}
             cost = net_cost(model.spec, batch)
             for record in cost.layers:
-                seconds = by_name.get(LOSS if record.kind == "softmax" else record.name)
-                if seconds is None:
+                timing = by_name.get(record.name)
+                if timing is None:
                     raise FirescaleError(f"net {name!r}: layer {record.name!r} ran no marked pass; the profile "
                                          "would leave it out")
-                layers.append(ProfiledLayer.of(model.spec.name, record, seconds.forward_s, seconds.backward_s))
+                layers.append(ProfiledLayer.of(model.spec.name, record, timing))
             model.reset()
             steps, step = gpu_steps.trainer_side(model, request.precision)
             for i in range(request.warm_up):

@@ -175,7 +175,7 @@ class Hdf5Reader:
                 raise FirescaleError(f"{self.path} {bad[0]}")
             self._mapped = MappedFile(self.path)
             data = self._mapped.bytes
-            if size <= GATHER_BYTES and len(data) >= size:
+            if data is not None and size <= GATHER_BYTES and len(data) >= size:
                 self._windows = np.lib.stride_tricks.as_strided(data, (len(data) - size + 1, size), (1, 1),
                                                                 writeable=False)
             self._chunk_offsets = offsets
@@ -207,6 +207,8 @@ class Hdf5Reader:
             i = int(indices[np.argmin(offsets)])
             raise FirescaleError(f"{self.path} record {i}: its chunk was never written")
         size = images[0].nbytes
+        if self._mapped is None or self._mapped.bytes is None:
+            raise ValueError(f"{self.path} was closed before this read")
         data = self._mapped.bytes
         ends = offsets + size
         short = self._mapped.short_record(offsets, ends)

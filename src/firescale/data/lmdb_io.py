@@ -214,9 +214,11 @@ class LmdbReader:
         if first.shape != self.shape:
             raise FirescaleError(f"{self.path / DATA_FILE} record key {show_key(keys[0])} has shape "
                                  f"{first.shape}, expected {self.shape}")
-        self.codec = RawDatumCodec(self.shape)
+        h, w, c = self.shape
+        self.codec = RawDatumCodec((h, w, c))
         self._mapped: MappedFile | None = None
-        self._offsets = self._lengths = None
+        self._offsets: np.ndarray | None = None
+        self._lengths: np.ndarray | None = None
         if (index and self.dtype == np.uint8 and PIXELS_KERNEL == "c"
                 and (keys is found.keys or keys == found.keys)
                 and keys == [datum_key(i) for i in range(len(keys))]):
@@ -279,6 +281,8 @@ class LmdbReader:
         """One gather through the value index: check the file still holds every record, then one C call."""
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self.keys)):
             raise FirescaleError(f"{self.path / DATA_FILE}: record index out of range 0..{len(self.keys) - 1}")
+        if self._mapped is None or self._mapped.map is None or self._offsets is None or self._lengths is None:
+            raise ValueError(f"{self.path / DATA_FILE} has no value index to read through")
         offsets = self._offsets[indices]
         lengths = self._lengths[indices]
         if not len(indices):
@@ -287,8 +291,8 @@ class LmdbReader:
         short = self._mapped.short_record(offsets, ends)
         if short is not None:
             j, why = short
-            key = show_key(self.keys[int(indices[j])])
-            raise FirescaleError(f"{self.path / DATA_FILE} record key {key} needs bytes {int(offsets[j])}.."
+            shown = show_key(self.keys[int(indices[j])])
+            raise FirescaleError(f"{self.path / DATA_FILE} record key {shown} needs bytes {int(offsets[j])}.."
                                  f"{int(ends[j])} but {why}")
         h, w, c = self.shape
         mapped = self._mapped.map

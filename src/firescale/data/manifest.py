@@ -12,6 +12,7 @@ import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,12 +66,13 @@ def _whole(value: object) -> bool:
 def check_manifest(manifest: dict, path: Path) -> None:
     """Refuse a manifest whose keys the readers and `verify` use are missing or of another kind (one
     sentence naming the file and the key), so that none of them fails on it later with a KeyError."""
-    def need(ok: bool, key: str, expected: str) -> None:
+    def need(ok: object, key: str, expected: str) -> None:
         if not ok:
             raise FirescaleError(f"{path}: key {key!r} is missing or not {expected}; the file is damaged or was "
                                  f"not written by `firescale data ingest`")
 
-    shape, classes, formats, splits = (manifest.get(k) for k in ("shape", "classes", "formats", "splits"))
+    read: list[Any] = [manifest.get(k) for k in ("shape", "classes", "formats", "splits")]
+    shape, classes, formats, splits = read
     need(isinstance(shape, list) and len(shape) == 3 and all(_whole(v) and 0 < v < 1 << 20 for v in shape),
          "shape", "[height, width, channels] of whole numbers above 0")
     need(isinstance(classes, list) and 0 < len(classes) and all(isinstance(c, str) for c in classes), "classes",

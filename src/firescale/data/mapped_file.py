@@ -26,6 +26,8 @@ class MappedFile:
 
     def short_record(self, offsets: np.ndarray, ends: np.ndarray) -> tuple[int, str] | None:
         """(position, why) of the first record (in file order) whose bytes the file no longer holds, or None."""
+        if self.fd is None or self.bytes is None:
+            raise ValueError(f"{self.path} was closed before its records were checked")
         have = os.fstat(self.fd).st_size
         mapped = len(self.bytes)
         limit = min(have, mapped)

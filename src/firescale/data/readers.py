@@ -254,7 +254,7 @@ def test_batches(ds: Dataset, transform: Transform, *, rank: int, size: int, bat
     return PrefetchedBatches(iter_test_arrays(ds, transform, rank=rank, size=size, batch=batch), prefetch)
 
 
-test_batches.__test__ = False  # a reader, not a pytest test, wherever tests import it
+test_batches.__test__ = False  # type: ignore[attr-defined]  # a reader, not a pytest test, wherever tests import it
 
 
 def describe(ds: Dataset) -> str:

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from firescale.errors import FirescaleError
 
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
                    "Bag", "Ankle boot"]
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif"}
-IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+IDX_TYPES: dict[int, DTypeLike] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 @dataclass
@@ -162,10 +163,10 @@ def load_folder_source(directory: Path, test_fraction: float, seed: int,
             with Image.open(path) as img:
                 img.load()
                 grey = img.mode in ("L", "1", "I;16", "I")
-                img = img.convert("L" if grey else "RGB")
+                rgb: Image.Image = img.convert("L" if grey else "RGB")
                 if resize is not None:
-                    img = img.resize((resize[1], resize[0]), Image.BILINEAR)
-                decoded.append((np.asarray(img, np.uint8), grey))
+                    rgb = rgb.resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
+                decoded.append((np.asarray(rgb, np.uint8), grey))
         except (UnidentifiedImageError, OSError) as exc:
             raise FirescaleError(f"{path} cannot be decoded as an image ({exc})") from exc
     all_grey = all(g for _, g in decoded)
@@ -196,7 +197,7 @@ def resize_images(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     out = np.empty((images.shape[0], size[0], size[1], images.shape[3]), np.uint8)
     for i, image in enumerate(images):
         img = Image.fromarray(image[:, :, 0] if image.shape[2] == 1 else image)
-        resized = np.asarray(img.resize((size[1], size[0]), Image.BILINEAR), np.uint8)
+        resized = np.asarray(img.resize((size[1], size[0]), Image.Resampling.BILINEAR), np.uint8)
         out[i] = resized[:, :, None] if resized.ndim == 2 else resized
     return out
 

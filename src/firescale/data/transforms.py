@@ -118,7 +118,7 @@ class BatchTransformer:
         crop = transform.crop
         if crop is not None and not 0 < crop <= min(h, w):
             raise FirescaleError(f"crop {crop} must be between 1 and the image size {min(h, w)}")
-        self.mean = load_mean(transform.mean, self.shape)
+        self.mean = load_mean(transform.mean, (h, w, c))
         self.out_shape = (crop, crop, c) if crop else (h, w, c)
 
     def __call__(self, images: np.ndarray, *, train: bool, seed: int = 0,

@@ -14,6 +14,7 @@ from typing import Any
 from firescale.atomic import atomic_write_json, load_json
 from firescale.errors import FirescaleError
 from firescale.model.layers import LayerCost, NetCost
+from firescale.model.traces import LayerTrace
 
 PROFILE_FORMAT = "firescale.layer_profile/1"
 MEASURED, PEAK = "measured", "peak"
@@ -21,7 +22,11 @@ MEASURED, PEAK = "measured", "peak"
 
 @dataclass(frozen=True)
 class ProfiledLayer:
-    """One layer of one net at one batch: its measured seconds per pass, and the counts the fits divide by."""
+    """One layer of one net at one batch: its measured seconds per pass, and the counts the fits divide by.
+
+    The times are those of the layer's row in a trace (model/traces.py's LayerTrace, the one record a backend's
+    `profile_layers` gives), joined here with the model's counts of the layer; a profile file keeps them in
+    seconds, as it always has."""
 
     net: str
     name: str
@@ -43,10 +48,11 @@ class ProfiledLayer:
         return (self.family or self.kind, self.batch, self.input_shape, self.output_shape, self.params)
 
     @classmethod
-    def of(cls, net: str, cost: LayerCost, forward_s: float, backward_s: float) -> ProfiledLayer:
+    def of(cls, net: str, cost: LayerCost, timing: LayerTrace) -> ProfiledLayer:
+        """The layer `cost` of `net` with the times of its trace row `timing`."""
         return cls(net, cost.name, cost.kind, cost.family or cost.kind, cost.batch, cost.input_shape,
-                   cost.output_shape, cost.params, forward_s, backward_s, cost.forward_flops, cost.backward_flops,
-                   cost.forward_memory_bytes, cost.backward_memory_bytes)
+                   cost.output_shape, cost.params, timing.forward_s, timing.backward_s, cost.forward_flops,
+                   cost.backward_flops, cost.forward_memory_bytes, cost.backward_memory_bytes)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ DATA_LAYER, DATA_WAIT_LAYER = "data", "data_wait"
 
 @dataclass(frozen=True)
 class LayerTrace:
-    """One layer of one iteration: times in microseconds, gradient size in bytes (Table VI)."""
+    """One layer of one iteration: times in microseconds, gradient size in bytes (Table VI).  The one record of
+    a layer's measured times: every backend's `profile_layers` gives a list of them, and a layer profile's rows
+    (model/profile.py) are built from them."""
 
     layer_id: int
     name: str
@@ -31,6 +33,14 @@ class LayerTrace:
     backward_us: float
     comm_us: float
     gradient_bytes: int
+
+    @property
+    def forward_s(self) -> float:
+        return self.forward_us / 1e6
+
+    @property
+    def backward_s(self) -> float:
+        return self.backward_us / 1e6
 
 
 def _record(raw: dict[str, Any], where: str) -> LayerTrace:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -29,7 +29,11 @@ from firescale.frameworks import (  # noqa: F401  (re-exported for the loop's ca
     check_framework,
     check_precision,
 )
+from firescale.model.traces import LayerTrace
 from firescale.nets.spec import NetSpec
+from firescale.train.params import ParamInfo
+from firescale.train.placement import LayerPlacement
+from firescale.train.ranks import AllreduceRecord, Rank
 
 # The tables of what each framework is and can do are firescale.frameworks'; these names stay for the callers.
 LIBRARIES = {f.name: f.library for f in REGISTRY.values()}
@@ -76,47 +80,99 @@ class Steps(Protocol):
         """Every step once on zeros, the weights and history put back: no first-call cost in a timed iteration."""
 
 
-class Backend(Protocol):
-    """A framework's side of the seam (see the module's note)."""
+class Net(Protocol):
+    """A backend's net built from a NetSpec (`build_net`): its blobs in Caffe's order, each described by `infos`."""
+
+    @property
+    def spec(self) -> NetSpec: ...
+
+    @property
+    def infos(self) -> list[ParamInfo]:
+        """Every blob's layer, kind, index and shape in the trainer's layout, in Caffe's order."""
+        ...
+
+
+class Solver(Protocol):
+    """A backend's Caffe update rule (`make_solver`) over a net's blobs, and its history for snapshots."""
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Caffe's history blobs as NumPy arrays, keyed `history/<blob>` and `update_history/<blob>`."""
+        ...
+
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """The history blobs `state_arrays` wrote, put back (a missing key is a KeyError)."""
+        ...
+
+
+R = TypeVar("R", bound=Rank)
+N = TypeVar("N", bound=Net)
+S = TypeVar("S", bound=Solver)
+
+
+class Backend(Protocol[R, N, S]):
+    """A framework's side of the seam (see the module's note), over its own rank, net and solver: the loop hands
+    a backend only the rank, net and solver that backend made, so it sees them as `Backend[Rank, Net, Solver]`."""
 
     name: str
 
-    def init_rank(self, threads: int, devices: int) -> Any: ...
+    def init_rank(self, threads: int, devices: int) -> R:
+        """This rank's place and collectives, pinned to its device (or its replica's `devices`)."""
+        ...
 
     def build_net(self, spec: NetSpec, seed: int, placement: Sequence[str] | None,
-                  moving_average: Mapping[str, float] | None) -> Any: ...
+                  moving_average: Mapping[str, float] | None) -> N:
+        """The net of `spec` with Caffe's fillers from `seed`, its layers on `placement`'s devices if given."""
+        ...
 
-    def make_solver(self, config: SolverConfig, net: Any, names: Sequence[str], lr_mults: Sequence[float],
-                    decay_mults: Sequence[float]) -> Any: ...
+    def make_solver(self, config: SolverConfig, net: N, names: Sequence[str], lr_mults: Sequence[float],
+                    decay_mults: Sequence[float]) -> S: ...
 
-    def read_params(self, net: Any) -> dict[str, np.ndarray]: ...
+    def read_params(self, net: N) -> dict[str, np.ndarray]:
+        """Every blob of `net` in the trainer's layout, by its name (ParamInfo.name)."""
+        ...
 
-    def write_params(self, net: Any, arrays: Mapping[str, np.ndarray]) -> None: ...
+    def write_params(self, net: N, arrays: Mapping[str, np.ndarray]) -> None:
+        """The blobs `arrays` names into `net` (others keep their values)."""
+        ...
 
-    def broadcast_state(self, rank: Any, net: Any, solver: Any) -> None: ...
+    def broadcast_state(self, rank: R, net: N, solver: S) -> None:
+        """Rank 0's weights and solver history on every rank."""
+        ...
 
-    def broadcast_statistics(self, rank: Any, net: Any) -> None: ...
+    def broadcast_statistics(self, rank: R, net: N) -> None:
+        """Rank 0's BatchNorm statistics on every rank (nothing for a net without them)."""
+        ...
 
-    def make_steps(self, net: Any, solver: Any, rank: Any, image_shape: tuple[int, ...], *,
-                   overlap: bool) -> Steps: ...
+    def make_steps(self, net: N, solver: S, rank: R, image_shape: tuple[int, ...], *, overlap: bool) -> Steps: ...
 
-    def gradient_bytes(self, net: Any) -> int: ...
+    def gradient_bytes(self, net: N) -> int:
+        """The bytes of the learnt blobs' gradients that one iteration sums over the ranks."""
+        ...
 
-    def describe_allreduce(self, rank: Any, *, gradient_bytes: int, overlap: bool) -> dict[str, Any]: ...
+    def describe_allreduce(self, rank: R, *, gradient_bytes: int, overlap: bool) -> AllreduceRecord: ...
 
-    def versions(self, rank: Any) -> dict[str, str]: ...
+    def versions(self, rank: R) -> dict[str, str | None]:
+        """The stack that trains (train/ranks.py's stack_versions), with `framework` and `precision`."""
+        ...
 
-    def close(self, rank: Any) -> None: ...
+    def close(self, rank: R) -> None: ...
 
     def gave_up(self, exc: BaseException) -> CollectiveGaveUp | None:
         """`exc` as the collective that gave up waiting for a peer, when that is what it says; else None."""
+        ...
 
-    # TensorFlow's alone so far (the loop refuses them for another backend before it starts):
-    # def measure_copies(self, placement) -> placement      a split net's copy layers timed
-    # def profile_layers(self, net, images, labels, rank, *, data_wait_s) -> list[LayerTrace]
+    def measure_copies(self, placement: LayerPlacement) -> LayerPlacement:
+        """A net split over devices (firescale.frameworks' `layer_plans`): each boundary's copy timed."""
+        ...
+
+    def profile_layers(self, net: N, images: Any, labels: Any, rank: R, *, data_wait_s: float) -> list[LayerTrace]:
+        """Each layer's forward, backward and gradient-allreduce times on one batch of this backend's tensors
+        (`steps.batch`), after a `data_wait` row holding `data_wait_s` (model/traces.py); every rank calls it."""
+        ...
 
 
-def load_backend(framework: str, precision: str = DEFAULT_PRECISION, process_group: str = "auto") -> Backend:
+def load_backend(framework: str, precision: str = DEFAULT_PRECISION,
+                 process_group: str = "auto") -> Backend[Rank, Net, Solver]:
     """The backend of `framework` for `precision` (and, for pytorch, `process_group`); one sentence when its
     framework is not installed."""
     chosen = check_combination(framework, precision, process_group)
@@ -125,5 +181,5 @@ def load_backend(framework: str, precision: str = DEFAULT_PRECISION, process_gro
     except ImportError as exc:
         raise FirescaleError(f"framework {framework!r} needs {chosen.needs}, which this Python lacks "
                              f"({exc})") from None
-    backend: Backend = module.make_backend(precision, process_group)
+    backend: Backend[Rank, Net, Solver] = module.make_backend(precision, process_group)
     return backend

@@ -148,6 +148,7 @@ def plan_schedule(ranks: int, changes: list[tuple[int, int]], *, batch_per_rank:
                          reference_batch=reference_batch, **common)
     phases = [(0, first)]
     for iteration, batch in changes:
-        unit = {"batch_per_rank": batch} if batch_per_rank is not None else {"total_batch": batch}
-        phases.append((iteration, plan_batches(ranks, reference_batch=first.reference_batch, **unit, **common)))
+        per_rank, total = (batch, None) if batch_per_rank is not None else (None, batch)
+        phases.append((iteration, plan_batches(ranks, batch_per_rank=per_rank, total_batch=total,
+                                               reference_batch=first.reference_batch, **common)))
     return BatchSchedule(tuple(phases))

@@ -78,7 +78,7 @@ def main() -> None:
     report = {"rank": rank.rank, "size": rank.size, "local_rank": rank.local_rank, "local_size": rank.local_size,
               "device": rank.device, "process_group": rank.process_group, "rendezvous": rank.rendezvous,
               "collectives": collectives(rank), "buckets": buckets(rank),
-              "allreduce": describe_allreduce(rank, gradient_bytes=4000, overlap=True, bucket_bytes=1000),
+              "allreduce": describe_allreduce(rank, gradient_bytes=4000, overlap=True, bucket_bytes=1000).to_dict(),
               "versions": {k: v for k, v in versions(rank).items() if k in ("process_group", "mpi_library", "mpi")}}
     rank.barrier()
     rank.close()

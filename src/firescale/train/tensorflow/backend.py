@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -12,8 +12,9 @@ import tensorflow as tf
 from firescale.caffe.solver import SolverConfig
 from firescale.model.traces import LayerTrace
 from firescale.nets.spec import NetSpec
-from firescale.train.backend import CollectiveGaveUp
+from firescale.train.backend import Backend, CollectiveGaveUp
 from firescale.train.placement import LayerPlacement
+from firescale.train.ranks import AllreduceRecord
 from firescale.train.tensorflow.distributed import Rank
 from firescale.train.tensorflow.nets import CaffeNet
 from firescale.train.tensorflow.solvers import CaffeSolver
@@ -138,15 +139,15 @@ class TensorFlowBackend:
     def gradient_bytes(self, net: CaffeNet) -> int:
         return sum(p.shape.num_elements() * p.dtype.size for p, keep in zip(net.params, net.learnt) if keep)
 
-    def describe_allreduce(self, rank: Rank, *, gradient_bytes: int, overlap: bool) -> dict[str, Any]:
+    def describe_allreduce(self, rank: Rank, *, gradient_bytes: int, overlap: bool) -> AllreduceRecord:
         from firescale.train.tensorflow.distributed import describe_allreduce
 
         return describe_allreduce(rank, gradient_bytes=gradient_bytes, overlap=overlap)
 
-    def versions(self, rank: Rank) -> dict[str, str]:
+    def versions(self, rank: Rank) -> dict[str, str | None]:
         from firescale.train.tensorflow.distributed import versions
 
-        return {**versions(rank.hvd), "framework": self.name, "precision": self.precision}
+        return {**versions(), "framework": self.name, "precision": self.precision}
 
     def measure_copies(self, placement: LayerPlacement) -> LayerPlacement:
         """Each boundary's copy layer timed (a net split over devices, TensorFlow's alone so far)."""
@@ -156,7 +157,8 @@ class TensorFlowBackend:
 
     def profile_layers(self, net: CaffeNet, images: Any, labels: Any, rank: Rank, *,
                        data_wait_s: float) -> list[LayerTrace]:
-        """Each layer's forward, backward and allreduce times (`--profile-layers`, TensorFlow's alone so far)."""
+        """Each layer's forward, backward and allreduce times, each layer traced and timed on its own
+        (`--profile-layers`, train/tensorflow/profile.py)."""
         from firescale.train.tensorflow.profile import profile_net
 
         return profile_net(net, images, labels, rank, data_wait_s=data_wait_s)
@@ -167,3 +169,7 @@ class TensorFlowBackend:
 
 def make_backend(precision: str, process_group: str = "auto") -> TensorFlowBackend:  # noqa: ARG001 (Horovod's)
     return TensorFlowBackend(precision)
+
+
+if TYPE_CHECKING:   # mypy holds the backend to the seam's protocol
+    _SEAM: type[Backend[Rank, CaffeNet, CaffeSolver]] = TensorFlowBackend

@@ -2,44 +2,30 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from firescale.cluster.collectives import decode_allreduce
 from firescale.cluster.horovod import recorded_knobs
 from firescale.cluster.horovod_build import collectives_record
 from firescale.errors import FirescaleError
 from firescale.train.host import mpi_implementation, pin_cpus
+from firescale.train.ranks import AllreduceRecord, RankBasics, allreduce_settings, stack_versions
+
+T = TypeVar("T")
 
 
 @dataclass
-class Rank:
-    """This process's place in the job and the handle to Horovod's collectives."""
+class Rank(RankBasics):
+    """A Horovod rank (train/ranks.py): its collectives of several ranks are Horovod's."""
 
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    device: str
-    pinned_cpus: list[int]
     hvd: Any
-    devices: tuple[str, ...] = ()   # this rank's devices when its net is split by layers (else `device` alone)
 
-    @property
-    def is_root(self) -> bool:
-        return self.rank == 0
-
-    def sum(self, tensors: Sequence[Any]) -> list[Any]:
+    def _sum(self, tensors: list[Any]) -> list[Any]:
         """Element-wise sums over all ranks of each tensor (one grouped Horovod allreduce, op=Sum)."""
-        if self.size == 1:
-            return list(tensors)
-        return list(self.hvd.grouped_allreduce(list(tensors), op=self.hvd.Sum))
+        return list(self.hvd.grouped_allreduce(tensors, op=self.hvd.Sum))
 
     def sum_each(self, tensors: Sequence[Any]) -> list[Any]:
         """Element-wise sums over all ranks, one Horovod allreduce (op=Sum) per tensor and no group: inside a
@@ -50,27 +36,23 @@ class Rank:
             return list(tensors)
         return [self.hvd.allreduce(t, op=self.hvd.Sum) for t in tensors]
 
-    def sum_numbers(self, values: Sequence[float]) -> np.ndarray:
-        """Sums over all ranks of a few float64 numbers (exact for counts)."""
+    def _sum_numbers(self, array: np.ndarray) -> np.ndarray:
         import tensorflow as tf
 
-        t = tf.constant(np.asarray(values, np.float64))
-        if self.size > 1:
-            t = self.hvd.allreduce(t, op=self.hvd.Sum)
-        return t.numpy()
+        return np.asarray(self.hvd.allreduce(tf.constant(array), op=self.hvd.Sum).numpy())
 
-    def barrier(self) -> None:
-        self.sum_numbers([0.0])
+    def _barrier(self) -> None:
+        self._sum_numbers(np.zeros(1))
 
     def broadcast_variables(self, variables: Sequence[Any]) -> None:
         if self.size > 1:
             self.hvd.broadcast_variables(list(variables), root_rank=0)
 
-    def broadcast_object(self, obj: Any) -> Any:
-        return obj if self.size == 1 else self.hvd.broadcast_object(obj, root_rank=0)
+    def _broadcast_object(self, obj: T) -> T:
+        return cast(T, self.hvd.broadcast_object(obj, root_rank=0))
 
-    def gather_object(self, obj: Any) -> list[Any]:
-        return [obj] if self.size == 1 else list(self.hvd.allgather_object(obj))
+    def _gather_object(self, obj: T) -> list[T]:
+        return list(self.hvd.allgather_object(obj))
 
 
 def init_rank(threads: int = 1, devices: int = 1) -> Rank:
@@ -107,14 +89,14 @@ def init_rank(threads: int = 1, devices: int = 1) -> Rank:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.experimental.enable_op_determinism()
     return Rank(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device, pinned, hvd,
-                names if devices > 1 else ())
+                devices=names if devices > 1 else ())
 
 
 HOROVOD_FUSION_THRESHOLD = 64 * 1024 * 1024   # bytes Horovod fuses into one allreduce unless told otherwise
 
 
-def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
-                       gradient_bytes: int | None = None, overlap: bool = False) -> dict[str, Any]:
+def describe_allreduce(rank: Rank, env: Mapping[str, str] | None = None, *,
+                       gradient_bytes: int | None = None, overlap: bool = False) -> AllreduceRecord:
     """Which allreduce summed the gradients: what the job asked for (FIRESCALE_ALLREDUCE), the library that
     carried them (NCCL, Open MPI, MPICH or Gloo) and the algorithm its settings select, decoded by the
     same vocabulary that set them (firescale.cluster.collectives), with the cost model of it; and whether
@@ -132,49 +114,21 @@ def describe_allreduce(rank: Rank, env: dict[str, str] | None = None, *,
     message = None
     if gradient_bytes is not None:
         message = min(int(gradient_bytes), int(env.get("HOROVOD_FUSION_THRESHOLD", HOROVOD_FUSION_THRESHOLD)))
-    used = decode_allreduce(env, ranks=rank.size, library=library, message_bytes=message)
-    return {
-        "requested": env.get("FIRESCALE_ALLREDUCE", "default"),
-        "controller": controller,
-        "cpu_operations": cpu_ops,
-        "device": rank.device,
-        "ompi_coll_tuned": {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items())
-                            if k.startswith("OMPI_MCA_coll_tuned_")},
-        "nccl_algo": env.get("NCCL_ALGO"),
-        "horovod_knobs": recorded_knobs(env),
-        "ranks": rank.size,
-        "library": used.library,
-        "message_bytes": message,
-        "algorithm": used.algorithm,
-        "model": used.model,
-        "tree": used.tree,
-        "overlap": bool(overlap),
-        "collectives": collectives_record(hvd, rank.device),   # Horovod's own facts for the library
-    }
+    return AllreduceRecord(controller=controller, cpu_operations=cpu_ops, horovod_knobs=recorded_knobs(env),
+                           collectives=collectives_record(hvd, rank.device),   # Horovod's own facts for the library
+                           **allreduce_settings(env, rank, library=library, message_bytes=message,
+                                                overlap=overlap))
 
 
-def versions(hvd: Any) -> dict[str, str]:
-    """Versions of the stack that produced a result."""
-    import platform
-
+def versions() -> dict[str, str | None]:
+    """Versions of the stack that produced a result, TensorFlow's and Horovod's among them."""
     import tensorflow as tf
 
-    from firescale import __version__
-
-    out = {"firescale": __version__, "python": platform.python_version(), "tensorflow": tf.__version__,
-           "numpy": np.__version__}
+    own: dict[str, str | None] = {"tensorflow": tf.__version__}
     try:
         import horovod
 
-        out["horovod"] = horovod.__version__
+        own["horovod"] = horovod.__version__
     except ImportError:  # pragma: no cover - horovod is part of the stack
         pass
-    mpirun = shutil.which("mpirun")
-    if mpirun:
-        try:
-            text = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20).stdout
-            out["mpi"] = text.strip().splitlines()[0] if text.strip() else "unknown"
-        except (OSError, subprocess.SubprocessError):
-            out["mpi"] = "unknown"
-    out["hostname"] = socket.gethostname()
-    return out
+    return stack_versions(own)

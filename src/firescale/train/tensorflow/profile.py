@@ -17,6 +17,15 @@ def _median_us(fn: Callable[[], Any], repeats: int, barrier: Callable[[], None] 
     return median_seconds(fn, repeats, barrier) * 1e6
 
 
+def _read_back(fn: Callable[..., Any], *args: Any) -> Callable[[], None]:
+    """A call of `fn(*args)` that waits for its result, a tensor or a list of them, by reading it to the host."""
+    def call() -> None:
+        out = fn(*args)
+        for t in out if isinstance(out, (list, tuple)) else [out]:
+            t.numpy()
+    return call
+
+
 def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Rank, *, data_wait_s: float,
                 repeats: int = 5) -> list[LayerTrace]:
     """Forward, backward and gradient-allreduce microseconds of each top-level layer on one batch.
@@ -51,12 +60,12 @@ def profile_net(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor, rank: Rank,
 
         fwd, bwd = tf.function(forward, autograph=False), tf.function(backward, autograph=False)
         inp = x
-        forward_us = _median_us(lambda fwd=fwd, inp=inp: fwd(inp).numpy(), repeats)
-        backward_us = _median_us(lambda bwd=bwd, inp=inp: [g.numpy() for g in bwd(inp)], repeats)
+        forward_us = _median_us(_read_back(fwd, inp), repeats)
+        backward_us = _median_us(_read_back(bwd, inp), repeats)
         grads = [tf.zeros_like(p) for p in params]
         comm_us = 0.0
         if params and rank.size > 1:
-            comm_us = _median_us(lambda grads=grads: [g.numpy() for g in rank.sum(grads)], repeats, rank.barrier)
+            comm_us = _median_us(_read_back(rank.sum, grads), repeats, rank.barrier)
         grad_bytes = sum(int(p.shape.num_elements()) * 4 for p in params)
         trace.append(LayerTrace(index, layer.name, forward_us, backward_us, comm_us, grad_bytes))
         if not is_loss:

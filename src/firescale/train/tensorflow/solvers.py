@@ -1,7 +1,7 @@
 """Caffe's six update rules (SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam) on TensorFlow variables."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -106,7 +106,7 @@ class CaffeSolver:
         out.update({f"update_history/{n}": u.numpy() for n, u in zip(self.names, self.update_history)})
         return out
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Restore the history blobs written by `state_arrays` (shapes must match)."""
         pairs = [(f"history/{n}", h) for n, h in zip(self.names, self.history)]
         pairs += [(f"update_history/{n}", u) for n, u in zip(self.names, self.update_history)]

@@ -8,31 +8,31 @@ backward passes to bfloat16 while the weights, the loss and the update stay floa
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from firescale.caffe.solver import SolverConfig
 from firescale.errors import FirescaleError
+from firescale.model.traces import DATA_WAIT_LAYER, LayerTrace
 from firescale.nets.spec import NetSpec
-from firescale.train.backend import CollectiveGaveUp
-from firescale.train.torch.distributed import GradientBuckets, Rank
+from firescale.train.backend import Backend, CollectiveGaveUp
+from firescale.train.placement import LayerPlacement
+from firescale.train.ranks import ProcessGroupAllreduce
+from firescale.train.torch.distributed import GradientBuckets, Rank, default_bucket_bytes
 from firescale.train.torch.nets import CaffeNet
 from firescale.train.torch.solvers import CaffeSolver
 from firescale.train.torch.steps import eval_sums, loss_and_gradients, loss_backward
 
-# DistributedDataParallel's default bucket; a site sets its own with FIRESCALE_BUCKET_MB (site.yaml's
-# `torch: {bucket_mb: N}`, beside Horovod's fusion threshold).
-DEFAULT_BUCKET_MB = 25.0
-
 
 def bucket_bytes(env: Mapping[str, str] | None = None) -> int:
-    """The overlapped allreduce's bucket size in bytes, from FIRESCALE_BUCKET_MB (one sentence if it is bad)."""
+    """The overlapped allreduce's bucket size in bytes: FIRESCALE_BUCKET_MB (site.yaml's `torch: {bucket_mb: N}`,
+    beside Horovod's fusion threshold; one sentence if it is bad), else the registry's default."""
     text = (os.environ if env is None else env).get("FIRESCALE_BUCKET_MB", "")
     if not text:
-        return int(DEFAULT_BUCKET_MB * 2**20)
+        return default_bucket_bytes()
     try:
         value = float(text)
     except ValueError:
@@ -224,16 +224,38 @@ class TorchBackend:
     def gradient_bytes(self, net: CaffeNet) -> int:
         return sum(p.numel() * p.element_size() for p, keep in zip(net.params, net.learnt) if keep)
 
-    def describe_allreduce(self, rank: Rank, *, gradient_bytes: int, overlap: bool) -> dict[str, Any]:
+    def describe_allreduce(self, rank: Rank, *, gradient_bytes: int, overlap: bool) -> ProcessGroupAllreduce:
         from firescale.train.torch.distributed import describe_allreduce
 
         return describe_allreduce(rank, gradient_bytes=gradient_bytes, overlap=overlap,
                                   bucket_bytes=bucket_bytes() if overlap else None)
 
-    def versions(self, rank: Rank) -> dict[str, str]:
+    def versions(self, rank: Rank) -> dict[str, str | None]:
         from firescale.train.torch.distributed import versions
 
         return {**versions(rank), "framework": self.name, "precision": self.precision}
+
+    def measure_copies(self, placement: LayerPlacement) -> LayerPlacement:
+        """Never called: `build_net` refuses a net split over devices."""
+        raise FirescaleError("the pytorch backend runs each replica on one device, so it has no copies between "
+                             "devices to time; split layers over devices with framework tensorflow")
+
+    def profile_layers(self, net: CaffeNet, images: Any, labels: Any, rank: Rank, *, data_wait_s: float = 0.0,
+                       repeats: int = 5, warm_up: int = 1,
+                       update: Callable[[list[torch.Tensor], int], None] | None = None) -> list[LayerTrace]:
+        """Each layer's forward, backward and gradient-allreduce times, timed inside real iterations of the batch
+        (`steps.batch`'s tensors) in this backend's precision (train/torch/profile.py), after a `data_wait` row of
+        `data_wait_s`.  With `update`, the gradients of each iteration (`warm_up` unmarked ones, then `repeats`
+        marked) are applied as in training, and the trace holds no communication (`bench layers`' profile of one
+        device)."""
+        from firescale.train.torch.profile import profile_iterations, profile_net
+
+        if update is None:
+            return profile_net(net, images, labels, rank, data_wait_s=data_wait_s, autocast=self.autocast,
+                               repeats=repeats)
+        return [LayerTrace(0, DATA_WAIT_LAYER, data_wait_s * 1e6, 0.0, 0.0, 0),
+                *profile_iterations(net, images, labels, autocast=self.autocast, warm_up=warm_up, iterations=repeats,
+                                    update=update)]
 
     def close(self, rank: Rank) -> None:
         rank.close()
@@ -241,3 +263,7 @@ class TorchBackend:
 
 def make_backend(precision: str, process_group: str = "auto") -> TorchBackend:
     return TorchBackend(precision, process_group)
+
+
+if TYPE_CHECKING:   # mypy holds the backend to the seam's protocol
+    _SEAM: type[Backend[Rank, CaffeNet, CaffeSolver]] = TorchBackend

@@ -4,31 +4,35 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import platform
-import shutil
-import socket
-import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from firescale.cluster.collectives import PROCESS_GROUPS, decode_allreduce, resolve_process_group
+from firescale.cluster.collectives import resolve_process_group
 from firescale.cluster.timeouts import COLLECTIVE_TIMEOUT_VARIABLE, DEFAULT_COLLECTIVE_TIMEOUT_S
 from firescale.errors import FirescaleError
+from firescale.frameworks import PYTORCH
 from firescale.train.backend import CollectiveGaveUp
 from firescale.train.host import mpi_implementation, pin_cpus
+from firescale.train.ranks import ProcessGroupAllreduce, RankBasics, allreduce_settings, stack_versions
 from firescale.train.torch import mpi_group
 from firescale.train.torch.rendezvous import Place, abandon_mpi, launcher_place, local_of_mpi, mpi_started, rendezvous
 
 RENDEZVOUS_TIMEOUT_S = 600.0   # how long ranks wait for each other at start
-# DistributedDataParallel's bucket_cap_mb default: gradients are summed in buckets of about this many bytes.
-DDP_BUCKET_BYTES = 25 * 1024 * 1024
 LIBRARY_NAMES = {"nccl": "NCCL", "gloo": "Gloo", "mpi": "MPI"}   # the run record's names of the process groups
+T = TypeVar("T")
+
+
+def default_bucket_bytes() -> int:
+    """The overlapped allreduce's bucket unless a site sets one: the registry's (DistributedDataParallel's own
+    bucket_cap_mb default)."""
+    assert PYTORCH.overlap_bucket_mb is not None
+    return int(PYTORCH.overlap_bucket_mb * 2**20)
 
 
 class _Done:
@@ -42,27 +46,17 @@ DONE = _Done()
 
 
 @dataclass
-class Rank:
-    """This process's place in the job and its handle on the process group's collectives (none with one rank).
+class Rank(RankBasics):
+    """A torch.distributed rank (train/ranks.py): its collectives of several ranks are its process group's (none
+    with one rank).
 
     `comm` is the MPI process group's communicator (train/torch/mpi_group.py); the other groups are
-    torch.distributed's."""
+    torch.distributed's.  Its `devices` (a net split by layers) are never set: the backend runs one device a rank."""
 
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    device: str                    # cpu, or cuda:N
-    pinned_cpus: list[int]
     process_group: str             # gloo, mpi, nccl, or none (one rank)
-    devices: tuple[str, ...] = ()  # the Horovod Rank's devices of a net split by layers: never, here
     rendezvous: str = ""           # host:port where the ranks met ("" with one rank or the MPI group)
     comm: Any = None               # the MPI group's communicator (None for the others)
     timeout_s: float = 0.0         # how long the process group's collectives wait for a peer (0: no group)
-
-    @property
-    def is_root(self) -> bool:
-        return self.rank == 0
 
     @contextlib.contextmanager
     def collective(self, what: str) -> Iterator[None]:
@@ -94,18 +88,12 @@ class Rank:
         with self.collective("all_reduce"):
             work.wait()
 
-    def sum(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _sum(self, tensors: list[Any]) -> list[Any]:
         """Element-wise sums over all ranks of each tensor: one flat buffer per dtype, each all_reduce(SUM) started
         before any is waited for, split back into new tensors of the inputs' shapes."""
-        if self.size == 1:
-            return list(tensors)
-        return _flat_sum(self, list(tensors))
+        return _flat_sum(self, tensors)
 
-    def sum_numbers(self, values: Sequence[float]) -> np.ndarray:
-        """Sums over all ranks of a few float64 numbers (exact for counts)."""
-        array = np.array(values, dtype=np.float64)
-        if self.size == 1:
-            return array
+    def _sum_numbers(self, array: np.ndarray) -> np.ndarray:
         if self.comm is not None:
             mpi_group.sum_in_place(self.comm, torch.from_numpy(array))   # the array's own memory
             return array
@@ -114,9 +102,7 @@ class Rank:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.cpu().numpy()
 
-    def barrier(self) -> None:
-        if self.size == 1:
-            return
+    def _barrier(self) -> None:
         if self.comm is not None:
             self.comm.Barrier()
         else:
@@ -139,20 +125,15 @@ class Rank:
                     for i, piece in zip(members, flat.split([tensors[i].numel() for i in members])):
                         tensors[i].copy_(piece.view_as(tensors[i]))
 
-    def broadcast_object(self, obj: Any) -> Any:
-        if self.size == 1:
-            return obj
+    def _broadcast_object(self, obj: T) -> T:
         if self.comm is not None:
-            return self.comm.bcast(obj, root=0)
+            return cast(T, self.comm.bcast(obj, root=0))
         box = [obj]
         with self.collective("broadcast_object_list"):
             dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def gather_object(self, obj: Any) -> list[Any]:
-        """Every rank's `obj`, in rank order, on every rank."""
-        if self.size == 1:
-            return [obj]
+    def _gather_object(self, obj: T) -> list[T]:
         if self.comm is not None:
             return list(self.comm.allgather(obj))
         out: list[Any] = [None] * self.size
@@ -205,8 +186,8 @@ def choose_process_group(requested: str, cuda: bool, place: Place, env: Mapping[
     train.backend.resolve_process_group does, where MPI started the ranks when an MPI launcher did (or a Slurm
     step through PMIx) and mpi4py imports; auto takes Gloo after all where MPI's world is not the launcher's job.
     A group the node cannot run is one sentence."""
-    if requested not in PROCESS_GROUPS:
-        raise FirescaleError(f"process group {requested!r} is not known; known: {', '.join(PROCESS_GROUPS)}")
+    if requested not in PYTORCH.process_groups:
+        raise FirescaleError(f"process group {requested!r} is not known; known: {', '.join(PYTORCH.process_groups)}")
     if requested == "nccl" and not cuda:
         raise FirescaleError("NCCL needs a CUDA GPU on every rank, and this node has none; use mpi or gloo, or a GPU "
                              "site")
@@ -298,7 +279,8 @@ class GradientBuckets:
     waits, and returns the sums aligned with `parameters`.  One backward per wait(); one rank sums nothing.
     """
 
-    def __init__(self, rank: Rank, parameters: Iterable[torch.Tensor], bucket_bytes: int = DDP_BUCKET_BYTES):
+    def __init__(self, rank: Rank, parameters: Iterable[torch.Tensor], bucket_bytes: int | None = None):
+        bucket_bytes = default_bucket_bytes() if bucket_bytes is None else bucket_bytes
         if bucket_bytes < 1:
             raise FirescaleError(f"bucket_bytes is {bucket_bytes}, but a gradient bucket must hold at least one byte")
         self.rank = rank
@@ -378,46 +360,28 @@ def summed_gradients(rank: Rank, parameters: Sequence[torch.Tensor]) -> list[tor
 
 
 def describe_allreduce(rank: Rank, env: Mapping[str, str] | None = None, *, gradient_bytes: int | None = None,
-                       overlap: bool = False, bucket_bytes: int | None = None) -> dict[str, Any]:
+                       overlap: bool = False, bucket_bytes: int | None = None) -> ProcessGroupAllreduce:
     """Which allreduce summed the gradients: what the job asked for (FIRESCALE_ALLREDUCE), the library that carried
     them (the process group's NCCL or Gloo, or for the MPI group the MPI library beneath mpi4py), the algorithm its
     settings select, decoded by the same vocabulary that set them (firescale.cluster.collectives), with its cost
     model; and whether buckets of `bucket_bytes` overlapped the backward pass (`overlap`) or one grouped sum of
     `gradient_bytes` followed it."""
-    env = dict(os.environ if env is None else env)
     library = rank.process_group if rank.size > 1 else "none"
     if library == "mpi":   # MPI_Allreduce follows the site's Open MPI settings, as Horovod's does
         library = mpi_implementation()
-    buckets = int(bucket_bytes or DDP_BUCKET_BYTES) if overlap else None
+    buckets = int(bucket_bytes or default_bucket_bytes()) if overlap else None
     message = None
     if gradient_bytes is not None:
         message = min(int(gradient_bytes), buckets) if buckets else int(gradient_bytes)
     # Gloo's allreduce of CPU tensors is its ring (gloo/allreduce.cc runs `ring` unless BCUBE is asked for, and
     # ProcessGroupGloo asks for nothing), whatever FIRESCALE_ALLREDUCE requested: decode_allreduce says "gloo ring".
     # NCCL follows NCCL_ALGO, which a GPU site's job exports for its allreduce.algorithm.
-    used = decode_allreduce(env, ranks=rank.size, library=library if library != "none" else "gloo",
-                            message_bytes=message)
+    settings = allreduce_settings(env, rank, library=library if library != "none" else "gloo",
+                                  message_bytes=message, overlap=overlap)
     cpu = {"gloo": "gloo", "mpi": "mpi"}.get(rank.process_group, "none")   # under NCCL they go to the GPU first
-    return {
-        "requested": env.get("FIRESCALE_ALLREDUCE", "default"),
-        "controller": "mpi4py" if rank.process_group == "mpi" else "torch.distributed",
-        "cpu_operations": cpu,
-        "device": rank.device,
-        "ompi_coll_tuned": {k[len("OMPI_MCA_"):]: v for k, v in sorted(env.items())
-                            if k.startswith("OMPI_MCA_coll_tuned_")},
-        "nccl_algo": env.get("NCCL_ALGO"),
-        "horovod_knobs": {},
-        "ranks": rank.size,
-        "library": used.library,
-        "message_bytes": message,
-        "algorithm": used.algorithm,
-        "model": used.model,
-        "tree": used.tree,
-        "overlap": bool(overlap),
-        "collectives": collectives_record(rank),
-        "process_group": rank.process_group,
-        "bucket_bytes": buckets,
-    }
+    return ProcessGroupAllreduce(controller="mpi4py" if rank.process_group == "mpi" else "torch.distributed",
+                                 cpu_operations=cpu, horovod_knobs={}, collectives=collectives_record(rank),
+                                 process_group=rank.process_group, bucket_bytes=buckets, **settings)
 
 
 def collectives_record(rank: Rank) -> dict[str, Any]:
@@ -434,27 +398,14 @@ def _nccl_version() -> str:
 
 
 def versions(rank: Rank) -> dict[str, str | None]:
-    """Versions of the stack that produced a result (None: not in this build, or not on this node)."""
-    from firescale import __version__
-
+    """Versions of the stack that produced a result, torch's and its libraries' among them (None: not in this
+    build, or not on this node)."""
     cuda = torch.cuda.is_available()
     cudnn = torch.backends.cudnn.version()
-    out: dict[str, str | None] = {
-        "firescale": __version__, "python": platform.python_version(), "numpy": np.__version__,
+    return stack_versions({
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": None if cudnn is None else str(cudnn),
         "nccl": _nccl_version() if cuda and dist.is_nccl_available() else None,
         "process_group": rank.process_group,
-        # the MPI beneath the MPI group, as linked (MPI_Get_library_version); `mpi` below is mpirun's, as Horovod's
+        # the MPI beneath the MPI group, as linked (MPI_Get_library_version); `mpi` is mpirun's, as Horovod's
         "mpi_library": mpi_group.library_version() if rank.process_group == "mpi" else None,
-    }
-    mpirun = shutil.which("mpirun")
-    if mpirun:
-        try:
-            text = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=20).stdout
-            out["mpi"] = text.strip().splitlines()[0] if text.strip() else "unknown"
-        except (OSError, subprocess.SubprocessError):
-            out["mpi"] = "unknown"
-    else:
-        out["mpi"] = None
-    out["hostname"] = socket.gethostname()
-    return out
+    })

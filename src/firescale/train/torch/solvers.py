@@ -21,7 +21,7 @@ def clip_gradients(grads: Sequence[torch.Tensor], threshold: float, iter_size: i
     return list(torch._foreach_mul(list(grads), scale))
 
 
-def _f32(x: float) -> float:
+def _f32(x: float | np.floating) -> float:
     """`x` rounded to float32, as TensorFlow's tf.constant(x, tf.float32) holds it (a Python float given to a
     float32 tensor's op acts as its float32, so this matters only where two scalars meet first)."""
     return float(np.float32(x))
@@ -79,7 +79,7 @@ class CaffeSolver:
         decayed = [i for i, m in enumerate(self.decay_mults) if self.config.weight_decay * m != 0]
         if not decayed:
             return grads
-        terms = [params[i] for i in decayed]
+        terms: Tensors | tuple[torch.Tensor, ...] = [params[i] for i in decayed]
         if self.config.regularization_type != "L2":
             terms = torch._foreach_sign(terms)
         terms = torch._foreach_mul(terms, [_f32(self.config.weight_decay * self.decay_mults[i]) for i in decayed])
@@ -152,7 +152,7 @@ class CaffeSolver:
                 raise KeyError(key)
             blob.copy_(torch.from_numpy(from_trainer_layout(self.net, name, arrays[key])))
 
-def _decay_into(history: Tensors, values: Tensors, keep: float, new: float) -> None:
+def _decay_into(history: Tensors, values: Tensors | tuple[torch.Tensor, ...], keep: float, new: float) -> None:
     """history = new * values + keep * history, in place (`values` are left as they are)."""
     scaled = torch._foreach_mul(values, new)
     torch._foreach_mul_(history, keep)
