@@ -85,13 +85,14 @@ def table_lines(pairs: Sequence[FrameworkVsMpi]) -> list[str]:
             continue
         group = f"{'group':>6} " if f.names_process_group else ""
         graph = f" {'graph call ms':>14} {'% without it':>13}" if f.graph_call else ""
-        lines.append(f"{'KiB':>8} {group}{'MPI ms':>9} {f.library + ' ms':>11} "
-                     f"{f.library + ' % of MPI rate':>22} {'(fastest reps)':>15}{graph}")
+        ms, rate = f"{f.library} ms", f"{f.library} % of MPI rate"
+        wide, wider = max(11, len(ms)), max(22, len(rate))
+        lines.append(f"{'KiB':>8} {group}{'MPI ms':>9} {ms:>{wide}} {rate:>{wider}} {'(fastest reps)':>15}{graph}")
         for p in mine:
             shown = f"{p.process_group:>6} " if f.names_process_group else ""
             beside = (f" {p.graph_call_s * 1e3:>14.3f} {p.in_graph_percent_of_mpi:>12.1f}%" if f.graph_call else "")
-            lines.append(f"{p.bytes / 1024:>8.0f} {shown}{p.mpi_s * 1e3:>9.3f} {p.framework_s * 1e3:>11.3f} "
-                         f"{p.percent_of_mpi:>21.1f}% {p.best_percent_of_mpi:>14.1f}%{beside}")
+            lines.append(f"{p.bytes / 1024:>8.0f} {shown}{p.mpi_s * 1e3:>9.3f} {p.framework_s * 1e3:>{wide}.3f} "
+                         f"{p.percent_of_mpi:>{wider - 1}.1f}% {p.best_percent_of_mpi:>14.1f}%{beside}")
         if f.graph_call:
             lines.append("graph call: the same call and wait with an identity in place of the allreduce, which a "
                          "training step pays once whatever its graph holds")
