@@ -258,7 +258,8 @@ def test_torch_s_allreduce_over_gloo_and_mpi_is_timed_beside_mpi_and_fitted_as_e
     pairs = {p["process_group"]: p for p in data["torch_vs_mpi"]}
     assert set(pairs) == {"gloo", "mpi"} and all(p["bytes"] == cost.weight_bytes for p in pairs.values())
     assert pairs["mpi"]["percent_of_mpi"] == pytest.approx(100 * mpi_run["median_s"] / runs["torch", "mpi"]["median_s"])
-    assert data["horovod_vs_mpi"] == [] and "torch.distributed % of MPI rate" in proc.stdout and "torch/gloo" in proc.stdout
+    assert data["horovod_vs_mpi"] == [] and "torch/gloo" in proc.stdout
+    assert "torch.distributed % of MPI rate" in proc.stdout
     gloo = allreduce_measurement(out, "tree", cost.weight_bytes, "gloo")
     mpi = allreduce_measurement(out, "tree", cost.weight_bytes, "mpi")
     assert (gloo["measured"], gloo["process_group"], gloo["algorithm"]) == ("torch", "gloo", "ring")
