@@ -111,7 +111,7 @@ BACKENDS = {"firescale.train.tensorflow": ("tensorflow", "horovod"), "firescale.
 # Modules outside the backends that still import a framework themselves: the yardsticks of `bench/` (a bare
 # loop and an allreduce as a user of each framework writes them, the GPU check's PyTorch step timings beside
 # the trainer's steps) and the Horovod build check.  The list may shrink, never grow but for a yardstick.
-FRAMEWORK_OUTSIDE_BACKENDS = {"firescale.bench.allreduce", "firescale.bench.allreduce_torch",
+FRAMEWORK_OUTSIDE_BACKENDS = {"firescale.bench.allreduce_tensorflow", "firescale.bench.allreduce_torch",
                               "firescale.bench.bare_loop", "firescale.bench.bare_loop_torch", "firescale.bench.io",
                               "firescale.bench.memory_probe", "firescale.bench.gpu_steps", "firescale.bench.layers",
                               "firescale.cluster.horovod_build"}

@@ -49,6 +49,9 @@ class Framework:
     gpu_walltime_signal: str        # the `auto` walltime signal of its GPU jobs (NCCL may take USR1 for itself)
     collective_timeout: str         # how a site's collective_timeout reaches it: 'process_group' or 'stall_check'
     overlap_bucket_mb: float | None = None   # the overlapped allreduce's default bucket, where it buckets
+    allreduce_probe: str = ""       # bench/: the module that times its trainer's allreduce (`bench allreduce`)
+    bench_default: tuple[str, ...] = ("ps", "tree", "ring")   # `bench allreduce --algorithms` left out, with it
+    graph_call: bool = False        # its trainer calls the allreduce inside a traced graph (bench: graph_call_s)
 
     @property
     def names_process_group(self) -> bool:
@@ -62,7 +65,8 @@ TENSORFLOW = Framework(
     stack_versions=("tensorflow", "horovod", "mpi"), precisions=("fp32", "tf32"), process_groups=("auto",),
     bare_loop="firescale.bench.bare_loop", bare_loop_label="the bare Horovod loop", knobs="horovod",
     site_knobs="horovod", layer_plans=True, profile_layers=True, probe_overlap=True, negotiation_cycle=True,
-    gpu_build_check=True, gpu_walltime_signal="USR1", collective_timeout="stall_check")
+    gpu_build_check=True, gpu_walltime_signal="USR1", collective_timeout="stall_check",
+    allreduce_probe="firescale.bench.allreduce_tensorflow", graph_call=True)
 
 PYTORCH = Framework(
     name="pytorch", module="firescale.train.torch.backend", library="torch.distributed", algorithm="torch",
@@ -71,7 +75,7 @@ PYTORCH = Framework(
     bare_loop="firescale.bench.bare_loop_torch", bare_loop_label="the bare PyTorch loop", knobs="torch",
     site_knobs=None, layer_plans=False, profile_layers=False, probe_overlap=False, negotiation_cycle=False,
     gpu_build_check=False, gpu_walltime_signal="USR2", collective_timeout="process_group",
-    overlap_bucket_mb=25.0)
+    overlap_bucket_mb=25.0, allreduce_probe="firescale.bench.allreduce_torch", bench_default=("mpi", "torch"))
 
 REGISTRY: Mapping[str, Framework] = {f.name: f for f in (TENSORFLOW, PYTORCH)}
 FRAMEWORKS = tuple(REGISTRY)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from firescale.bench.allreduce import AllreduceMeasurement
+from firescale.bench.allreduce_record import AllreduceMeasurement
 from firescale.bench.allreduce_vs_model import (
     AllreduceBench,
     BenchSizes,

@@ -103,7 +103,7 @@ def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_b
 
 
 def test_the_hidden_share_is_the_share_of_the_allreduce_that_ran_beside_the_compute():
-    from firescale.bench.allreduce import AllreduceMeasurement
+    from firescale.bench.allreduce_record import AllreduceMeasurement
 
     def share(serial: float, beside: float, window: float) -> float | None:
         return AllreduceMeasurement("horovod", 2, 1000, [serial] * 3, 0.05, 8, overlapped_seconds=[beside] * 3,
@@ -216,7 +216,7 @@ def test_bad_benchmark_options_are_refused(repo):
 def test_the_ranks_agree_on_one_matmul_cost_for_the_synthetic_step():
     """Every rank computes the same step: the median of the ranks' estimates, none below the floor; an estimate
     of 0 or less (matmuls timed no slower than none, on a core busy with another rank) is left out."""
-    from firescale.bench.allreduce import agreed_matmul_seconds
+    from firescale.bench.allreduce_tensorflow import agreed_matmul_seconds
     assert agreed_matmul_seconds([1e-4, 2e-4, 9e-4], floor_s=1e-6) == 2e-4
     assert agreed_matmul_seconds([-3e-5, 1e-4, 3e-4], floor_s=1e-6) == pytest.approx(2e-4)
     assert agreed_matmul_seconds([1e-9, 2e-9], floor_s=4e-6) == 4e-6     # 175,000 matmuls for 17 ms: refused
@@ -258,7 +258,8 @@ def test_torch_s_allreduce_over_gloo_and_mpi_is_timed_beside_mpi_and_fitted_as_e
     pairs = {p["process_group"]: p for p in data["torch_vs_mpi"]}
     assert set(pairs) == {"gloo", "mpi"} and all(p["bytes"] == cost.weight_bytes for p in pairs.values())
     assert pairs["mpi"]["percent_of_mpi"] == pytest.approx(100 * mpi_run["median_s"] / runs["torch", "mpi"]["median_s"])
-    assert data["horovod_vs_mpi"] == [] and "torch % of MPI rate" in proc.stdout and "torch/gloo" in proc.stdout
+    assert data["horovod_vs_mpi"] == [] and "torch/gloo" in proc.stdout
+    assert "torch.distributed % of MPI rate" in proc.stdout
     gloo = allreduce_measurement(out, "tree", cost.weight_bytes, "gloo")
     mpi = allreduce_measurement(out, "tree", cost.weight_bytes, "mpi")
     assert (gloo["measured"], gloo["process_group"], gloo["algorithm"]) == ("torch", "gloo", "ring")

@@ -162,7 +162,7 @@ def test_the_probe_starts_the_backends_own_bench(monkeypatch, tmp_path):
     probe_allreduce(here, 2, spec, tmp_path / "gloo.json", framework="pytorch", process_group="gloo")
     (n_tf, tf, what_tf), (n_torch, torch, what_torch), (_, gloo, _) = started
     assert n_tf == n_torch == 2
-    assert what_tf == "the Horovod allreduce probe" and what_torch == "the PyTorch trainer's allreduce probe"
+    assert what_tf == "the Horovod allreduce probe" and what_torch == "the torch.distributed allreduce probe"
     assert torch[torch.index("--process-groups") + 1] == "auto" and gloo[gloo.index("--process-groups") + 1] == "gloo"
     assert "--process-groups" not in tf
     assert tf[tf.index("--algorithms") + 1] == "horovod" and tf[tf.index("--compute-ms") + 1] == "4.0000"

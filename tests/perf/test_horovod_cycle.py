@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site"))
 from site_helpers import site_copy  # noqa: E402
 
-from firescale.bench.allreduce import ITERATION_BLOCK, allreduce_costs
+from firescale.bench.iteration_blocks import ITERATION_BLOCK, allreduce_costs
 from firescale.cluster.horovod import DEFAULT_CYCLE_TIME_MS, site_cycle_time_s
 from firescale.cluster.site import load_site
 from firescale.errors import FirescaleError

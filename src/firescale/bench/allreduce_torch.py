@@ -3,30 +3,31 @@
 The PyTorch trainer sums a micro-batch's gradients and its (loss, stop flag) pair with `Rank.sum`: the
 tensors flattened into one buffer per dtype, one all_reduce(SUM) of each over the rank's process group
 (MPI_Allreduce in place through mpi4py for the MPI group), the sums split back into tensors of the inputs'
-shapes.  `TorchAllreduce` calls that same function on tensors on the rank's device, so what
-it times is what a training iteration pays: the copy into the flat buffer, the library's allreduce, and on a
-GPU the wait for the device.  It is timed as `measure_allreduce` times MPI_Allreduce: the same sizes, the
-repetitions back to back after one barrier, the slowest rank's time per repetition.
+shapes.  `TorchAllreduce` calls that same function of the rank the PyTorch backend starts
+(`load_backend("pytorch", process_group=...).init_rank`) on tensors on the rank's device, so what it times is
+what a training iteration pays: the copy into the flat buffer, the library's allreduce, and on a GPU the wait
+for the device.  It is timed as the MPI algorithms are (bench/mpi_algorithms.time_back_to_back): the same sizes,
+the repetitions back to back after one barrier, the slowest rank's time per repetition.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from firescale.bench.mpi_algorithms import launcher_placement
 from firescale.errors import FirescaleError
+from firescale.frameworks import PYTORCH
 
 
 class TorchAllreduce:
     """`Rank.sum` of `send` (one tensor) or, with `tensors` (element counts adding up to `send`'s), of `send` cut into
     tensors of those sizes and the loss pair, as the trainer sums a net's gradients.  The process group
     (`process_group`, as the trainer's --process-group) is made on the first (warm-up) call, on the ranks MPI
-    already has, through the trainer's own `init_rank`; the ranks then
-    keep the cores their launcher gave them, as the MPI algorithms timed before had them (init_rank would pin each
-    to one core)."""
+    already has, through the backend's own `init_rank`; the ranks then keep the cores their launcher gave them, as
+    the MPI algorithms timed before had them (init_rank pins each to one core)."""
 
     def __init__(self, tensors: Sequence[int] = (), process_group: str = "auto") -> None:
         self._sizes = tuple(tensors)
@@ -36,17 +37,10 @@ class TorchAllreduce:
         self._result: list[torch.Tensor] = []
 
     def _start(self, comm: Any, send: np.ndarray) -> None:
-        from firescale.train.host import thread_ids
-        from firescale.train.torch.distributed import init_rank
+        from firescale.train.backend import load_backend
 
-        placed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        self._rank = init_rank(1, process_group=self._group)
-        if placed is not None:
-            for thread in thread_ids():
-                try:
-                    os.sched_setaffinity(thread, placed)
-                except (ProcessLookupError, PermissionError):   # the thread ended meanwhile
-                    pass
+        with launcher_placement():
+            self._rank = load_backend(PYTORCH.name, process_group=self._group).init_rank(1, 1)
         if self._rank.size != comm.Get_size():
             raise FirescaleError(f"torch.distributed sees {self._rank.size} ranks but MPI {comm.Get_size()}; "
                                  "launch with mpirun")
@@ -74,6 +68,15 @@ class TorchAllreduce:
         sums = self._result[:-1] if self._sizes else self._result
         np.copyto(recv, torch.cat([t.reshape(-1) for t in sums]).cpu().numpy())
 
-    def close(self) -> None:
+    def finish(self, reps: int) -> dict[str, Any]:  # noqa: ARG002 (Horovod's times a graph call)
+        """The process group that summed, recorded beside the times; the group closed (made again for the next
+        measurement)."""
+        group = self.process_group
         if self._rank is not None:
             self._rank.close()
+        return {"process_group": group}
+
+
+def allreduce(tensors: Sequence[int] = (), process_group: str = "auto") -> TorchAllreduce:
+    """The allreduce `bench allreduce` times: the PyTorch trainer's `Rank.sum` over `process_group`."""
+    return TorchAllreduce(tensors, process_group)

@@ -9,25 +9,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from firescale.atomic import atomic_write_json
-from firescale.bench.allreduce import (
-    BENCH_ALGORITHMS,
-    FRAMEWORK_ALGORITHMS,
-    SWEEP_BYTES,
-    AllreduceMeasurement,
-    framework_last,
-    horovod_vs_mpi,
-    measure_allreduce,
-    torch_vs_mpi,
-)
+from firescale.bench import against_mpi
+from firescale.bench.allreduce import framework_last, measure_allreduce
+from firescale.bench.allreduce_record import AllreduceMeasurement
 from firescale.errors import FirescaleError
+from firescale.frameworks import BENCH_ALGORITHMS, FRAMEWORK_ALGORITHMS, PROCESS_GROUPS, by_algorithm, framework
 from firescale.model.comm import Link, allreduce_time
 from firescale.model.paleo import Platform
-from firescale.train.backend import LIBRARIES
 
 # The models each measured algorithm is predicted with, the first in `predicted_s`.  The point-to-point
 # parameter server is Paleo's OneToAll as it runs; FireCaffe's Eq. 3 is shown beside it.
 BENCH_MODELS = {"ps": ("ps", "firecaffe-ps")}
 DEFAULT_SIZE_MB = 30.0     # NiN's |W|
+SWEEP_BYTES = tuple(64 * 1024 * 4 ** k for k in range(6))   # 64 KiB, 256 KiB, 1 MiB, ... 64 MiB
 
 Predicted = dict[str, float]   # seconds by cost model; empty without a link
 Measured = list[tuple[AllreduceMeasurement, Predicted]]
@@ -60,18 +54,18 @@ class BenchSizes:
     gradients_of: str | None = None
 
 
-def allreduce_bench(framework: str, algorithms: str | None, *, reps: int = 5, compute_ms: float = 0.0,
+def allreduce_bench(framework_name: str, algorithms: str | None, *, reps: int = 5, compute_ms: float = 0.0,
                     batch_per_rank: int = 1, overlap_ms: float = 0.0,
                     process_groups: str | None = None) -> AllreduceBench:
     """The bench's options, checked: a framework firescale trains with, known algorithms (`bench_algorithms`),
-    at least one repetition and one image a rank, no step or overlap below 0, a synthetic step only for
-    TensorFlow, an overlap only beside Horovod's allreduce after a step, and process groups (comma-separated)
-    only for torch's."""
-    from firescale.train.backend import check_framework
-
-    check_framework(framework)
-    chosen = bench_algorithms(framework, algorithms)
-    groups = bench_process_groups(process_groups, "torch" in chosen)
+    at least one repetition and one image a rank, no step or overlap below 0, a synthetic step only for a
+    framework whose allreduce waits for a negotiation cycle (TensorFlow's), an overlap only beside an allreduce
+    whose probe times it (Horovod's) after a step, and process groups (comma-separated) only for a framework
+    that names them (torch's)."""
+    chosen_framework = framework(framework_name)
+    chosen = bench_algorithms(framework_name, algorithms)
+    ours = chosen_framework.algorithm in chosen
+    groups = bench_process_groups(process_groups, ours and chosen_framework.names_process_group)
     if reps < 1:
         raise FirescaleError("--reps must be at least 1")
     if not compute_ms >= 0:
@@ -80,25 +74,25 @@ def allreduce_bench(framework: str, algorithms: str | None, *, reps: int = 5, co
         raise FirescaleError(f"--batch-per-rank must be at least 1, not {batch_per_rank}")
     if not overlap_ms >= 0:
         raise FirescaleError(f"--overlap-ms must be 0 or more, not {overlap_ms}")
-    if compute_ms and framework == "pytorch":
-        raise FirescaleError("--compute-ms runs a synthetic TensorFlow step; with --framework pytorch the allreduces "
-                             "are timed on their own (leave --compute-ms out)")
-    if overlap_ms and not (compute_ms > 0 and "horovod" in chosen):
+    if compute_ms and not chosen_framework.negotiation_cycle:
+        raise FirescaleError(f"--compute-ms runs a synthetic TensorFlow step; with --framework {framework_name} the "
+                             "allreduces are timed on their own (leave --compute-ms out)")
+    if overlap_ms and not (compute_ms > 0 and ours and chosen_framework.probe_overlap):
         raise FirescaleError("--overlap-ms times Horovod's allreduce beside compute: give --algorithms with horovod "
                              "and --compute-ms")
-    return AllreduceBench(framework, tuple(chosen), reps, compute_ms, batch_per_rank, overlap_ms, groups)
+    return AllreduceBench(framework_name, tuple(chosen), reps, compute_ms, batch_per_rank, overlap_ms, groups)
 
 
-def bench_process_groups(given: str | None, torch: bool) -> tuple[str, ...]:
-    """--process-groups (comma-separated, each one of train.backend.PROCESS_GROUPS; None: auto), checked: given only
-    where torch's allreduce is timed, each once."""
-    from firescale.train.backend import PROCESS_GROUPS
-
+def bench_process_groups(given: str | None, named: bool) -> tuple[str, ...]:
+    """--process-groups (comma-separated, each one of frameworks.PROCESS_GROUPS; None: auto), checked: given only
+    where the allreduce of a framework that names process groups is timed (`named`), each once."""
     if given is None:
         return ("auto",)
-    if not torch:
-        raise FirescaleError("--process-groups chooses what torch's allreduce sums over: give --framework pytorch with "
-                             "torch among --algorithms")
+    if not named:
+        others = [f for f in (by_algorithm(a) for a in FRAMEWORK_ALGORITHMS) if f and f.names_process_group]
+        raise FirescaleError(f"--process-groups chooses what {' or '.join(f.algorithm for f in others)}'s allreduce "
+                             f"sums over: give --framework {' or '.join(f.name for f in others)} with "
+                             f"{' or '.join(f.algorithm for f in others)} among --algorithms")
     groups = tuple(dict.fromkeys(g.strip() for g in given.split(",") if g.strip()))
     unknown = [g for g in groups if g not in PROCESS_GROUPS]
     if unknown or not groups:
@@ -107,20 +101,18 @@ def bench_process_groups(given: str | None, torch: bool) -> tuple[str, ...]:
     return groups
 
 
-def bench_algorithms(framework: str, given: str | None) -> list[str]:
+def bench_algorithms(framework_name: str, given: str | None) -> list[str]:
     """--algorithms (comma-separated; None: the framework's default), checked: known names, and of the
-    frameworks' own allreduces only `framework`'s."""
-    given = given or ("mpi,torch" if framework == "pytorch" else "ps,tree,ring")
-    algorithms = [a.strip() for a in given.split(",") if a.strip()]
+    frameworks' own allreduces only `framework_name`'s."""
+    chosen = framework(framework_name)
+    algorithms = [a.strip() for a in (given or ",".join(chosen.bench_default)).split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in BENCH_ALGORITHMS]
     if unknown:
         raise FirescaleError(f"--algorithms: unknown {', '.join(unknown)}; known: {', '.join(BENCH_ALGORITHMS)}")
-    ours = FRAMEWORK_ALGORITHMS[framework]
-    other = [a for a in algorithms if a in FRAMEWORK_ALGORITHMS.values() and a != ours]
+    other = [f for f in map(by_algorithm, algorithms) if f is not None and f is not chosen]
     if other:
-        raise FirescaleError(f"--algorithms {other[0]} is another framework's allreduce than --framework "
-                             f"{framework}'s ({ours}); give --framework "
-                             f"{next(f for f, a in FRAMEWORK_ALGORITHMS.items() if a == other[0])} to time it")
+        raise FirescaleError(f"--algorithms {other[0].algorithm} is another framework's allreduce than --framework "
+                             f"{framework_name}'s ({chosen.algorithm}); give --framework {other[0].name} to time it")
     return algorithms
 
 
@@ -162,30 +154,36 @@ def bench_link(platform: Platform | None, *, reduce_gbs: float | None = None,
 
 
 def models_for(algorithm: str, site_algorithm: str, process_group: str = "") -> tuple[str, ...]:
-    """The cost models a measured algorithm is set beside: its own (the site's for mpi and Horovod's; for torch's
-    that of the process group it summed over, collectives.process_group_model: Gloo's ring, else the site's)."""
-    if algorithm == "torch":
+    """The cost models a measured algorithm is set beside: its own (the site's for mpi and a framework's; for a
+    framework that names process groups, that of the group it summed over, collectives.process_group_model:
+    Gloo's ring, else the site's)."""
+    measured = by_algorithm(algorithm)
+    if measured is not None and measured.names_process_group:
         from firescale.cluster.collectives import process_group_model
 
         return (process_group_model(process_group, site_algorithm),)
-    if algorithm in ("mpi", *FRAMEWORK_ALGORITHMS.values()):
+    if algorithm == "mpi" or measured is not None:
         return (site_algorithm,)
     return BENCH_MODELS.get(algorithm, (algorithm,))
 
 
 def time_allreduces(comm: Any, bench: AllreduceBench, sizes: BenchSizes, link: Link | None, site_algorithm: str,
                     measure: Callable[..., AllreduceMeasurement] = measure_allreduce) -> Measured:
-    """Each algorithm (a framework's own last; torch's once per process group) at each size, on every rank of
-    `comm`, each beside its models' predictions on `link` (none without one)."""
+    """Each algorithm (a framework's own last; one that names process groups once per group) at each size, on
+    every rank of `comm`, each beside its models' predictions on `link` (none without one)."""
     results: Measured = []
+    named = framework(bench.framework)
     runs = [(algo, group) for algo in framework_last(list(bench.algorithms))
-            for group in (bench.process_groups if algo == "torch" else ("auto",))]
+            for group in (bench.process_groups if by_algorithm(algo) is named and named.names_process_group
+                          else ("auto",))]
     for algo, group in runs:
         for nbytes in sizes.sizes:
-            extra = {"process_group": group} if algo == "torch" else {}
+            ours = by_algorithm(algo)
+            extra = {"process_group": group} if ours is not None and ours.names_process_group else {}
             m = measure(comm, algo, nbytes, bench.reps, compute_s=bench.compute_ms / 1e3, tensors=sizes.tensors,
                         batch=bench.batch_per_rank, input_shape=sizes.input_shape,
-                        overlap_s=bench.overlap_ms / 1e3 if algo == "horovod" else 0.0, **extra)
+                        overlap_s=bench.overlap_ms / 1e3 if ours is not None and ours.probe_overlap else 0.0,
+                        **extra)
             predicted = {model: allreduce_time(model, m.bytes, m.ranks, link)
                          for model in models_for(algo, site_algorithm, m.process_group)} if link else {}
             results.append((m, predicted))
@@ -216,15 +214,17 @@ def table_lines(ranks: int, bench: AllreduceBench, sizes: BenchSizes, results: M
                 load: tuple[float, float]) -> list[str]:
     """The bench's report: what was timed, each measurement beside each model's prediction, the share of an
     overlapped allreduce hidden, and each framework's allreduce against MPI_Allreduce of the same bytes."""
+    named = framework(bench.framework)
     grouped = next((m.tensors for m, _ in results if m.tensors), 0)
     lines = [f"{ranks} ranks, {bench.reps} repetitions; times are the slowest rank's"
-             + (f"; {LIBRARIES[bench.framework]} sums {sizes.gradients_of}'s {grouped} gradients and the loss as "
+             + (f"; {named.library} sums {sizes.gradients_of}'s {grouped} gradients and the loss as "
                 "one group" if grouped else "")
              + (f", after a {bench.compute_ms:g} ms step (the ranks' mean step subtracted)" if bench.compute_ms
                 else ""),
              f"load average {load[0]:.2f} before, {load[1]:.2f} after (1 min) on {os.cpu_count()} cores; "
-             + (f"framework {bench.framework}" if bench.framework != "tensorflow" else "Horovod knobs: "
-                + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "Horovod's defaults")),
+             + (f"{named.library} knobs: " + (" ".join(f"{k}={v}" for k, v in knobs.items())
+                                              or f"{named.library}'s defaults")
+                if named.site_knobs else f"framework {bench.framework}"),
              f"{'algorithm':<10} {'ranks':>5} {'MB':>8} {'median ms':>10} {'min ms':>9} {'model':>15} "
              f"{'predicted ms':>13} {'meas/pred':>10}"]
     for m, predicted in results:
@@ -241,42 +241,21 @@ def table_lines(ranks: int, bench: AllreduceBench, sizes: BenchSizes, results: M
                          f"{m.window_s * 1e3:.3f} ms of compute added "
                          f"{statistics.fmean(m.overlapped_seconds) * 1e3:.3f} ms (mean), against "
                          f"{m.mean_s * 1e3:.3f} ms after the step: {m.hidden_share:.0%} of it ran beside the compute")
-    return lines + _against_mpi([m for m, _ in results])
-
-
-def _against_mpi(measured: list[AllreduceMeasurement]) -> list[str]:
-    """Horovod's and torch.distributed's allreduce, each against MPI_Allreduce of the same bytes (when timed)."""
-    lines = []
-    pairs = horovod_vs_mpi(measured)
-    if pairs:
-        lines.append(f"{'KiB':>8} {'MPI ms':>9} {'Horovod ms':>11} {'Horovod % of MPI rate':>22} "
-                     f"{'(fastest reps)':>15} {'graph call ms':>14} {'% without it':>13}")
-        lines += [f"{p.bytes / 1024:>8.0f} {p.mpi_s * 1e3:>9.3f} {p.horovod_s * 1e3:>11.3f} "
-                  f"{p.percent_of_mpi:>21.1f}% {p.best_percent_of_mpi:>14.1f}% {p.graph_call_s * 1e3:>14.3f} "
-                  f"{p.in_graph_percent_of_mpi:>12.1f}%" for p in pairs]
-        lines.append("graph call: the same TensorFlow call and wait with tf.identity in place of Horovod's op, which "
-                     "a training step pays once whatever its graph holds")
-    torch_pairs = torch_vs_mpi(measured)
-    if torch_pairs:
-        lines.append(f"{'KiB':>8} {'group':>6} {'MPI ms':>9} {'torch ms':>9} {'torch % of MPI rate':>20} "
-                     f"{'(fastest reps)':>15}   (the PyTorch trainer's Rank.sum over each process group)")
-        lines += [f"{t.bytes / 1024:>8.0f} {t.process_group:>6} {t.mpi_s * 1e3:>9.3f} {t.torch_s * 1e3:>9.3f} "
-                  f"{t.percent_of_mpi:>19.1f}% {t.best_percent_of_mpi:>14.1f}%" for t in torch_pairs]
-    return lines
+    return lines + against_mpi.table_lines(against_mpi.framework_vs_mpi([m for m, _ in results]))
 
 
 def bench_record(ranks: int, bench: AllreduceBench, sizes: BenchSizes, link: Link | None, results: Measured,
                  knobs: dict[str, str], load: tuple[float, float]) -> dict[str, Any]:
     """The JSON record of a bench (`--json`): what was timed, on what, each measurement with its predictions."""
-    measured = [m for m, _ in results]
+    named = framework(bench.framework)
     return {
         "ranks": ranks, "framework": bench.framework, "reps": bench.reps, "compute_ms": bench.compute_ms,
-        "process_groups": list(bench.process_groups) if "torch" in bench.algorithms else [],
+        "process_groups": (list(bench.process_groups) if named.names_process_group and named.algorithm
+                           in bench.algorithms else []),
         "gradients_of": sizes.gradients_of,
         "load_average": list(load), "cpus": os.cpu_count(), "horovod_knobs": knobs,
         "link": None if link is None else {"bandwidth": link.bandwidth, "latency": link.latency,
                                            "ppp": link.ppp, "reduce_rate": link.reduce_rate},
         "measurements": [{**m.to_dict(), "predicted_s": next(iter(pred.values()), None),
                           "predicted_by_model": pred} for m, pred in results],
-        "horovod_vs_mpi": [p.to_dict() for p in horovod_vs_mpi(measured)],
-        "torch_vs_mpi": [t.to_dict() for t in torch_vs_mpi(measured)]}
+        **against_mpi.record(against_mpi.framework_vs_mpi([m for m, _ in results]))}

@@ -20,6 +20,7 @@ from firescale.cluster.horovod import site_horovod_environment
 from firescale.cluster.launchers import Placement, wrap
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, REGISTRY
 from firescale.nets.spec import NetSpec
 from firescale.testing.vcluster import VirtualCluster
 
@@ -216,36 +217,40 @@ def timeout_within(walltime_s: float, steps: int, longest: float) -> float:
 
 def probe_allreduce(ranks_here: SiteRanks, ranks: int, spec: NetSpec, out: str | os.PathLike[str],
                     *, step_s: float = 0.0, batch_per_rank: int = 1, reps: int = 100, timeout: float = 600.0,
-                    overlap_s: float = 0.0, framework: str = "tensorflow", process_group: str = "auto") -> None:
+                    overlap_s: float = 0.0, framework: str = DEFAULT_FRAMEWORK, process_group: str = "auto") -> None:
     """Time the allreduce of `spec`'s gradients that `framework`'s trainer pays, over `ranks` ranks started as
     the site starts them, into `out` (`firescale bench allreduce --json` format): the communication
     measurement a calibration fits.
 
-    tensorflow: Horovod's, summed as the trainer sums them (one group of tensors), each inside an iteration
-    shaped as the trainer's that takes `step_s` without it (fed `batch_per_rank` images each time), since
-    Horovod's negotiation cycle makes the allreduce's time depend on the step before it; with `overlap_s` also
-    with its requests made as `overlap_s` of compute starts (the backward pass the trainer's
-    --overlap-allreduce hides it behind): how much of it can hide.  pytorch: the trainer's Rank.sum over
-    `process_group` as its --process-group takes it (auto: NCCL on GPUs, on CPUs MPI under an MPI launcher, else
-    Gloo), on its own: it has no cycle to wait for, so the step is not run, and how much of it hides is not
-    measured."""
+    A framework whose allreduce waits for a negotiation cycle (tensorflow: Horovod's) is timed as its trainer
+    sums them (one group of tensors), each inside an iteration shaped as the trainer's that takes `step_s`
+    without it (fed `batch_per_rank` images each time), since the cycle makes the allreduce's time depend on the
+    step before it; with `overlap_s` also with its requests made as `overlap_s` of compute starts (the backward
+    pass the trainer's --overlap-allreduce hides it behind): how much of it can hide.  Another (pytorch: its
+    Rank.sum) on its own, over `process_group` where it names one, as its --process-group takes it (auto: NCCL
+    on GPUs, on CPUs MPI under an MPI launcher, else Gloo): it has no cycle to wait for, so the step is not run,
+    and how much of it hides is not measured."""
     if ranks < 2:
         raise FirescaleError(f"an allreduce probe needs 2 or more ranks, not {ranks}")
+    try:
+        chosen = REGISTRY[framework]
+    except KeyError:
+        raise FirescaleError(f"an allreduce probe times the {' or the '.join(FRAMEWORKS)} trainer's allreduce, not "
+                             f"{framework!r}'s") from None
     shape = ["--gradients-of", spec.name, "--input", ",".join(str(x) for x in spec.input_shape),
              "--classes", str(spec.num_classes), "--reps", str(reps), "--json", str(out)]
-    bench = [sys.executable, "-m", "firescale", "bench", "allreduce"]
-    if framework == "pytorch":
-        if overlap_s > 0:
-            raise FirescaleError("the torch.distributed allreduce probe times the allreduce on its own: how much of "
-                                 "it hides behind backward is measured only for Horovod's")
-        ranks_here.run(ranks, [*bench, "--framework", "pytorch", "--algorithms", "torch", "--process-groups",
-                               process_group, *shape], "the PyTorch trainer's allreduce probe", timeout=timeout)
-        return
-    if framework != "tensorflow":
-        raise FirescaleError(f"an allreduce probe times the tensorflow or the pytorch trainer's allreduce, not "
-                             f"{framework!r}'s")
-    command = [*bench, "--algorithms", "horovod", *shape, "--compute-ms", f"{step_s * 1e3:.4f}",
-               "--batch-per-rank", str(batch_per_rank)]
+    command = [sys.executable, "-m", "firescale", "bench", "allreduce"]
+    if chosen.name != DEFAULT_FRAMEWORK:
+        command += ["--framework", chosen.name]
+    command += ["--algorithms", chosen.algorithm]
+    if overlap_s > 0 and not chosen.probe_overlap:
+        hiding = [f.library for f in REGISTRY.values() if f.probe_overlap]
+        raise FirescaleError(f"the {chosen.library} allreduce probe times the allreduce on its own: how much of it "
+                             f"hides behind backward is measured only for {' and '.join(hiding)}'s")
+    if chosen.names_process_group:
+        command += ["--process-groups", process_group]
+    if chosen.negotiation_cycle:
+        command += ["--compute-ms", f"{step_s * 1e3:.4f}", "--batch-per-rank", str(batch_per_rank)]
     if overlap_s > 0:
         command += ["--overlap-ms", f"{overlap_s * 1e3:.4f}"]
-    ranks_here.run(ranks, command, "the Horovod allreduce probe", timeout=timeout)
+    ranks_here.run(ranks, [*command, *shape], f"the {chosen.library} allreduce probe", timeout=timeout)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from firescale.bench.allreduce import BENCH_ALGORITHMS
 from firescale.commands.args import add_platform_arguments, float_list, input_shape, platform_from_args
+from firescale.frameworks import BENCH_ALGORITHMS, DEFAULT_FRAMEWORK, PROCESS_GROUPS, REGISTRY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,15 +20,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true",
                         help="sizes 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB and 64 MiB instead of --sizes-mb")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
-    parser.add_argument("--framework", default="tensorflow", metavar="NAME",
-                        help="whose trainer's allreduce may be timed: tensorflow (default; 'horovod') or pytorch "
-                             "('torch': the trainer's Rank.sum over its process group, see --process-groups)")
+    parser.add_argument("--framework", default=DEFAULT_FRAMEWORK, metavar="NAME",
+                        help="whose trainer's allreduce may be timed: "
+                             + " or ".join(f"{f.name} ('{f.algorithm}': its Rank.sum)" for f in REGISTRY.values())
+                             + f" (default {DEFAULT_FRAMEWORK}; see --process-groups)")
     parser.add_argument("--algorithms",
-                        help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default ps,tree,ring; with "
-                             "--framework pytorch mpi,torch)")
+                        help=f"comma-separated, from {', '.join(BENCH_ALGORITHMS)} (default "
+                             + "; ".join(f"{','.join(f.bench_default)} with --framework {f.name}"
+                                         for f in REGISTRY.values()) + ")")
     parser.add_argument("--process-groups", metavar="LIST",
                         help="with torch: the process groups to time its allreduce over, each in turn, "
-                             "comma-separated from auto, gloo, mpi, nccl as the trainer's --process-group takes them "
+                             f"comma-separated from {', '.join(PROCESS_GROUPS)} as the trainer's --process-group "
+                             "takes them "
                              "(default auto: NCCL on GPUs; on CPUs MPI through mpi4py under an MPI launcher, else "
                              "Gloo); e.g. gloo,mpi to set both beside plain MPI in one run")
     parser.add_argument("--reduce-gbs", type=float,

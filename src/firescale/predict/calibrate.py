@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from firescale.atomic import atomic_write_json, load_json
-from firescale.bench.allreduce import FRAMEWORK_ALGORITHMS
+from firescale.bench.allreduce_record import AllreduceMeasurement
 from firescale.errors import FirescaleError
+from firescale.frameworks import FRAMEWORK_ALGORITHMS, by_algorithm
 from firescale.model.comm import LIBRARY_DEFAULTS
 from firescale.model.cycle import allreduce_without_wait
 from firescale.model.hierarchy import fit_inter_node_ppp, fit_intra_node_ppp
@@ -18,10 +19,6 @@ from firescale.model.layers import net_cost
 from firescale.model.paleo import Device, Platform, compute_times
 from firescale.nets.spec import NetSpec
 from firescale.nets.zoo import get_net
-
-# The trainers' own allreduces, as `bench allreduce` names them (the tensorflow backend's, the pytorch one's): a
-# measurement of one is what training pays, and is fitted before the site's algorithm.
-TRAINERS_ALLREDUCE = tuple(FRAMEWORK_ALGORITHMS.values())
 
 
 @dataclass(frozen=True)
@@ -105,69 +102,75 @@ def allreduce_from_run(ranks: int, allreduce_s: float, spec: NetSpec, algorithm:
 
 def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None,
                           process_group: str | None = None) -> dict:
-    """The measurement to fit from: a trainer's own allreduce when the file has it (what training pays:
-    Horovod's, else torch's over `process_group`, the one the runs use: gloo, mpi or nccl; None: the only one the
-    file has), else the site's algorithm (MPI_Allreduce itself, `mpi`, for a library's own choice); on the most
-    ranks, at the size nearest `nbytes` (else the largest).  Its median, or after a step its mean: there Horovod's
-    allreduce waits a varying part of its negotiation cycle, and training pays the mean.  torch's is fitted to the
-    model of its process group (collectives.process_group_model: Gloo's ring, else `algorithm`), so that a Gloo
-    run is priced as Gloo and an MPI one as MPI.  A time below zero (a step timed longer without the allreduce
-    than with it) is refused: no link fits it."""
+    """The measurement to fit from: a trainer's own allreduce when the file has it (what training pays, in the
+    order of frameworks.FRAMEWORK_ALGORITHMS: Horovod's, else torch's over `process_group`, the one the runs use:
+    gloo, mpi or nccl; None: the only one the file has), else the site's algorithm (MPI_Allreduce itself, `mpi`,
+    for a library's own choice); on the most ranks, at the size nearest `nbytes` (else the largest).  Its median,
+    or after a step its mean: there Horovod's allreduce waits a varying part of its negotiation cycle, and
+    training pays the mean.  A framework's allreduce over a process group is fitted to the model of that group
+    (collectives.process_group_model: Gloo's ring, else `algorithm`), so that a Gloo run is priced as Gloo and an
+    MPI one as MPI.  A time below zero (a step timed longer without the allreduce than with it) is refused: no
+    link fits it."""
     from firescale.cluster.collectives import process_group_model
 
+    listed = read_allreduce_record(path)
+    runs = [m for m in listed if m.ranks > 1]
+    fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
+    measured = next((own for own in FRAMEWORK_ALGORITHMS if any(m.algorithm == own for m in runs)), fallback)
+    runs = [m for m in runs if m.algorithm == measured]
+    ours = by_algorithm(measured)
+    if ours is not None and ours.names_process_group:
+        runs = _over_process_group(path, measured, runs, process_group)
+    if not runs:
+        raise FirescaleError(f"{path}: no {', '.join(repr(a) for a in FRAMEWORK_ALGORITHMS)} or '{fallback}' "
+                             "measurement over 2 or more ranks")
+    most = max(m.ranks for m in runs)
+    runs = [m for m in runs if m.ranks == most]
+    best = (min(runs, key=lambda m: abs(m.bytes - nbytes)) if nbytes else max(runs, key=lambda m: m.bytes))
+    after_step = best.compute_s
+    seconds = best.mean_s if after_step else best.median_s
+    if seconds < 0:   # after a step: the iterations timed shorter with the allreduce than without it
+        raise FirescaleError(f"{path}: the {measured} allreduce over {best.ranks} ranks timed "
+                             f"{seconds * 1e3:.3f} ms, below zero (its iterations took less with it than "
+                             "without it): the cores were too busy to time it; measure again")
+    found = {"algorithm": algorithm, "measured": measured, "bytes": best.bytes, "ranks": best.ranks,
+             "seconds": seconds, "after_step_s": after_step, "source": str(path)}
+    if best.process_group:
+        found["process_group"] = best.process_group
+        found["algorithm"] = process_group_model(best.process_group, algorithm)
+    if best.hidden_share is not None:   # timed beside the step too (bench allreduce --overlap-ms)
+        found["hidden_share"] = best.hidden_share
+    return found
+
+
+def read_allreduce_record(path: str | Path) -> list[AllreduceMeasurement]:
+    """The measurements of a `firescale bench allreduce --json` record, each checked (one sentence naming the file
+    and the entry for one that lacks a key)."""
     data = load_json(path, "allreduce measurements")
     listed = data.get("measurements") if isinstance(data, dict) else None
     if not isinstance(listed, list):
         raise FirescaleError(f"{path}: not a `firescale bench allreduce --json` record (a JSON object with a "
                              "list 'measurements')")
-    for k, r in enumerate(listed):
-        missing = [key for key in ("algorithm", "ranks", "bytes", "median_s")
-                   if not isinstance(r, dict) or key not in r]
-        if missing:
-            raise FirescaleError(f"{path}: measurements[{k}] has no {', '.join(repr(m) for m in missing)}; each "
-                                 "measurement needs algorithm, ranks, bytes and median_s")
-    runs = [r for r in listed if r["ranks"] > 1]
-    fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
-    measured = next((own for own in TRAINERS_ALLREDUCE if any(r.get("algorithm") == own for r in runs)), fallback)
-    runs = [r for r in runs if r.get("algorithm") == measured]
-    if measured == "torch":
-        runs = _over_process_group(path, runs, process_group)
-    if not runs:
-        raise FirescaleError(f"{path}: no {', '.join(repr(a) for a in TRAINERS_ALLREDUCE)} or '{fallback}' "
-                             "measurement over 2 or more ranks")
-    most = max(r["ranks"] for r in runs)
-    runs = [r for r in runs if r["ranks"] == most]
-    best = (min(runs, key=lambda r: abs(r["bytes"] - nbytes)) if nbytes else max(runs, key=lambda r: r["bytes"]))
-    after_step = best.get("compute_s", 0.0)
-    seconds = best.get("mean_s", best["median_s"]) if after_step else best["median_s"]
-    if seconds < 0:   # after a step: the iterations timed shorter with the allreduce than without it
-        raise FirescaleError(f"{path}: the {measured} allreduce over {best['ranks']} ranks timed "
-                             f"{seconds * 1e3:.3f} ms, below zero (its iterations took less with it than "
-                             "without it): the cores were too busy to time it; measure again")
-    found = {"algorithm": algorithm, "measured": measured, "bytes": best["bytes"], "ranks": best["ranks"],
-             "seconds": seconds, "after_step_s": after_step, "source": str(path)}
-    if measured == "torch" and best.get("process_group"):
-        found["process_group"] = best["process_group"]
-        found["algorithm"] = process_group_model(best["process_group"], algorithm)
-    if best.get("hidden_share") is not None:   # timed beside the step too (bench allreduce --overlap)
-        found["hidden_share"] = best["hidden_share"]
-    return found
+    return [AllreduceMeasurement.from_dict(r, f"{path}: measurements[{k}]") for k, r in enumerate(listed)]
 
 
-def _over_process_group(path: str, runs: list[dict], process_group: str | None) -> list[dict]:
-    """torch's measurements over `process_group` (None: the file's only group; a measurement that names none is
-    taken as any).  One sentence where the file timed other groups only, or several and none was named."""
-    groups = sorted({r["process_group"] for r in runs if r.get("process_group")})
+def _over_process_group(path: str, measured: str, runs: list[AllreduceMeasurement], process_group: str | None
+                        ) -> list[AllreduceMeasurement]:
+    """A framework's measurements over `process_group` (None: the file's only group; a measurement that names none
+    is taken as any).  One sentence where the file timed other groups only, or several and none was named."""
+    groups = sorted({m.process_group for m in runs if m.process_group})
     if process_group is None:
         if len(groups) > 1:
-            raise FirescaleError(f"{path}: torch's allreduce was timed over the process groups {', '.join(groups)}; "
-                                 "name the one the runs use (--process-group)")
+            raise FirescaleError(f"{path}: {measured}'s allreduce was timed over the process groups "
+                                 f"{', '.join(groups)}; name the one the runs use (--process-group)")
         return runs
     if groups and process_group not in groups:
-        raise FirescaleError(f"{path}: torch's allreduce was timed over {', '.join(groups)}, not over "
+        ours = by_algorithm(measured)
+        raise FirescaleError(f"{path}: {measured}'s allreduce was timed over {', '.join(groups)}, not over "
                              f"{process_group}, the process group the runs use; time it with `firescale bench "
-                             f"allreduce --framework pytorch --process-groups {process_group}`")
-    return [r for r in runs if r.get("process_group") in (process_group, None, "")]
+                             f"allreduce --framework {ours.name if ours else measured} --process-groups "
+                             f"{process_group}`")
+    return [m for m in runs if m.process_group in (process_group, "")]
 
 
 def read_bandwidth_measurement(path: str | Path, fmt: str | None = None) -> tuple[float, dict[str, Any]]:
@@ -330,7 +333,9 @@ def _measured_allreduce(allreduce: dict[str, Any], platform: Platform) -> tuple[
         "fitted": True, "algorithm": algo, "bytes": nbytes, "ranks": ranks, "seconds": seconds,
         **{k: allreduce[k] for k in ("measured", "after_step_s", "source", "hidden_share", "rounds_s",
                                      "process_group") if k in allreduce}}
-    if allreduce.get("measured") != "horovod":
+    measured = allreduce.get("measured")
+    waits = by_algorithm(measured) if isinstance(measured, str) else None
+    if waits is None or not waits.negotiation_cycle:
         return source, seconds
     step = float(allreduce.get("after_step_s", 0.0))
     own, determined = allreduce_without_wait(seconds, step, platform.cycle_s)
