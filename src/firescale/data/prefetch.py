@@ -12,8 +12,8 @@ _DONE = object()
 class PrefetchedBatches:
     """Iterates `batches` (numpy image and label arrays) read ahead by one thread, `depth` batches deep.
 
-    tf.data's from_generator costs about 0.3 ms a batch on a CPU core around a reader that itself takes
-    0.03 ms (LeNet's digits, `bench trainer`); a queue of arrays costs a thread hand-off.  The order is
+    tf.data's from_generator costs several times what the reader takes (docs/performance-model.md, `bench
+    trainer`); a queue of arrays costs a thread hand-off.  The order is
     the reader's, unchanged.  An error in the reader is raised by the next `next()`; `close()` stops
     the thread (a new phase of a batch schedule opens a new stream).
     """

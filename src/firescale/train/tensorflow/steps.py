@@ -113,7 +113,7 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
         apply_update(solver, summed, rate, iteration, batch)
 
     # Called every iteration: the concrete functions skip tf.function's per-call matching of arguments to
-    # traces (about 0.4 ms an iteration for LeNet on a CPU core, measured by `bench trainer`).
+    # traces (its cost: docs/performance-model.md, `bench trainer`).
     return TrainSteps(iteration_step.get_concrete_function(), grad_step.get_concrete_function(),
                       apply_step.get_concrete_function(), make_eval_step(net, net.spec.num_classes, image_shape))
 
