@@ -52,6 +52,14 @@ class RunState:
         self.images += images
         self.samples += images
 
+    def evaluated(self, epoch: float, top1: float, top5: float, loss: float, seconds: float) -> EvalPoint:
+        """An evaluation at this iteration that took `seconds` (of this segment's training time), kept."""
+        self.clock.eval_s += seconds
+        point = EvalPoint(iter=self.iteration, epoch=epoch, wall_s=self.clock.run_s(), top1=top1, top5=top5,
+                          loss=loss, seconds=seconds)
+        self.evals.append(point)
+        return point
+
     # ------------------------------------------------------------ what the record and the snapshot read
     def segment(self, status: str) -> Segment:
         """This segment so far, ending with `status`."""

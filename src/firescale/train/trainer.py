@@ -13,17 +13,18 @@ from firescale.caffe.lr_policies import current_step, learning_rate
 from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
 from firescale.nets.device_plan import read_layer_plan
-from firescale.nets.spec import NetSpec
 from firescale.results import EvalPoint, TrainResult, baseline_top1, file_record, write_result
 from firescale.source import source_commit
 from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, CollectiveGaveUp, load_backend
 from firescale.train.checkpoint import (
     Snapshot,
+    check_caffe_layout,
     check_same_read_limit,
     check_same_trajectory,
     latest_snapshot,
     read_snapshot,
     trajectory_settings,
+    weights_file_record,
     write_snapshot,
 )
 from firescale.train.heartbeat import Heartbeat
@@ -34,7 +35,6 @@ from firescale.train.timing import SPLIT_EVERY, SegmentClock, now, time_to_accur
 
 if TYPE_CHECKING:
     from firescale.train.caffe_weights import CopiedWeights
-    from firescale.train.params import ParamInfo
 
 Rank = Any   # a backend's rank: rank, size, local_rank, local_size, device, pinned_cpus, devices, is_root, the sums
 
@@ -108,32 +108,6 @@ def _seed(opts: TrainOptions, solver: SolverConfig) -> int:
     return solver.random_seed if solver.random_seed >= 0 else 1
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError as exc:
-        raise FirescaleError(f"cannot read --weights {path}: {exc.strerror}") from None
-    return digest.hexdigest()
-
-
-def _check_caffe_layout(spec: NetSpec, infos: list[ParamInfo]) -> None:
-    """Snapshots and --weights need every parameter of the net in Caffe's layouts: refuse a net with one that
-    `train/caffe_weights.py` does not lay out (a layer kind added to the trainer but not there)."""
-    from firescale.train.caffe_weights import caffe_layouts
-
-    ours = {info.name: tuple(info.shape) for info in infos}
-    caffe = {b.param: b.trainer_shape for blobs in caffe_layouts(spec).values() for b in blobs}
-    if ours != caffe:
-        name = sorted(set(ours.items()) ^ set(caffe.items()))[0][0]
-        raise FirescaleError(f"net {spec.name!r}: parameter {name!r} has no Caffe layout in firescale.train."
-                             "caffe_weights, so its snapshots could not be written as Caffe's")
-
-
 def run_training(opts: TrainOptions) -> int:
     """Train as one of N ranks; returns 0 when done, EXIT_INTERRUPTED after a signal snapshot."""
     stop = StopRequest()
@@ -189,10 +163,10 @@ def set_up_ranks(opts: TrainOptions, devices: int = 1, backend: Backend | None =
     `devices`), the framework deterministic.
 
     With TensorFlow a run of one rank then shuts Horovod down again: it has nothing to sum (`Rank` answers every
-    collective of one rank itself), and Horovod's background thread would otherwise wake every cycle
-    on the rank's core for the whole run, which took 5% of a 1-rank LeNet run's time here at the
-    default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus
-    pays for no communication, whatever the site's `horovod:` knobs.  PyTorch's one rank makes no process group.
+    collective of one rank itself), and Horovod's background thread would otherwise wake every cycle on the
+    rank's core for the whole run (what that cost: docs/benchmarks/2026-11-23-zen4.md).  The single-GPU
+    baseline thus pays for no communication, whatever the site's `horovod:` knobs.  PyTorch's one rank makes
+    no process group.
     """
     backend = backend or load_backend(DEFAULT_FRAMEWORK)
     return backend.init_rank(opts.threads, devices)
@@ -285,7 +259,7 @@ class Training:
         names = [info.name for info in net.infos]
         lr_mults, decay_mults = blob_multipliers(self.spec, net.infos, self.net_file, cfg, opts.solver)
         self.solver = self.backend.make_solver(cfg, net, names, lr_mults, decay_mults)
-        _check_caffe_layout(self.spec, net.infos)
+        check_caffe_layout(self.spec, net.infos)
         # Caffe's weights are read and checked against the net before the run folder is touched.
         self.caffe_weights = self._read_caffe_weights(opts.weights) if opts.weights and self.rank.is_root else None
 
@@ -317,7 +291,7 @@ class Training:
         opts = self.opts
         weights_record = None
         if opts.weights and rank.is_root:
-            weights_record = {"file": Path(opts.weights).name, "sha256": _sha256(opts.weights)}
+            weights_record = weights_file_record(Path(opts.weights))
         trajectory = trajectory_settings(
             net=self.spec.name, net_sha256=self.net_file.sha256 if self.net_file else None,
             dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
@@ -575,10 +549,7 @@ class Training:
         finally:
             batches.close()
         took = now() - t0
-        state.clock.eval_s += took
-        point = EvalPoint(iter=it, epoch=epoch, wall_s=state.clock.run_s(),
-                          top1=sums.top1, top5=sums.top5, loss=sums.loss, seconds=took)
-        state.evals.append(point)
+        point = state.evaluated(epoch, sums.top1, sums.top5, sums.loss, took)
         self.log.event(c.EVAL_ACCURACY, point.top1, metadata={"epoch_num": point.epoch, "iteration": it,
                                                              "top5": point.top5, "loss": point.loss})
         self.log.end(c.EVAL_STOP, metadata={"epoch_num": point.epoch})
