@@ -79,7 +79,7 @@ class TrainResult:
     per_iteration: IterationSplit
     allreduce: dict[str, Any]
     hostnames: list[str]
-    versions: dict[str, str]
+    versions: dict[str, str | None]
     evals: list[EvalPoint]
     segments: list[Segment]
     status: str

@@ -20,7 +20,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from firescale.train.caffe_weights import (
     net_to_caffe,
     to_caffe,
 )
+
+if TYPE_CHECKING:
+    from firescale.train.params import ParamInfo
 
 SNAPSHOT_FORMAT = "firescale.train.snapshot/2"
 NPZ_FORMAT = "firescale.train.snapshot/1"
@@ -210,6 +213,29 @@ def newest_snapshot_iteration(directory: str | Path) -> int | None:
         return None
     found = [int(m.group(1)) for p in directory.iterdir() if (m := _ANY_SNAPSHOT.fullmatch(p.name))]
     return max(found, default=None)
+
+
+def check_caffe_layout(spec: NetSpec, infos: list[ParamInfo]) -> None:
+    """Snapshots and --weights need every parameter of the net in Caffe's layouts: refuse a net with one that
+    `train/caffe_weights.py` does not lay out (a layer kind added to the trainer but not there)."""
+    ours = {info.name: tuple(info.shape) for info in infos}
+    caffe = {b.param: b.trainer_shape for blobs in caffe_layouts(spec).values() for b in blobs}
+    if ours != caffe:
+        name = sorted(set(ours.items()) ^ set(caffe.items()))[0][0]
+        raise FirescaleError(f"net {spec.name!r}: parameter {name!r} has no Caffe layout in firescale.train."
+                             "caffe_weights, so its snapshots could not be written as Caffe's")
+
+
+def weights_file_record(path: Path) -> dict[str, str]:
+    """The --weights file as the trajectory names it: its file name and SHA-256."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise FirescaleError(f"cannot read --weights {path}: {exc.strerror}") from None
+    return {"file": path.name, "sha256": digest.hexdigest()}
 
 
 # Solver keys that change only what is printed or saved, never the weights or the evaluations.

@@ -156,12 +156,6 @@ class AllreduceRecord:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def __getitem__(self, key: str) -> Any:
-        """A field by its key in the run record, as a reader of the record's dict reads it."""
-        if key not in self.__dataclass_fields__:
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 @dataclass(frozen=True)
 class ProcessGroupAllreduce(AllreduceRecord):

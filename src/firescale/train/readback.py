@@ -38,7 +38,12 @@ class StopRequest:
 def read_due(iteration: int, intervals: tuple[int, ...], last: int) -> bool:
     """Whether the host reads after `iteration` (1-based count of updates done): every READ_EVERY, at every
     multiple of the loop's other `intervals` (display, snapshot, test; 0 for none) and at the `last`."""
-    return iteration >= last or any(every and iteration % every == 0 for every in (READ_EVERY, *intervals))
+    if iteration >= last or iteration % READ_EVERY == 0:
+        return True
+    for every in intervals:   # a plain loop: this runs every iteration
+        if every and iteration % every == 0:
+            return True
+    return False
 
 
 class LossReads:

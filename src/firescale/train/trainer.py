@@ -13,28 +13,29 @@ from firescale.caffe.lr_policies import current_step, learning_rate
 from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
 from firescale.nets.device_plan import read_layer_plan
-from firescale.nets.spec import NetSpec
-from firescale.results import EvalPoint, Segment, TrainResult, baseline_top1, file_record, write_result
+from firescale.nets.spec import Shape
+from firescale.results import EvalPoint, TrainResult, baseline_top1, file_record, write_result
 from firescale.source import source_commit
 from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, CollectiveGaveUp, load_backend
 from firescale.train.checkpoint import (
     Snapshot,
+    check_caffe_layout,
     check_same_read_limit,
     check_same_trajectory,
     latest_snapshot,
     read_snapshot,
-    trajectory_digest,
     trajectory_settings,
+    weights_file_record,
     write_snapshot,
 )
 from firescale.train.heartbeat import Heartbeat
 from firescale.train.readback import LossReads, StopRequest, read_due
+from firescale.train.run_state import RunState
 from firescale.train.scaling import plan_schedule
-from firescale.train.timing import SPLIT_EVERY, SegmentClock, SplitSums, now, time_to_accuracy
+from firescale.train.timing import SPLIT_EVERY, SegmentClock, now, time_to_accuracy
 
 if TYPE_CHECKING:
     from firescale.train.caffe_weights import CopiedWeights
-    from firescale.train.params import ParamInfo
 
 Rank = Any   # a backend's rank: rank, size, local_rank, local_size, device, pinned_cpus, devices, is_root, the sums
 
@@ -108,32 +109,6 @@ def _seed(opts: TrainOptions, solver: SolverConfig) -> int:
     return solver.random_seed if solver.random_seed >= 0 else 1
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-    except OSError as exc:
-        raise FirescaleError(f"cannot read --weights {path}: {exc.strerror}") from None
-    return digest.hexdigest()
-
-
-def _check_caffe_layout(spec: NetSpec, infos: list[ParamInfo]) -> None:
-    """Snapshots and --weights need every parameter of the net in Caffe's layouts: refuse a net with one that
-    `train/caffe_weights.py` does not lay out (a layer kind added to the trainer but not there)."""
-    from firescale.train.caffe_weights import caffe_layouts
-
-    ours = {info.name: tuple(info.shape) for info in infos}
-    caffe = {b.param: b.trainer_shape for blobs in caffe_layouts(spec).values() for b in blobs}
-    if ours != caffe:
-        name = sorted(set(ours.items()) ^ set(caffe.items()))[0][0]
-        raise FirescaleError(f"net {spec.name!r}: parameter {name!r} has no Caffe layout in firescale.train."
-                             "caffe_weights, so its snapshots could not be written as Caffe's")
-
-
 def run_training(opts: TrainOptions) -> int:
     """Train as one of N ranks; returns 0 when done, EXIT_INTERRUPTED after a signal snapshot."""
     stop = StopRequest()
@@ -189,10 +164,10 @@ def set_up_ranks(opts: TrainOptions, devices: int = 1, backend: Backend | None =
     `devices`), the framework deterministic.
 
     With TensorFlow a run of one rank then shuts Horovod down again: it has nothing to sum (`Rank` answers every
-    collective of one rank itself), and Horovod's background thread would otherwise wake every cycle
-    on the rank's core for the whole run, which took 5% of a 1-rank LeNet run's time here at the
-    default 1 ms cycle and 21% at 0.1 ms (`bench trainer --ranks 1`).  The single-GPU baseline thus
-    pays for no communication, whatever the site's `horovod:` knobs.  PyTorch's one rank makes no process group.
+    collective of one rank itself), and Horovod's background thread would otherwise wake every cycle on the
+    rank's core for the whole run (what that cost: docs/benchmarks/2026-11-23-zen4.md).  The single-GPU
+    baseline thus pays for no communication, whatever the site's `horovod:` knobs.  PyTorch's one rank makes
+    no process group.
     """
     backend = backend or load_backend(DEFAULT_FRAMEWORK)
     return backend.init_rank(opts.threads, devices)
@@ -205,13 +180,13 @@ class Training:
     def __init__(self, opts: TrainOptions, solver_cfg: SolverConfig, target: tuple[float | None, str],
                  rank: Rank, clock: SegmentClock, layer_plan: DevicePlan | None = None,
                  backend: Backend | None = None, *, heartbeat: Heartbeat | None = None) -> None:
-        self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock
+        self.opts, self.solver_cfg, self.rank, self.clock = opts, solver_cfg, rank, clock   # clock: the state's
         # where this rank is, for the runner's stall watch (none written unless started: run_training starts it)
         self.heartbeat = heartbeat or Heartbeat(opts.out, rank.rank, rank.size, interval_s=0)
         self.backend = backend or load_backend(opts.framework, opts.precision, opts.process_group)
         self.layer_plan = layer_plan
         self.target, self.target_source = target
-        self.seed = _seed(opts, solver_cfg)
+        self.seed = _seed(opts, solver_cfg)   # the fillers' (a resumed run's is the same: its trajectory has it)
         if opts.split_every < 1:
             raise FirescaleError(f"--split-every must be at least 1, not {opts.split_every}")
         if opts.eval_batch < rank.size:
@@ -239,11 +214,11 @@ class Training:
 
         self.log = RunLog(self.out / "mllog.txt", enabled=rank.is_root)
         self.log.start(self.log.constants.INIT_START)
-        self.start_iter = self.iteration = 0
-        self.meta: dict[str, Any] = {}
-        self.split = SplitSums()
-        self.images_done = 0
         self.train_stream: Any = None
+        self.state: RunState   # made by restore_or_broadcast, from the settings or from the snapshot resumed
+        # what the loop asks every iteration, worked out once: where the batch changes, where the host reads
+        self.phase_starts = frozenset(start for start, _ in self.schedule.phases[1:])
+        self.read_every = (solver_cfg.display, solver_cfg.snapshot, solver_cfg.test_interval)
 
     # ------------------------------------------------------------ build
     def build(self) -> None:
@@ -260,7 +235,8 @@ class Training:
         with self.heartbeat.during("dataset-check"):
             self.train_ds = open_dataset(opts.dataset, "train", opts.data_format)
             self.test_ds = open_dataset(opts.dataset, "test", opts.data_format)
-        self.image_shape = tuple(BatchTransformer(self.transform, self.train_ds.shape).out_shape)
+        height, width, channels = BatchTransformer(self.transform, self.train_ds.shape).out_shape
+        self.image_shape: Shape = (int(height), int(width), int(channels))
         # A Caffe file keeps its own classes (the dataset's must agree); a built-in net takes the dataset's.
         self.spec = get_net(chosen.name, input_shape=self.image_shape)
         if self.spec.source:
@@ -285,7 +261,7 @@ class Training:
         names = [info.name for info in net.infos]
         lr_mults, decay_mults = blob_multipliers(self.spec, net.infos, self.net_file, cfg, opts.solver)
         self.solver = self.backend.make_solver(cfg, net, names, lr_mults, decay_mults)
-        _check_caffe_layout(self.spec, net.infos)
+        check_caffe_layout(self.spec, net.infos)
         # Caffe's weights are read and checked against the net before the run folder is touched.
         self.caffe_weights = self._read_caffe_weights(opts.weights) if opts.weights and self.rank.is_root else None
 
@@ -310,13 +286,15 @@ class Training:
     # ------------------------------------------------------------ restore or broadcast
     def restore_or_broadcast(self) -> None:
         """Rank 0 reads the chosen snapshot (--snapshot), or the newest when resuming, or else copies Caffe's
-        weights (--weights); every rank then gets rank 0's weights and history."""
+        weights (--weights); every rank then gets rank 0's weights and history, and the run state."""
+        import socket
+
         rank, cfg = self.rank, self.solver_cfg
         opts = self.opts
         weights_record = None
         if opts.weights and rank.is_root:
-            weights_record = {"file": Path(opts.weights).name, "sha256": _sha256(opts.weights)}
-        self.trajectory = trajectory_settings(
+            weights_record = weights_file_record(Path(opts.weights))
+        trajectory = trajectory_settings(
             net=self.spec.name, net_sha256=self.net_file.sha256 if self.net_file else None,
             dataset_sha256=self.train_ds.manifest_sha256 or "", seed=self.seed,
             solver=cfg.to_dict(), batch=self.batch_record(), transform=vars(self.transform), target_top1=self.target,
@@ -326,25 +304,29 @@ class Training:
             snapshot_file = opts.snapshot if opts.snapshot is not None else (
                 latest_snapshot(self.snap_dir, cfg.snapshot_name) if opts.resume else None)
         snapshot_name = rank.broadcast_object(str(snapshot_file) if snapshot_file else "")
+        meta = None
         if snapshot_name:
             if rank.is_root:
-                self.meta = self._read_snapshot(snapshot_name)
-            self.meta = rank.broadcast_object(self.meta)
-            self.start_iter = self.iteration = int(self.meta["iteration"])
-            self.seed = int(self.meta["seed"])
-            _say(rank, f"resuming from {snapshot_name} at iteration {self.start_iter}")
+                meta = self._read_snapshot(snapshot_name, trajectory)
+            meta = rank.broadcast_object(meta)
         elif self.caffe_weights is not None:
             self._copy_weights(self.caffe_weights)
         self.backend.broadcast_state(rank, self.net, self.solver)
-        self.prior_segments = [Segment(**s) for s in self.meta.get("segments", [])]
-        self.evals = [EvalPoint(**e) for e in self.meta.get("evals", [])]
-        self.split_total = SplitSums(**self.meta["split_sums"]) if "split_sums" in self.meta else SplitSums()
-        self.clock.prior_train_s = sum(s.train_s for s in self.prior_segments)
-        self.data_seed = self.seed
+        hostnames = rank.gather_object(socket.gethostname())
+        if meta is None:
+            self.state = RunState(
+                net=self.spec.name, dataset_manifest_sha256=self.train_ds.manifest_sha256 or "",
+                solver_type=cfg.type, ranks=rank.size, batch=self.batch_record(), trajectory=trajectory,
+                read_limit_mbs=opts.read_limit_mbs, seed=self.seed, data_seed=self.seed, hostnames=hostnames,
+                clock=self.clock)
+        else:
+            self.state = RunState.from_dict(meta, where=f"snapshot {snapshot_name}", clock=self.clock,
+                                            hostnames=hostnames)
+            _say(rank, f"resuming from {snapshot_name} at iteration {self.state.start_iter}")
 
-    def _read_snapshot(self, name: str) -> dict[str, Any]:
+    def _read_snapshot(self, name: str, trajectory: dict[str, Any]) -> dict[str, Any]:
         snap = read_snapshot(name, self.spec)
-        check_same_trajectory(snap.meta, self.trajectory, name)
+        check_same_trajectory(snap.meta, trajectory, name)
         check_same_read_limit(snap.meta, self.opts.read_limit_mbs, name)
         self.backend.write_params(self.net, {info.name: snap.weights[info.name] for info in self.net.infos})
         self.solver.load_state_arrays(snap.solver_state)
@@ -364,35 +346,32 @@ class Training:
     # ------------------------------------------------------------ prepare
     def prepare(self) -> None:
         """The training stream from the resumed sample, the traced steps warmed up, the run's constants logged."""
-        import socket
-
         rank, backend = self.rank, self.backend
-        self.open_stream(self.start_iter)
+        self.open_stream()
         self.eval_per_rank = self.opts.eval_batch // rank.size
         self.steps = backend.make_steps(self.net, self.solver, rank, self.image_shape,
                                         overlap=self.opts.overlap_allreduce)
-        self.steps.warm_up(self.plan.batch_per_rank, self.seed)
-        self.hostnames = rank.gather_object(socket.gethostname())
+        self.steps.warm_up(self.plan.batch_per_rank, self.state.seed)
         self.run_versions = {**backend.versions(rank), **source_commit()} if rank.is_root else {}
         self.allreduce_info = backend.describe_allreduce(rank, gradient_bytes=backend.gradient_bytes(self.net),
                                                          overlap=self.opts.overlap_allreduce)
         self._log_constants()
 
-    def open_stream(self, iteration: int) -> None:
-        """This rank's training batches of the phase at `iteration`, from the stream position it has reached."""
+    def open_stream(self) -> None:
+        """This rank's training batches of the phase at the run's iteration, from the sample it has reached."""
         from firescale.data.prefetch import PrefetchedBatches
         from firescale.data.readers import batches_per_read, iter_train_arrays, prefetch_depth
         from firescale.data.shard import rank_positions
         from firescale.data.throttle import limit_reads
 
-        self.plan = self.schedule.plan_at(iteration)
-        start, batch = self.schedule.samples_before(iteration), self.plan.batch_per_rank
+        self.plan = self.schedule.plan_at(self.state.iteration)
+        start, batch = self.state.samples, self.plan.batch_per_rank
         rank_positions(start, batch * self.rank.size, self.rank.rank, self.rank.size)  # bad positions fail here
         if self.train_stream is not None:
             self.train_stream.close()
         # A read limit sits where the read happens: in the reader thread when prefetching, which may hide it.
         arrays = iter_train_arrays(limit_reads(self.train_ds, self.opts.read_limit_mbs), self.transform,
-                                   seed=self.data_seed, rank=self.rank.rank, size=self.rank.size,
+                                   seed=self.state.data_seed, rank=self.rank.rank, size=self.rank.size,
                                    batch_per_rank=batch, start_sample=start,
                                    batches_per_read=batches_per_read(batch, self.image_shape))
         # A rank pinned to one core reads inline: a reader thread would only take turns with training for
@@ -404,7 +383,7 @@ class Training:
         log, c, cfg, plan = self.log, self.log.constants, self.solver_cfg, self.plan
         for key, value in ((c.GLOBAL_BATCH_SIZE, plan.effective_batch), (c.OPT_NAME, cfg.type),
                            (c.OPT_BASE_LR, cfg.base_lr * plan.lr_scale), (c.OPT_WEIGHT_DECAY, cfg.weight_decay),
-                           (c.OPT_LR_WARMUP_STEPS, plan.warmup_iters), (c.SEED, self.seed),
+                           (c.OPT_LR_WARMUP_STEPS, plan.warmup_iters), (c.SEED, self.state.seed),
                            (c.TRAIN_SAMPLES, self.train_ds.num_records), (c.EVAL_SAMPLES, self.eval_images)):
             log.event(key, value)
         log.end(c.INIT_STOP)
@@ -414,10 +393,10 @@ class Training:
         _say(self.rank, f"firescale train: {self.spec.name} on {self.opts.dataset} ({self.train_ds.num_records} train, "
                         f"{self.test_ds.num_records} test), {self.rank.size} ranks x batch {plan.batch_per_rank} "
                         f"(x iter_size {plan.iter_size}) = {plan.effective_batch}, {cfg.type} base_lr {cfg.base_lr} "
-                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info['algorithm']}"
+                        f"x {plan.lr_scale:g}, allreduce {self.allreduce_info.algorithm}"
                         + (" overlapped with backward" if self.opts.overlap_allreduce else "") + ", "
                         f"target {self.target_source}"
-                        + (f", resumed at iteration {self.start_iter}" if self.start_iter else "")
+                        + (f", resumed at iteration {self.state.start_iter}" if self.state.start_iter else "")
                         + (f", reads limited to {self.opts.read_limit_mbs:g} MB/s per rank"
                            if self.opts.read_limit_mbs else ""))
         if ignored_note(cfg):
@@ -426,26 +405,26 @@ class Training:
     # ------------------------------------------------------------ the loop
     def train(self, stop: StopRequest) -> str:
         """Step until max_iter, the target or a stop signal; evaluate and snapshot on the way; the status."""
-        cfg, c = self.solver_cfg, self.log.constants
+        cfg, c, state = self.solver_cfg, self.log.constants, self.state
         self.loss_reads = LossReads(cfg.average_loss, self.steps.host)
-        reached = time_to_accuracy(self.evals, self.target) is not None
-        self.clock.start_training()
-        self.log.start(c.RUN_START, metadata={"segment": len(self.prior_segments), "start_iteration": self.start_iter})
-        if cfg.test_initialization and self.iteration == 0 and not self.evals:
+        reached = time_to_accuracy(state.evals, self.target) is not None
+        state.clock.start_training()
+        self.log.start(c.RUN_START, metadata={"segment": len(state.earlier), "start_iteration": state.start_iter})
+        if cfg.test_initialization and state.iteration == 0 and not state.evals:
             reached = self._reached(self.evaluate().top1)
-        elif self.iteration and not reached and self._evaluation_due() \
-                and not any(e.iter == self.iteration for e in self.evals):
+        elif state.iteration and not reached and self._evaluation_due() \
+                and not any(e.iter == state.iteration for e in state.evals):
             # The last segment was stopped by the update that made this evaluation due, before it ran.
             reached = self._reached(self.evaluate().top1)
-        self.speed_window = (now(), self.iteration)
-        self.heartbeat.iteration = self.iteration   # a resumed run's first
+        self.speed_window = (now(), state.iteration)
+        self.heartbeat.iteration = state.iteration   # a resumed run's first
         self.heartbeat.enter("train")
-        while self.iteration < cfg.max_iter and not reached:
+        while state.iteration < cfg.max_iter and not reached:
             stop_agreed = self.step(stop)
             if stop_agreed:  # some rank was told to stop: all stop here, after the same update
                 self.snapshot("interrupted")
                 return "interrupted"
-            if cfg.snapshot and self.iteration % cfg.snapshot == 0:
+            if cfg.snapshot and state.iteration % cfg.snapshot == 0:
                 self.snapshot("running")
             if self._evaluation_due():
                 reached = self._reached(self.evaluate().top1)
@@ -455,8 +434,8 @@ class Training:
         return status
 
     def _evaluation_due(self) -> bool:
-        cfg = self.solver_cfg
-        return bool(cfg.test_interval and self.iteration % cfg.test_interval == 0) or self.iteration == cfg.max_iter
+        cfg, it = self.solver_cfg, self.state.iteration
+        return bool(cfg.test_interval and it % cfg.test_interval == 0) or it == cfg.max_iter
 
     def _reached(self, top1: float) -> bool:
         return self.target is not None and top1 >= self.target
@@ -464,27 +443,27 @@ class Training:
     def step(self, stop: StopRequest) -> bool:
         """One update: iter_size micro-batches, one allreduce (with the stop flag), the solver; True when the
         ranks agreed to stop, which they learn only where the host reads the summed losses and flags."""
-        if self.schedule.starts_at(self.iteration):
-            self.open_stream(self.iteration)
-            _say(self.rank, f"iter {self.iteration}: the batch becomes {self.plan.batch_per_rank} per rank "
+        state = self.state
+        it = state.iteration
+        if it in self.phase_starts:
+            self.open_stream()
+            _say(self.rank, f"iter {it}: the batch becomes {self.plan.batch_per_rank} per rank "
                             f"({self.plan.effective_batch} per update), learning rate x {self.plan.lr_scale:g}")
-        plan, it = self.plan, self.iteration
+        plan = self.plan
         rate = learning_rate(self.solver_cfg, it) * plan.lr_scale * plan.warmup_factor(it)
         # A rank's flag stays raised from its signal on, so the sum read at any later iteration shows it.
-        args = (rate, it, plan.effective_batch, 1.0 if stop.signum is not None else 0.0)
-        if plan.iter_size == 1 and it != self.start_iter and it % self.opts.split_every:
-            summed = self._whole_iteration(*args)
+        flag = 1.0 if stop.signum is not None else 0.0
+        if plan.iter_size == 1 and it != state.start_iter and it % self.opts.split_every:
+            summed = self._whole_iteration(rate, it, plan.effective_batch, flag)
         else:
-            summed = self._iteration_in_parts(*args)
-        self.iteration += 1
-        self.heartbeat.updated(self.iteration)
-        self.images_done += plan.effective_batch
+            summed = self._iteration_in_parts(rate, it, plan.effective_batch, flag)
+        state.updated(plan.effective_batch)
+        self.heartbeat.updated(state.iteration)
         self.loss_reads.add(summed, plan.effective_batch)
-        cfg = self.solver_cfg
-        if not (read_due(self.iteration, (cfg.display, cfg.snapshot, cfg.test_interval), cfg.max_iter)
-                or self.schedule.starts_at(self.iteration)):
+        if not (read_due(state.iteration, self.read_every, self.solver_cfg.max_iter)
+                or state.iteration in self.phase_starts):
             return False
-        stop_agreed = self.loss_reads.read(self.iteration)
+        stop_agreed = self.loss_reads.read(state.iteration)
         self._display(rate)
         return stop_agreed
 
@@ -493,9 +472,9 @@ class Training:
         t0 = now()
         images, labels = self.steps.batch(*next(self.train_stream))
         t1 = now()
-        seed = (self.seed, self.iteration * self.rank.size + self.rank.rank)
+        seed = (self.state.seed, iteration * self.rank.size + self.rank.rank)
         summed = self.steps.iteration(images, labels, seed, rate, iteration, batch, flag)
-        self.split.add_whole(t1 - t0, now() - t1)
+        self.state.split.add_whole(t1 - t0, now() - t1)
         return summed
 
     def _iteration_in_parts(self, rate: float, iteration: int, batch: int, flag: float) -> Any:
@@ -509,8 +488,8 @@ class Training:
             t0 = now()
             images, labels = steps.batch(*next(self.train_stream))
             t1 = now()
-            micro = (self.iteration * plan.iter_size + k) * rank.size + rank.rank
-            loss_k, grads = steps.gradients(images, labels, (self.seed, micro))
+            micro = (iteration * plan.iter_size + k) * rank.size + rank.rank
+            loss_k, grads = steps.gradients(images, labels, (self.state.seed, micro))
             if summed is None:      # the first micro-batch as it is: no eager copies or adds per step
                 summed, loss_sum = grads, loss_k
             else:
@@ -523,17 +502,17 @@ class Training:
         reduced, loss_and_flag = steps.allreduce(summed, loss_sum, flag)
         t3 = now()
         steps.apply(reduced, rate, iteration, batch)
-        self.split.add(data_wait, compute + now() - t3, t3 - t2)
+        self.state.split.add(data_wait, compute + now() - t3, t3 - t2)
         return loss_and_flag
 
     def _display(self, rate: float) -> None:
-        cfg, it = self.solver_cfg, self.iteration
+        cfg, it = self.solver_cfg, self.state.iteration
         if not (cfg.display and it % cfg.display == 0):
             return
         t_prev, it_prev = self.speed_window
         speed = (it - it_prev) * self.plan.effective_batch / max(now() - t_prev, 1e-9)
         self.speed_window = (now(), it)
-        split = self.split.mean(self.opts.split_every)
+        split = self.state.split.mean(self.opts.split_every)
         _say(self.rank, f"iter {it}/{cfg.max_iter} loss {self.loss_reads.average:.4f} lr {rate:.6g} {speed:.0f} img/s "
                         f"data {1e3 * split.data_wait_s:.2f} ms compute {1e3 * split.compute_s:.2f} ms "
                         f"allreduce {1e3 * split.allreduce_s:.2f} ms (means of this segment)")
@@ -549,10 +528,10 @@ class Training:
         from firescale.data.readers import test_batches
         from firescale.train.evaluation import evaluate, rank_share
 
-        c, it = self.log.constants, self.iteration
-        num_train = self.train_ds.num_records
+        c, state = self.log.constants, self.state
+        it = state.iteration
         t0 = now()
-        epoch = self.schedule.samples_before(it) / num_train
+        epoch = state.samples / self.train_ds.num_records
         self.log.start(c.EVAL_START, metadata={"epoch_num": epoch})
         # Each rank's BatchNorm statistics follow its own batches (Caffe's multi-GPU does the same); the
         # test uses rank 0's on every rank, as Caffe tests on its root solver's net only.
@@ -572,10 +551,7 @@ class Training:
         finally:
             batches.close()
         took = now() - t0
-        self.clock.eval_s += took
-        point = EvalPoint(iter=it, epoch=epoch, wall_s=self.clock.run_s(),
-                          top1=sums.top1, top5=sums.top5, loss=sums.loss, seconds=took)
-        self.evals.append(point)
+        point = state.evaluated(epoch, sums.top1, sums.top5, sums.loss, took)
         self.log.event(c.EVAL_ACCURACY, point.top1, metadata={"epoch_num": point.epoch, "iteration": it,
                                                              "top5": point.top5, "loss": point.loss})
         self.log.end(c.EVAL_STOP, metadata={"epoch_num": point.epoch})
@@ -586,38 +562,16 @@ class Training:
         return point
 
     # ------------------------------------------------------------ snapshot and result
-    def current_segment(self, status: str) -> Segment:
-        clock = self.clock
-        return Segment(start_iter=self.start_iter, end_iter=self.iteration, startup_s=clock.startup_s,
-                       train_s=clock.segment_s(), eval_s=clock.eval_s, images=self.images_done,
-                       status=status, hostnames=self.hostnames)
-
-    def totals(self) -> SplitSums:
-        return self.split_total.plus(self.split)
-
     def snapshot(self, status: str) -> None:
         """Rank 0 writes weights, solver history and the run state (data order, evaluations, segments)."""
         if not self.rank.is_root:
             return
         with self.heartbeat.during("snapshot"):
-            self._write_snapshot(status)
-
-    def _write_snapshot(self, status: str) -> None:
-        cfg = self.solver_cfg
-        segments = self.prior_segments + [self.current_segment(status)]
-        meta_out = {
-            "net": self.spec.name, "dataset_manifest_sha256": self.train_ds.manifest_sha256 or "",
-            "solver_type": cfg.type, "seed": self.seed, "data_seed": self.data_seed,
-            "start_sample": self.schedule.samples_before(self.iteration), "dropout_seed": self.seed,
-            "ranks": self.rank.size, "batch": self.batch_record(), "evals": [e.__dict__ for e in self.evals],
-            "segments": [s.__dict__ for s in segments], "split_sums": self.totals().to_dict(),
-            "trajectory": self.trajectory, "trajectory_sha256": trajectory_digest(self.trajectory),
-            "read_limit_mbs": self.opts.read_limit_mbs,
-        }
-        weights = self.backend.read_params(self.net)
-        write_snapshot(self.snap_dir, cfg.snapshot_name,
-                       Snapshot(self.iteration, weights, self.solver.state_arrays(), meta_out), self.spec,
-                       snapshot_format=cfg.snapshot_format, current_step=current_step(cfg, self.iteration))
+            cfg, it = self.solver_cfg, self.state.iteration
+            snap = Snapshot(it, self.backend.read_params(self.net), self.solver.state_arrays(),
+                            self.state.to_dict(status))
+            write_snapshot(self.snap_dir, cfg.snapshot_name, snap, self.spec, snapshot_format=cfg.snapshot_format,
+                           current_step=current_step(cfg, it))
 
     def batch_record(self) -> dict[str, Any]:
         """The first phase's batch plan, and every phase when the batch changes during the run."""
@@ -626,23 +580,22 @@ class Training:
 
     def result(self, status: str) -> TrainResult:
         """The run record so far (all segments, this one ending with `status`)."""
-        segments = self.prior_segments + [self.current_segment(status)]
-        train_s = sum(s.train_s for s in segments)
+        state = self.state
+        segments = state.segments(status)
         compute_time = sum(s.train_s - s.eval_s for s in segments)
-        tta = time_to_accuracy(self.evals, self.target)
-        num_train = self.train_ds.num_records
+        tta = time_to_accuracy(state.evals, self.target)
         return TrainResult(
-            net=self.spec.name, dataset=str(self.opts.dataset),
-            dataset_manifest_sha256=self.train_ds.manifest_sha256 or "", ranks=self.rank.size,
-            solver=self.solver_cfg.to_dict(), batch=self.batch_record(), seed=self.seed, data_seed=self.data_seed,
+            net=state.net, dataset=str(self.opts.dataset),
+            dataset_manifest_sha256=state.dataset_manifest_sha256, ranks=state.ranks,
+            solver=self.solver_cfg.to_dict(), batch=state.batch, seed=state.seed, data_seed=state.data_seed,
             target_top1=self.target, target_source=self.target_source, reached_target=tta is not None,
-            time_to_accuracy_s=tta, train_time_s=train_s, iterations=self.iteration,
-            epochs=self.schedule.samples_before(self.iteration) / num_train,
+            time_to_accuracy_s=tta, train_time_s=sum(s.train_s for s in segments), iterations=state.iteration,
+            epochs=state.samples / self.train_ds.num_records,
             images_per_s=sum(s.images for s in segments) / compute_time if compute_time > 0 else 0.0,
-            per_iteration=self.totals().mean(self.opts.split_every), allreduce=self.allreduce_info,
-            hostnames=self.hostnames, versions=self.run_versions, evals=list(self.evals), segments=segments,
+            per_iteration=state.split_sums().mean(self.opts.split_every), allreduce=self.allreduce_info.to_dict(),
+            hostnames=state.hostnames, versions=self.run_versions, evals=list(state.evals), segments=segments,
             status=status,
-            command=list(self.opts.command), read_limit_mbs=self.opts.read_limit_mbs,
+            command=list(self.opts.command), read_limit_mbs=state.read_limit_mbs,
             net_file=file_record(self.net_file.source, self.net_file.sha256) if self.net_file else None,
             test_net_file=self.test_net_file)
 
@@ -662,16 +615,17 @@ class Training:
             write_result(self.out / "result.json", result)
         success = status == "target_reached" or (status == "finished" and self.target is None)
         self.log.end(c.RUN_STOP, metadata={"status": c.SUCCESS if success else c.ABORTED,
-                                           "stopped_by": status, "iteration": self.iteration})
+                                           "stopped_by": status, "iteration": self.state.iteration})
         self.log.close()
         rank.barrier()
         if status == "interrupted":
             signame = signal.Signals(stop.signum).name if stop.signum else "a signal on another rank"
-            _say(rank, f"stopped by {signame} at iteration {self.iteration}; snapshot written, resume with --resume")
+            _say(rank, f"stopped by {signame} at iteration {self.state.iteration}; snapshot written, resume with "
+                       "--resume")
             sys.stdout.flush()
             return EXIT_INTERRUPTED
         tta = result.time_to_accuracy_s
-        _say(rank, f"done: {status} at iteration {self.iteration}, time to accuracy "
+        _say(rank, f"done: {status} at iteration {self.state.iteration}, time to accuracy "
                    + (f"{tta:.2f} s" if tta is not None else "not reached")
                    + f", {result.images_per_s:.0f} images/s")
         return 0
@@ -681,7 +635,7 @@ class Training:
 
         images, labels = self.steps.batch(*next(self.train_stream))
         trace = self.backend.profile_layers(self.net, images, labels, self.rank,
-                                            data_wait_s=self.totals().mean().data_wait_s)
+                                            data_wait_s=self.state.split_sums().mean().data_wait_s)
         if self.rank.is_root:
             write_trace(self.out / "layers.json", trace)
         result.layer_trace = "layers.json"

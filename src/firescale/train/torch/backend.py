@@ -24,7 +24,7 @@ from firescale.train.ranks import ProcessGroupAllreduce
 from firescale.train.torch.distributed import GradientBuckets, Rank, default_bucket_bytes
 from firescale.train.torch.nets import CaffeNet
 from firescale.train.torch.solvers import CaffeSolver
-from firescale.train.torch.steps import eval_sums, loss_and_gradients, loss_backward
+from firescale.train.torch.steps import Blobs, eval_sums, loss_and_gradients, loss_backward
 
 
 def bucket_bytes(env: Mapping[str, str] | None = None) -> int:
@@ -53,7 +53,7 @@ class TorchSteps:
         self.autocast = autocast
         self.buckets = buckets
         self.cuda = self.device.type == "cuda"
-        self.learnt = list(net.learnt)
+        self.blobs = Blobs(net)   # the net's blob lists, made once for every iteration
         self._flags: dict[float, torch.Tensor] = {}   # the stop flag's two values, made on the device once
         self._dropout = torch.Generator(device=self.device)   # reseeded for every micro-batch, made once
 
@@ -87,7 +87,7 @@ class TorchSteps:
     # ------------------------------------------------------------ steps
     def _grads(self, images: torch.Tensor, labels: torch.Tensor,
                dropout_seed: tuple[int, int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return loss_and_gradients(self.net, images, labels, self._generator(dropout_seed), self.autocast)
+        return loss_and_gradients(self.net, images, labels, self._generator(dropout_seed), self.autocast, self.blobs)
 
     def gradients(self, images: Any, labels: Any, dropout_seed: tuple[int, int]) -> tuple[Any, list[Any]]:
         loss_sum, grads = self._grads(images, labels, dropout_seed)   # autograd.grad: no bucket's hook runs
@@ -104,16 +104,16 @@ class TorchSteps:
         """The learnt blobs' gradients and (loss, flag) summed over the ranks in one grouped allreduce; BatchNorm's
         statistics keep their zero gradients, unsent (as the TF backend's sum_learnt)."""
         pair = torch.stack([loss_sum.detach().float(), self._flag(stop_flag)])
-        sent = self.rank.sum([g for g, keep in zip(grads, self.learnt) if keep] + [pair])
-        summed = iter(sent[:-1])
-        return [next(summed) if keep else g for g, keep in zip(grads, self.learnt)], sent[-1]
+        sent = self.rank.sum([*self.blobs.learnt_of(grads), pair])
+        return self.blobs.every_blob(sent[:-1]), sent[-1]
 
     def apply(self, summed: list[Any], rate: float, iteration: int, batch: int) -> None:
         self._update(summed, rate, iteration, batch)
         self._sync()
 
     def _update(self, summed: list[torch.Tensor], rate: float, iteration: int, batch: int) -> None:
-        self.solver.apply(torch._foreach_mul(list(summed), 1.0 / float(batch)), rate, iteration)
+        torch._foreach_mul_(summed, 1.0 / float(batch))   # the mean, in place: the sums are this step's own
+        self.solver.apply(summed, rate, iteration)
 
     def iteration(self, images: Any, labels: Any, dropout_seed: tuple[int, int], rate: float, iteration: int,
                   batch: int, stop_flag: float) -> Any:
@@ -125,10 +125,9 @@ class TorchSteps:
             loss_sum, grads = self._grads(images, labels, dropout_seed)
             reduced, pair = self._sum(grads, loss_sum, stop_flag)
         else:
-            loss_sum = loss_backward(self.net, images, labels, self._generator(dropout_seed), self.autocast)
-            summed_learnt = iter(self.buckets.wait())
-            reduced = [next(summed_learnt) if keep else torch.zeros_like(p)
-                       for p, keep in zip(self.net.params, self.learnt)]
+            loss_sum = loss_backward(self.net, images, labels, self._generator(dropout_seed), self.autocast,
+                                     self.blobs)
+            reduced = self.blobs.every_blob(self.buckets.wait())
             pair = self.rank.sum([torch.stack([loss_sum.float(), self._flag(stop_flag)])])[0]
         self._update(reduced, rate, iteration, batch)
         return pair

@@ -27,6 +27,42 @@ def _f32(x: float | np.floating) -> float:
     return float(np.float32(x))
 
 
+Rates = float | list[float]   # rate * lr_mult in float32: one for every blob, or one a blob
+
+
+def _times(rates: Rates, factor: np.float32) -> Rates:
+    """Each float32 rate times a float32 factor, rounded to float32 (one number stays one number)."""
+    if isinstance(rates, float):
+        return _f32(np.float32(rates) * factor)
+    return (np.asarray(rates, np.float32) * factor).tolist()
+
+
+class _Constants:
+    """What the update needs of the solver's settings and the blobs' multipliers, in float32 as the update
+    takes them, worked out once rather than at every iteration."""
+
+    def __init__(self, c: SolverConfig, lr_mults: list[float], decay_mults: list[float]) -> None:
+        self.momentum, self.momentum2 = _f32(c.momentum), _f32(c.momentum2)
+        self.one_plus_momentum, self.one_minus_momentum = _f32(1.0 + c.momentum), _f32(1.0 - c.momentum)
+        self.one_minus_momentum2 = _f32(1.0 - c.momentum2)
+        self.rms_decay, self.one_minus_rms_decay = _f32(c.rms_decay), _f32(1.0 - c.rms_decay)
+        self.delta = _f32(c.delta)
+        # lr_mult per blob; one number where every blob has the same (a float32 scalar acts as each of a list)
+        self.lr_mults = np.asarray(lr_mults, np.float32)
+        self.lr_mult: np.float32 | None = self.lr_mults[0] if len(set(lr_mults)) == 1 else None
+        # the blobs that decay, and weight_decay * decay_mult for each of them
+        self.decayed = [i for i, m in enumerate(decay_mults) if c.weight_decay * m != 0]
+        self.all_decayed = len(self.decayed) == len(decay_mults)
+        decays = [_f32(c.weight_decay * decay_mults[i]) for i in self.decayed]
+        self.decays: Rates = decays[0] if decays and len(set(decays)) == 1 else decays
+
+    def rates(self, rate: float) -> Rates:
+        """rate * lr_mult for every blob, each rounded to float32 as TensorFlow's backend takes it."""
+        if self.lr_mult is not None:
+            return _f32(np.float32(rate) * self.lr_mult)
+        return (np.float32(rate) * self.lr_mults).tolist()
+
+
 class CaffeSolver:
     """Applies Caffe's regularisation and update rule to every blob of a net, keeping Caffe's history blobs.
 
@@ -47,6 +83,7 @@ class CaffeSolver:
             raise ValueError(f"unknown solver type {config.type!r}; expected one of {', '.join(HISTORY_BLOBS)}")
         self.config = config
         self.net = net
+        self.params = net.params    # the blobs, listed once (the net keeps the same tensors)
         self.names = [info.name for info in net.infos]
         n = len(self.names)
         self.lr_mults = [float(m) for m in (lr_mults if lr_mults is not None else [1.0] * n)]
@@ -54,82 +91,83 @@ class CaffeSolver:
         if len(self.lr_mults) != n or len(self.decay_mults) != n:
             raise ValueError(f"net {net.spec.name!r} has {n} blobs, but {len(self.lr_mults)} lr_mults and "
                              f"{len(self.decay_mults)} decay_mults were given")
-        self.history: Tensors = [torch.zeros_like(p).detach() for p in net.params]
-        self.update_history: Tensors = ([torch.zeros_like(p).detach() for p in net.params]
+        self.history: Tensors = [torch.zeros_like(p).detach() for p in self.params]
+        self.update_history: Tensors = ([torch.zeros_like(p).detach() for p in self.params]
                                         if HISTORY_BLOBS[config.type] == 2 else [])
+        self._constants = _Constants(config, self.lr_mults, self.decay_mults)
 
     # ------------------------------------------------------------ the update
     @torch.no_grad()
     def apply(self, grads: Sequence[torch.Tensor], rate: float, iteration: int) -> None:
         """One update of every blob with learning rate `rate` at 0-based `iteration`; `grads` are not changed."""
-        c = self.config
-        params = self.net.params
-        grads = [g.detach() for g in grads]
+        c, params = self.config, self.params
         if len(grads) != len(params):
             raise ValueError(f"net {self.net.spec.name!r} has {len(params)} blobs, but {len(grads)} gradients "
                              f"were given")
+        grads = list(grads)
         if c.clip_gradients >= 0:
             grads = clip_gradients(grads, c.clip_gradients, c.iter_size)
         grads = self._regularize(params, grads)
-        rates = [_f32(np.float32(rate) * np.float32(m)) for m in self.lr_mults]
-        torch._foreach_sub_(params, self._update_values(grads, rates, iteration))
+        torch._foreach_sub_(params, self._update_values(grads, self._constants.rates(rate), iteration))
 
     def _regularize(self, params: Tensors, grads: Tensors) -> Tensors:
         """Each gradient plus its blob's decay term (a new tensor; a blob without decay keeps its gradient)."""
-        decayed = [i for i, m in enumerate(self.decay_mults) if self.config.weight_decay * m != 0]
-        if not decayed:
+        k = self._constants
+        if not k.decayed:
             return grads
-        terms: Tensors | tuple[torch.Tensor, ...] = [params[i] for i in decayed]
+        terms: Tensors | tuple[torch.Tensor, ...] = params if k.all_decayed else [params[i] for i in k.decayed]
         if self.config.regularization_type != "L2":
             terms = torch._foreach_sign(terms)
-        terms = torch._foreach_mul(terms, [_f32(self.config.weight_decay * self.decay_mults[i]) for i in decayed])
+        terms = torch._foreach_mul(terms, k.decays)
+        if k.all_decayed:
+            return list(torch._foreach_add(grads, terms))
         out = list(grads)
-        for i, g in zip(decayed, torch._foreach_add([grads[i] for i in decayed], terms)):
+        for i, g in zip(k.decayed, torch._foreach_add([grads[i] for i in k.decayed], terms)):
             out[i] = g
         return out
 
-    def _update_values(self, g: Tensors, rates: list[float], iteration: int) -> Tensors:
+    def _update_values(self, g: Tensors, rates: Rates, iteration: int) -> Tensors:
         """The values to subtract from the blobs; the history blobs are updated in place."""
-        c, h = self.config, self.history
+        c, h, k = self.config, self.history, self._constants
         if c.type in ("SGD", "Nesterov"):
             previous = [x.clone() for x in h] if c.type == "Nesterov" else []
-            torch._foreach_mul_(h, _f32(c.momentum))                    # h = rate * g + momentum * h
+            torch._foreach_mul_(h, k.momentum)                          # h = rate * g + momentum * h
             torch._foreach_add_(h, torch._foreach_mul(g, rates))
             if c.type == "SGD":
                 return h
-            update = torch._foreach_mul(h, _f32(1.0 + c.momentum))      # (1 + momentum) h - momentum h_previous
-            torch._foreach_sub_(update, torch._foreach_mul(previous, _f32(c.momentum)))
+            update = torch._foreach_mul(h, k.one_plus_momentum)         # (1 + momentum) h - momentum h_previous
+            torch._foreach_sub_(update, torch._foreach_mul(previous, k.momentum))
             return list(update)
         if c.type in ("AdaGrad", "RMSProp"):
             squares = torch._foreach_mul(g, g)
             if c.type == "RMSProp":                                     # h = (1 - d) g^2 + d h
-                torch._foreach_mul_(squares, _f32(1.0 - c.rms_decay))
-                torch._foreach_mul_(h, _f32(c.rms_decay))
+                torch._foreach_mul_(squares, k.one_minus_rms_decay)
+                torch._foreach_mul_(h, k.rms_decay)
             torch._foreach_add_(h, squares)                             # AdaGrad: h = h + g^2
-            update = torch._foreach_div(g, torch._foreach_add(torch._foreach_sqrt(h), _f32(c.delta)))
+            update = torch._foreach_div(g, torch._foreach_add(torch._foreach_sqrt(h), k.delta))
             torch._foreach_mul_(update, rates)                          # rate * g / (sqrt(h) + delta)
             return list(update)
         if c.type == "AdaDelta":
             return self._adadelta(g, rates)
         return self._adam(g, rates, iteration)
 
-    def _adadelta(self, g: Tensors, rates: list[float]) -> Tensors:
-        c, h, u = self.config, self.history, self.update_history
-        keep, new, delta = _f32(c.momentum), _f32(1.0 - c.momentum), _f32(c.delta)
+    def _adadelta(self, g: Tensors, rates: Rates) -> Tensors:
+        k, h, u = self._constants, self.history, self.update_history
+        keep, new, delta = k.momentum, k.one_minus_momentum, k.delta
         _decay_into(h, torch._foreach_mul(g, g), keep, new)             # h = (1 - m) g^2 + m h
         ratio = torch._foreach_div(torch._foreach_add(u, delta), torch._foreach_add(h, delta))
         step = torch._foreach_mul(g, torch._foreach_sqrt(ratio))       # g sqrt((u + delta) / (h + delta))
         _decay_into(u, torch._foreach_mul(step, step), keep, new)       # u = (1 - m) step^2 + m u
         return list(torch._foreach_mul(step, rates))
 
-    def _adam(self, g: Tensors, rates: list[float], iteration: int) -> Tensors:
-        c, m, v = self.config, self.history, self.update_history
+    def _adam(self, g: Tensors, rates: Rates, iteration: int) -> Tensors:
+        c, k, m, v = self.config, self._constants, self.history, self.update_history
         b1, b2, t = c.momentum, c.momentum2, float(iteration + 1)
         correction = np.float32(math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t))   # in float64, as TensorFlow's
-        _decay_into(m, g, _f32(b1), _f32(1.0 - b1))                 # m = (1 - b1) g + b1 m
-        _decay_into(v, torch._foreach_mul(g, g), _f32(b2), _f32(1.0 - b2))  # v = (1 - b2) g^2 + b2 v
-        update = torch._foreach_div(m, torch._foreach_add(torch._foreach_sqrt(v), _f32(c.delta)))
-        torch._foreach_mul_(update, [_f32(np.float32(r) * correction) for r in rates])
+        _decay_into(m, g, k.momentum, k.one_minus_momentum)             # m = (1 - b1) g + b1 m
+        _decay_into(v, torch._foreach_mul(g, g), k.momentum2, k.one_minus_momentum2)  # v = (1 - b2) g^2 + b2 v
+        update = torch._foreach_div(m, torch._foreach_add(torch._foreach_sqrt(v), k.delta))
+        torch._foreach_mul_(update, _times(rates, correction))
         return list(update)
 
     # ------------------------------------------------------------ state for snapshots
