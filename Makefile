@@ -217,7 +217,7 @@ $(PROFILE_HOME)/%/config.yaml: site/%/config.yaml
 # The venv's commands (firescale, snakemake, horovodrun) come first for the workflow's jobs.
 test sweep lint: export PATH := $(abspath $(BIN)):$(PATH)
 
-# Style and types: ruff over the package and the tests, mypy over the pure modules (pyproject.toml).
+# Style and types: ruff over the package and the tests, mypy over the whole package (pyproject.toml).
 check: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy

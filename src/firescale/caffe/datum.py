@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,8 +76,8 @@ def encode_datum(datum: Datum) -> bytes:
         out += tag(4, LENGTH_DELIMITED) + encode_varint(len(datum.data)) + datum.data
     if datum.label is not None:
         out += tag(5, VARINT) + encode_varint(datum.label)
-    for value in datum.float_data:  # proto2 repeated scalars are not packed unless declared so
-        out += tag(6, FIXED32) + struct.pack("<f", value)
+    for real in datum.float_data:  # proto2 repeated scalars are not packed unless declared so
+        out += tag(6, FIXED32) + struct.pack("<f", real)
     if datum.encoded is not None:
         out += tag(7, VARINT) + encode_varint(int(datum.encoded))
     return bytes(out)
@@ -87,7 +88,8 @@ def decode_datum(buf: bytes | memoryview) -> Datum:
     datum = Datum()
     floats: list[float] = []
     try:
-        for number, wire_type, value in iter_fields(buf):
+        for number, wire_type, field_value in iter_fields(buf):
+            value: Any = field_value    # an int for VARINT and FIXED32, the bytes for LENGTH_DELIMITED
             if number in (1, 2, 3, 5) and wire_type == VARINT:
                 setattr(datum, {1: "channels", 2: "height", 3: "width", 5: "label"}[number], as_int32(value))
             elif number == 4 and wire_type == LENGTH_DELIMITED:
@@ -122,8 +124,9 @@ def _decode_encoded(data: bytes) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
+        with Image.open(io.BytesIO(data)) as opened:
+            opened.load()
+            img: Image.Image = opened
             if img.mode not in ("L", "RGB"):
                 img = img.convert("RGB")
             array = np.asarray(img, dtype=np.uint8)
@@ -143,6 +146,7 @@ def datum_to_image(datum: Datum) -> tuple[np.ndarray, int]:
     if not c or not h or not w or min(c, h, w) < 0:
         raise DatumError(f"a raw Datum needs positive channels, height and width, got {c}, {h}, {w}")
     count = c * h * w
+    planar: np.ndarray
     if datum.data:
         if len(datum.data) != count:
             raise DatumError(f"data holds {len(datum.data)} bytes but channels*height*width is {count}")
@@ -280,7 +284,8 @@ def parse_blobproto_mean(buf: bytes) -> np.ndarray:
     shape: list[int] = []
     values: list[float] = []
     try:
-        for number, wire_type, value in iter_fields(buf):
+        for number, wire_type, field_value in iter_fields(buf):
+            value: Any = field_value    # an int for VARINT and FIXED32, the bytes for LENGTH_DELIMITED
             if number in (1, 2, 3, 4) and wire_type == VARINT:
                 dims[{1: "num", 2: "channels", 3: "height", 4: "width"}[number]] = int(value)
             elif number == 5 and wire_type == LENGTH_DELIMITED:
@@ -290,7 +295,8 @@ def parse_blobproto_mean(buf: bytes) -> np.ndarray:
             elif number == 5 and wire_type == FIXED32:
                 values.append(struct.unpack("<f", struct.pack("<I", value))[0])
             elif number == 7 and wire_type == LENGTH_DELIMITED:
-                for sub, sub_type, dim in iter_fields(value):
+                for sub, sub_type, sub_value in iter_fields(value):
+                    dim: Any = sub_value
                     if sub == 1 and sub_type == VARINT:
                         shape.append(int(dim))
                     elif sub == 1 and sub_type == LENGTH_DELIMITED:

@@ -96,8 +96,8 @@ def collect_provenance(records: list[RunRecord], *, site: dict[str, str], repo: 
         "net_file_runs": _distinct([t.net_file["sha256"] for t in (r.train for r in trained) if t and t.net_file]),
         "test_net_file_runs": _distinct([f"{t.test_net_file['path']}, sha256 {t.test_net_file['sha256']}"
                                          for t in (r.train for r in trained) if t and t.test_net_file]),
-        "dataset_manifest_sha256": _distinct([r.train.dataset_manifest_sha256 for r in trained]),
-        "datasets": _distinct([r.train.dataset for r in trained]),
+        "dataset_manifest_sha256": _distinct([t.dataset_manifest_sha256 for t in (r.train for r in trained) if t]),
+        "datasets": _distinct([t.dataset for t in (r.train for r in trained) if t]),
         "runs": runs,
     }
 

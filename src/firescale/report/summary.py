@@ -79,8 +79,9 @@ def run_metrics(record: RunRecord, target: float | None = None) -> RunMetrics:
         tta = float(hit.wall_s) if hit is not None else float(train.train_time_s)
     else:
         has_target = train.target_top1 is not None
-        reached = bool(train.reached_target and train.time_to_accuracy_s is not None)
-        tta = float(train.time_to_accuracy_s) if reached else float(train.train_time_s)
+        recorded = train.time_to_accuracy_s
+        reached = bool(train.reached_target and recorded is not None)
+        tta = float(recorded) if reached and recorded is not None else float(train.train_time_s)
         if reached and train.target_top1 is not None:
             hit = next((e for e in train.evals if e.top1 >= train.target_top1), None)
     for name, value in (("train time", float(train.train_time_s)), ("time to accuracy", tta)):
@@ -181,12 +182,19 @@ def missed(row: Row) -> bool:
     return error is not None and abs(error) > CALIBRATION_GAP_PCT
 
 
+def _net_of(record: RunRecord) -> str:
+    """The net a run trained (run_metrics has refused a run without its train record)."""
+    if record.train is None:
+        raise FirescaleError(f"{record.source}: no evaluations to report")
+    return record.train.net
+
+
 def _row(group: str, members: list[RunRecord], target: float | None = None) -> Row:
     first = members[0]
     metrics = [run_metrics(r, target) for r in members]
     stat = lambda attr: Stat.of([getattr(m, attr) for m in metrics])  # noqa: E731
     return Row(group=group, points=[r.point for r in members], baseline=first.baseline, gpus=first.gpus,
-               nodes=first.nodes, batch=first.batch, lr=first.lr, net=first.train.net, runs=metrics,
+               nodes=first.nodes, batch=first.batch, lr=first.lr, net=_net_of(first), runs=metrics,
                time_s=stat("time_s"), tta_s=stat("tta_s"), epochs=stat("epochs"), top1=stat("top1"), top5=stat("top5"),
                data_wait_s=stat("data_wait_s"), compute_s=stat("compute_s"), allreduce_s=stat("allreduce_s"),
                iteration_s=stat("iteration_s"), not_reached=sum(m.has_target and not m.reached_target for m in metrics),
@@ -295,7 +303,8 @@ def uncalibrated_predictions(data: Any) -> str:
     links at 1 of the link's"); empty for calibrated ones and for a file that does not say (`predict sweep`)."""
     if not isinstance(data, dict) or data.get("calibrated") is not False:
         return ""
-    ppp = data.get("percent_of_peak") if isinstance(data.get("percent_of_peak"), dict) else {}
+    given = data.get("percent_of_peak")
+    ppp = given if isinstance(given, dict) else {}
     parts = [f"{what} at {float(ppp[key]):.3g} of {whose}{_PEAK_SOURCES.get(str(ppp.get(f'{key}_source')), '')}"
              for key, what, whose in (("compute", "compute", "the device's peak"), ("comm", "links", "the link's"))
              if isinstance(ppp.get(key), (int, float))]
