@@ -239,7 +239,7 @@ def test_one_rank_has_no_process_group_and_sums_nothing(alone):
     assert all(a is p.grad for a, p in zip(summed_gradients(rank, list(net.parameters())), net.parameters()))
     record = describe_allreduce(rank, {}, gradient_bytes=32)
     assert set(record.to_dict()) == KEYS
-    assert (record["library"], record["algorithm"], record["model"], record["process_group"]) == (
+    assert (record.library, record.algorithm, record.model, record.process_group) == (
         "none", "none (one rank)", None, "none")
     shown = versions(rank)
     assert set(shown) == {"firescale", "python", "numpy", "torch", "cuda", "cudnn", "nccl", "process_group", "mpi",
@@ -262,14 +262,15 @@ def test_the_record_of_a_gpu_site_s_allreduce_reads_nccl_algo():
     rank = Rank(0, 8, 0, 4, "cuda:0", [], "nccl")
     env = {"FIRESCALE_ALLREDUCE": "tree", "NCCL_ALGO": "Tree", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
     grouped = describe_allreduce(rank, env, gradient_bytes=100 * 2**20)
-    assert set(grouped.to_dict()) == KEYS
-    assert {k: grouped[k] for k in ("requested", "controller", "cpu_operations", "nccl_algo", "library", "algorithm",
+    shown_record = grouped.to_dict()
+    assert set(shown_record) == KEYS
+    assert {k: shown_record[k] for k in ("requested", "controller", "cpu_operations", "nccl_algo", "library", "algorithm",
                                     "model", "tree", "overlap", "message_bytes", "bucket_bytes", "horovod_knobs")} == {
         "requested": "tree", "controller": "torch.distributed", "cpu_operations": "none", "nccl_algo": "Tree",
         "library": "nccl", "algorithm": "nccl tree", "model": "tree", "tree": True, "overlap": False,
         "message_bytes": 100 * 2**20, "bucket_bytes": None, "horovod_knobs": {}}
-    assert grouped["ompi_coll_tuned"] == {"coll_tuned_use_dynamic_rules": "1"}
-    assert grouped["collectives"]["library"] == "NCCL" and grouped["collectives"]["gpu_operations"] == "NCCL"
+    assert grouped.ompi_coll_tuned == {"coll_tuned_use_dynamic_rules": "1"}
+    assert grouped.collectives["library"] == "NCCL" and grouped.collectives["gpu_operations"] == "NCCL"
     overlapped = describe_allreduce(rank, env, gradient_bytes=100 * 2**20, overlap=True)
     # the registry's default bucket, DistributedDataParallel's 25 MiB
     assert overlapped.bucket_bytes == distributed.default_bucket_bytes() == 25 * 2**20 == overlapped.message_bytes
