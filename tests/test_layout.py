@@ -133,3 +133,52 @@ def test_only_a_backend_imports_its_framework_and_no_backend_the_other():
             assert _framework_imports(path, modules) <= set(own), name
             others = [m for m in _imports(path, modules) if m.startswith(tuple(b for b in BACKENDS if b != package))]
             assert others == [], (name, others)
+
+
+# Names of frameworks and of the libraries their allreduce runs on.  Outside the registry (firescale.frameworks)
+# and the backends, a module asks the registry what a framework is or can do instead of comparing its name.
+NAMED = {"tensorflow", "pytorch", "horovod", "torch", "torch.distributed", "mpi4py", "nccl", "gloo", "mpi"}
+# Modules that are one library's own vocabulary: the decoding of what each collective library's settings did
+# (cluster.collectives), and the check of how Horovod was built (cluster.horovod_build).
+MAY_COMPARE_NAMES = {"firescale.frameworks", "firescale.cluster.collectives", "firescale.cluster.horovod_build"}
+
+
+def _name_comparisons(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of each comparison or match with a framework's or library's name, and of each dict keyed by
+    a framework's name (a table of framework facts)."""
+    def named(*operands: ast.AST) -> list[str]:
+        """The names among the operands themselves, or the elements of a tuple, list or set among them (not
+        the arguments of a call compared: `find_spec("mpi4py") is None` asks for a module)."""
+        flat = [e for o in operands for e in (o.elts if isinstance(o, ast.Tuple | ast.List | ast.Set) else [o])]
+        return [n.value for n in flat
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.lower() in NAMED]
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            found += [(node.lineno, name) for name in named(node.left, *node.comparators)]
+        elif isinstance(node, ast.match_case):
+            values = [n.value for n in ast.walk(node.pattern) if isinstance(n, ast.MatchValue)]
+            found += [(node.pattern.lineno, name) for name in named(*values)]
+        elif isinstance(node, ast.Dict):
+            found += [(node.lineno, k.value) for k in node.keys if isinstance(k, ast.Constant)
+                      and k.value in ("tensorflow", "pytorch")]
+    return found
+
+
+def test_outside_the_registry_and_the_backends_no_module_compares_a_framework_s_name():
+    modules = _modules()
+    comparing = {name: _name_comparisons(ast.parse(path.read_text(), str(path))) for name, path in modules.items()
+                 if not name.startswith(tuple(BACKENDS)) and name not in MAY_COMPARE_NAMES}
+    assert {name: found for name, found in comparing.items() if found} == {}
+
+
+def test_the_name_check_finds_comparisons_matches_and_tables():
+    source = ('if framework == "pytorch": pass\n'
+              'ok = library in ("NCCL", "openmpi")\n'
+              'match f:\n    case "tensorflow": pass\n'
+              'LOOPS = {"tensorflow": 1}\n'
+              'versions = {"torch": "2.5"}\n'          # a record's field, not a table of frameworks
+              'if chosen.names_process_group: pass\n'
+              'here = find_spec("mpi4py") is not None\n')
+    assert _name_comparisons(ast.parse(source)) == [(1, "pytorch"), (2, "NCCL"), (4, "tensorflow"), (5, "tensorflow")]

@@ -20,8 +20,10 @@ DEFAULT_PRECISION = "fp32"
 # The PyTorch trainer's process groups (`firescale train --process-group`): auto is NCCL on GPUs; on CPUs MPI
 # (mpi4py on the tensors' memory) where MPI started the ranks, else Gloo (cluster/collectives.py resolves it).
 PROCESS_GROUPS = ("auto", "gloo", "mpi", "nccl")
-# The plain-MPI algorithms `bench allreduce` times beside the frameworks' own (bench/mpi_algorithms.py).
-MPI_ALGORITHMS = ("ps", "tree", "ring", "mpi")
+# The plain-MPI algorithms `bench allreduce` times beside the frameworks' own (bench/mpi_algorithms.py): FireCaffe's
+# parameter server and reduction tree, a ring, and the MPI library's own MPI_Allreduce, every framework's yardstick.
+MPI_ALLREDUCE = "mpi"
+MPI_ALGORITHMS = ("ps", "tree", "ring", MPI_ALLREDUCE)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class Framework:
     allreduce_probe: str = ""       # bench/: the module that times its trainer's allreduce (`bench allreduce`)
     bench_default: tuple[str, ...] = ("ps", "tree", "ring")   # `bench allreduce --algorithms` left out, with it
     graph_call: bool = False        # its trainer calls the allreduce inside a traced graph (bench: graph_call_s)
+    # the modules whose versions its runs record, each with the distributions that install it (report/provenance.py)
+    distributions: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def names_process_group(self) -> bool:
@@ -66,7 +70,9 @@ TENSORFLOW = Framework(
     bare_loop="firescale.bench.bare_loop", bare_loop_label="the bare Horovod loop", knobs="horovod",
     site_knobs="horovod", layer_plans=True, profile_layers=True, probe_overlap=True, negotiation_cycle=True,
     gpu_build_check=True, gpu_walltime_signal="USR1", collective_timeout="stall_check",
-    allreduce_probe="firescale.bench.allreduce_tensorflow", graph_call=True)
+    allreduce_probe="firescale.bench.allreduce_tensorflow", graph_call=True,
+    distributions=(("tensorflow", ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos")),
+                   ("horovod", ("horovod",))))
 
 PYTORCH = Framework(
     name="pytorch", module="firescale.train.torch.backend", library="torch.distributed", algorithm="torch",
@@ -75,7 +81,8 @@ PYTORCH = Framework(
     bare_loop="firescale.bench.bare_loop_torch", bare_loop_label="the bare PyTorch loop", knobs="torch",
     site_knobs=None, layer_plans=False, profile_layers=False, probe_overlap=False, negotiation_cycle=False,
     gpu_build_check=False, gpu_walltime_signal="USR2", collective_timeout="process_group",
-    overlap_bucket_mb=25.0, allreduce_probe="firescale.bench.allreduce_torch", bench_default=("mpi", "torch"))
+    overlap_bucket_mb=25.0, allreduce_probe="firescale.bench.allreduce_torch", bench_default=(MPI_ALLREDUCE, "torch"),
+    distributions=(("torch", ("torch",)), ("mpi4py", ("mpi4py",))))   # mpi4py: its MPI process group
 
 REGISTRY: Mapping[str, Framework] = {f.name: f for f in (TENSORFLOW, PYTORCH)}
 FRAMEWORKS = tuple(REGISTRY)

@@ -390,7 +390,7 @@ def test_a_pytorch_baseline_is_calibrated_with_torch_distributeds_allreduce(repo
     assert comm["algorithm"] == "tree"   # site local's allreduce: the MPI group's MPI_Allreduce runs it
     assert measured["bytes"] == comm["bytes"] == DIGITS_LENET_BYTES
     assert min(comm["rounds_s"]) == comm["seconds"]
-    assert "measured: the PyTorch trainer's (mpi process group) allreduce of lenet_same's" in proc.stdout
+    assert "measured: the pytorch trainer's (mpi process group) allreduce of lenet_same's" in proc.stdout
     assert cal.ppp_comm > 0 and cal.contention >= 1.0
 
 

@@ -448,7 +448,7 @@ def test_a_pytorch_experiment_is_priced_on_the_process_group_its_ranks_take(repo
     assert argv[argv.index("--process-group") + 1] == "gloo"
     config["experiments"]["digits-lenet"]["framework"] = "tensorflow"
     config_path.write_text(yaml.safe_dump(config))
-    with pytest.raises(FirescaleError, match="process_group gloo needs framework pytorch"):
+    with pytest.raises(FirescaleError, match="process_group gloo picks the pytorch backend's process group"):
         load_plan(local_site, config_path)
     del config["experiments"]["digits-lenet"]["process_group"]
     config_path.write_text(yaml.safe_dump(config))

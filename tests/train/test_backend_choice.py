@@ -121,5 +121,5 @@ def test_an_experiments_framework_and_precision_reach_every_point_and_bad_ones_a
     assert "--framework" not in train_command(default, "nin-imagenet", default.point("nin-imagenet", "g32-b1024-r0"))
     with pytest.raises(FirescaleError, match="framework"):
         _plan_with(framework="caffe")
-    with pytest.raises(FirescaleError, match="experiment nin-imagenet: precision bf16 needs framework pytorch"):
+    with pytest.raises(FirescaleError, match="experiment nin-imagenet: precision 'bf16' is the pytorch backend's"):
         _plan_with(precision="bf16")

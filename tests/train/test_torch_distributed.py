@@ -262,9 +262,9 @@ def test_the_record_of_a_gpu_site_s_allreduce_reads_nccl_algo():
     rank = Rank(0, 8, 0, 4, "cuda:0", [], "nccl")
     env = {"FIRESCALE_ALLREDUCE": "tree", "NCCL_ALGO": "Tree", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
     grouped = describe_allreduce(rank, env, gradient_bytes=100 * 2**20)
-    shown_record = grouped.to_dict()
-    assert set(shown_record) == KEYS
-    assert {k: shown_record[k] for k in ("requested", "controller", "cpu_operations", "nccl_algo", "library", "algorithm",
+    shown = grouped.to_dict()
+    assert set(shown) == KEYS
+    assert {k: shown[k] for k in ("requested", "controller", "cpu_operations", "nccl_algo", "library", "algorithm",
                                     "model", "tree", "overlap", "message_bytes", "bucket_bytes", "horovod_knobs")} == {
         "requested": "tree", "controller": "torch.distributed", "cpu_operations": "none", "nccl_algo": "Tree",
         "library": "nccl", "algorithm": "nccl tree", "model": "tree", "tree": True, "overlap": False,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from firescale.bench.allreduce_record import AllreduceMeasurement
-from firescale.frameworks import REGISTRY, Framework, by_algorithm
+from firescale.frameworks import MPI_ALLREDUCE, REGISTRY, Framework, by_algorithm
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class FrameworkVsMpi:
 def framework_vs_mpi(measurements: Sequence[AllreduceMeasurement]) -> list[FrameworkVsMpi]:
     """One comparison per framework measurement that has an `mpi` one of its size beside it, smallest size first,
     each size's in the order they were measured (a framework's process groups in turn)."""
-    mpi = {m.bytes: m for m in measurements if m.algorithm == "mpi"}
+    mpi = {m.bytes: m for m in measurements if m.algorithm == MPI_ALLREDUCE}
     ours = sorted(((m, f) for m in measurements if (f := by_algorithm(m.algorithm)) and m.bytes in mpi),
                   key=lambda pair: pair[0].bytes)
     return [FrameworkVsMpi(f, m.bytes, mpi[m.bytes].ranks, mpi[m.bytes].median_s, m.median_s, mpi[m.bytes].min_s,

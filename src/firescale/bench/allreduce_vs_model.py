@@ -13,7 +13,14 @@ from firescale.bench import against_mpi
 from firescale.bench.allreduce import framework_last, measure_allreduce
 from firescale.bench.allreduce_record import AllreduceMeasurement
 from firescale.errors import FirescaleError
-from firescale.frameworks import BENCH_ALGORITHMS, FRAMEWORK_ALGORITHMS, PROCESS_GROUPS, by_algorithm, framework
+from firescale.frameworks import (
+    BENCH_ALGORITHMS,
+    FRAMEWORK_ALGORITHMS,
+    MPI_ALLREDUCE,
+    PROCESS_GROUPS,
+    by_algorithm,
+    framework,
+)
 from firescale.model.comm import Link, allreduce_time
 from firescale.model.paleo import Platform
 
@@ -162,7 +169,7 @@ def models_for(algorithm: str, site_algorithm: str, process_group: str = "") -> 
         from firescale.cluster.collectives import process_group_model
 
         return (process_group_model(process_group, site_algorithm),)
-    if algorithm == "mpi" or measured is not None:
+    if algorithm == MPI_ALLREDUCE or measured is not None:
         return (site_algorithm,)
     return BENCH_MODELS.get(algorithm, (algorithm,))
 

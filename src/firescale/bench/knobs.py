@@ -21,6 +21,7 @@ from firescale.cluster.horovod import KNOB_BY_KEY, horovod_environment
 from firescale.cluster.ranks import SiteRanks, site_ranks
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK, REGISTRY, Framework
 
 KNOBS_FORMAT = "firescale.bench.knobs/1"
 DEFAULT = "default"   # a knob value that leaves the key out: the library's own default
@@ -30,41 +31,14 @@ TORCH_KNOBS = {"bucket_mb": ("FIRESCALE_BUCKET_MB", "the overlapped allreduce's 
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One setting to run: the site's knobs (its `horovod:` mapping, or the PyTorch trainer's TORCH_KNOBS) with some
-    keys changed, and the allreduce mode."""
+class KnobVocabulary:
+    """The knobs of one framework's allreduce (the registry's `knobs` names it): each key's meaning, the variables
+    a setting of them exports, and whose default a key left out keeps."""
 
-    knobs: Mapping[str, Any]
-    overlap: bool
-    changed: tuple[tuple[str, Any], ...] = ()   # the keys this setting sets differently from the site's
-    framework: str = "tensorflow"
-
-    @property
-    def label(self) -> str:
-        knobs = ", ".join(f"{k}={_shown(v)}" for k, v in self.changed)
-        return f"{knobs or 'site'}, {'overlapped' if self.overlap else 'grouped'}"
-
-    def environment(self) -> dict[str, str]:
-        if self.framework == "pytorch":
-            return torch_environment(self.knobs)
-        return horovod_environment(self.knobs)
-
-    def site(self, site: SiteProfile) -> SiteProfile:
-        """`site` with this setting's `horovod:` mapping (a PyTorch setting leaves it as it is)."""
-        if self.framework == "pytorch":
-            return site
-        return replace(site, config={**site.config, "horovod": dict(self.knobs)})
-
-    def ranks(self, site: SiteProfile) -> SiteRanks:
-        """How `site` starts ranks under this setting: its environment with this setting's variables."""
-        ranks = site_ranks(self.site(site))
-        return replace(ranks, env={**ranks.env, **self.environment()})
-
-    @property
-    def identity(self) -> tuple[Any, ...]:
-        """What the ranks see of this setting: a grouped PyTorch run has no bucket, so its knobs do not count."""
-        env = () if self.framework == "pytorch" and not self.overlap else tuple(sorted(self.environment().items()))
-        return env, self.overlap
+    name: str
+    meanings: Mapping[str, str]
+    environment: Callable[..., dict[str, str]]   # (knobs, *, where) -> the variables
+    own: str
 
 
 def torch_environment(knobs: Mapping[str, Any], *, where: str = "--knob") -> dict[str, str]:
@@ -83,6 +57,59 @@ def torch_environment(knobs: Mapping[str, Any], *, where: str = "--knob") -> dic
     return env
 
 
+VOCABULARIES = {v.name: v for v in (
+    KnobVocabulary("horovod", {k: knob.meaning for k, knob in KNOB_BY_KEY.items()}, horovod_environment, "Horovod"),
+    KnobVocabulary("torch", {k: meaning for k, (_, meaning) in TORCH_KNOBS.items()}, torch_environment,
+                   "the trainer"))}
+
+
+def vocabulary(framework: str) -> KnobVocabulary:
+    """The knobs `bench knobs` turns for `framework`'s allreduce."""
+    return VOCABULARIES[REGISTRY[framework].knobs]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting to run: the site's knobs (its `horovod:` mapping, or the PyTorch trainer's TORCH_KNOBS) with some
+    keys changed, and the allreduce mode."""
+
+    knobs: Mapping[str, Any]
+    overlap: bool
+    changed: tuple[tuple[str, Any], ...] = ()   # the keys this setting sets differently from the site's
+    framework: str = DEFAULT_FRAMEWORK
+
+    @property
+    def chosen(self) -> Framework:
+        return REGISTRY[self.framework]
+
+    @property
+    def label(self) -> str:
+        knobs = ", ".join(f"{k}={_shown(v)}" for k, v in self.changed)
+        return f"{knobs or 'site'}, {'overlapped' if self.overlap else 'grouped'}"
+
+    def environment(self) -> dict[str, str]:
+        return vocabulary(self.framework).environment(self.knobs)
+
+    def site(self, site: SiteProfile) -> SiteProfile:
+        """`site` with this setting's knobs as its block of them (`horovod:`); left as it is for a framework whose
+        knobs are no site setting (PyTorch's)."""
+        block = self.chosen.site_knobs
+        return replace(site, config={**site.config, block: dict(self.knobs)}) if block else site
+
+    def ranks(self, site: SiteProfile) -> SiteRanks:
+        """How `site` starts ranks under this setting: its environment with this setting's variables."""
+        ranks = site_ranks(self.site(site))
+        return replace(ranks, env={**ranks.env, **self.environment()})
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        """What the ranks see of this setting: a grouped run of a framework that buckets only its overlapped
+        allreduce (PyTorch's) has no bucket, so its knobs do not count."""
+        bucket_only = self.chosen.overlap_bucket_mb is not None
+        env = () if bucket_only and not self.overlap else tuple(sorted(self.environment().items()))
+        return env, self.overlap
+
+
 def _shown(value: Any) -> str:
     if value is None:
         return DEFAULT
@@ -91,18 +118,16 @@ def _shown(value: Any) -> str:
     return f"{float(value):g}"
 
 
-def parse_knob(text: str, framework: str = "tensorflow") -> tuple[str, list[Any]]:
-    """`KEY=V1,V2,...` of a Horovod knob, or with `framework` pytorch of TORCH_KNOBS (`default` leaves the key out),
-    checked against the knob's meaning."""
+def parse_knob(text: str, framework: str = DEFAULT_FRAMEWORK) -> tuple[str, list[Any]]:
+    """`KEY=V1,V2,...` of one of `framework`'s knobs (Horovod's; PyTorch's TORCH_KNOBS; `default` leaves the key
+    out), checked against the knob's meaning."""
     key, sep, values = text.partition("=")
     key = key.strip()
-    torch = framework == "pytorch"
-    keys = TORCH_KNOBS if torch else KNOB_BY_KEY
-    if not sep or key not in keys or not values.strip():
+    knobs = vocabulary(framework)
+    if not sep or key not in knobs.meanings or not values.strip():
         raise FirescaleError(f"--knob {text!r}: expected KEY=VALUE[,VALUE...] with KEY one of "
-                             f"{', '.join(keys)} (VALUE 'default' keeps {'the trainer' if torch else 'Horovod'}'s "
-                             "own)")
-    meaning = TORCH_KNOBS[key][1] if torch else KNOB_BY_KEY[key].meaning
+                             f"{', '.join(knobs.meanings)} (VALUE 'default' keeps {knobs.own}'s own)")
+    meaning = knobs.meanings[key]
     parsed: list[Any] = []
     for raw in (v.strip() for v in values.split(",")):
         if raw == DEFAULT:
@@ -118,13 +143,13 @@ def parse_knob(text: str, framework: str = "tensorflow") -> tuple[str, list[Any]
                 raise FirescaleError(f"--knob {key}: {raw!r} is neither a number, true, false nor "
                                      f"'{DEFAULT}'; {key} is {meaning}") from None
         # refuses a value the knob does not take
-        (torch_environment if torch else horovod_environment)({key: value}, where="--knob")
+        knobs.environment({key: value}, where="--knob")
         parsed.append(value)
     return key, parsed
 
 
 def knob_settings(site_knobs: Mapping[str, Any] | None, knobs: Mapping[str, Sequence[Any]],
-                  overlaps: Sequence[bool], framework: str = "tensorflow") -> list[Setting]:
+                  overlaps: Sequence[bool], framework: str = DEFAULT_FRAMEWORK) -> list[Setting]:
     """The site's own setting (its `horovod:` mapping; the PyTorch trainer's defaults), grouped, first; then every
     combination of `knobs`' values and `overlaps`, each once (a combination that comes to the site's own, grouped,
     is the first; a PyTorch grouped run has no bucket, so its knobs come to the same run)."""
@@ -169,7 +194,7 @@ class KnobRow:
         return max(self.iteration_s) < min(site.iteration_s)
 
     def to_dict(self, site: KnobRow) -> dict[str, Any]:
-        knobs = "torch" if self.setting.framework == "pytorch" else "horovod"
+        knobs = self.setting.chosen.knobs
         return {"setting": self.setting.label, "framework": self.setting.framework, knobs: dict(self.setting.knobs),
                 "overlap_allreduce": self.setting.overlap, "environment": self.setting.environment(),
                 "batch_per_rank": self.batch_per_rank, "iteration_s": self.iteration_s,

@@ -17,9 +17,9 @@ from functools import partial
 from typing import Any
 
 from firescale.errors import FirescaleError
+from firescale.frameworks import check_precision
 from firescale.model.layers import net_cost
 from firescale.model.profile import LayerProfile, ProfiledIteration, ProfiledLayer
-from firescale.train.backend import check_precision
 
 
 @dataclass(frozen=True)

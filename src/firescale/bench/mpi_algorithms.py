@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from firescale.errors import FirescaleError
+from firescale.frameworks import MPI_ALLREDUCE
 
 
 def ps_allreduce(comm: Any, send: Any, recv: Any) -> None:
@@ -90,7 +91,7 @@ def mpi_allreduce(comm: Any, send: Any, recv: Any) -> None:
 
 
 IMPLEMENTATIONS: dict[str, Callable[[Any, Any, Any], None]] = {
-    "ps": ps_allreduce, "tree": tree_allreduce, "ring": ring_allreduce, "mpi": mpi_allreduce,
+    "ps": ps_allreduce, "tree": tree_allreduce, "ring": ring_allreduce, MPI_ALLREDUCE: mpi_allreduce,
 }
 
 

@@ -15,12 +15,10 @@ from typing import Any
 from firescale.atomic import load_json
 from firescale.cluster.ranks import SiteRanks
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK, REGISTRY
 
 TRAINER_FORMAT = "firescale.bench.trainer/1"
 _DISPLAY_LOSS = re.compile(r"^iter (\d+)/\d+ loss (\S+)", re.M)
-# Each framework's bare loop (a module run as ranks) and what it is called in messages.
-BARE_LOOPS = {"tensorflow": ("firescale.bench.bare_loop", "the bare Horovod loop"),
-              "pytorch": ("firescale.bench.bare_loop_torch", "the bare PyTorch loop")}
 
 
 @dataclass(frozen=True)
@@ -44,11 +42,11 @@ class TrainerBenchRuns:
     workdir: Path
     ranks: SiteRanks
     timeout: float = 900.0
-    framework: str = "tensorflow"   # firescale.train.backend.FRAMEWORKS: the trainer's backend and the bare loop's
-    process_group: str = "auto"     # pytorch: both sides' process group (train.backend.PROCESS_GROUPS)
+    framework: str = DEFAULT_FRAMEWORK   # firescale.frameworks: the trainer's backend and the bare loop's
+    process_group: str = "auto"     # both sides' process group, where the framework names one (PROCESS_GROUPS)
 
     def _group(self) -> list[str]:
-        return ["--process-group", self.process_group] if self.framework == "pytorch" else []
+        return ["--process-group", self.process_group] if REGISTRY[self.framework].names_process_group else []
 
     def trainer(self, ranks: int, name: str) -> SideRun:
         """images/s of `firescale train` (its result.json: images over training time, evaluation excluded)."""
@@ -70,8 +68,9 @@ class TrainerBenchRuns:
         return SideRun(float(result["images_per_s"]), shown[-1][1])
 
     def bare(self, ranks: int, name: str) -> SideRun:
-        """images/s of the framework's bare loop (BARE_LOOPS)."""
-        module, what = BARE_LOOPS[self.framework]
+        """images/s of the framework's bare loop (the registry's `bare_loop`)."""
+        chosen = REGISTRY[self.framework]
+        module, what = chosen.bare_loop, chosen.bare_loop_label
         out = self.workdir / f"{name}.json"
         cmd = [sys.executable, "-m", module, "--dataset", str(self.dataset), "--net", self.net,
                "--solver", str(self.solver), "--batch-per-rank", str(self.batch_per_rank),
@@ -89,7 +88,7 @@ class TrainerVsBare:
 
     ranks: int
     batch_per_rank: int
-    framework: str = "tensorflow"
+    framework: str = DEFAULT_FRAMEWORK
     trainer: list[float] = field(default_factory=list)     # images/s, one per round
     bare: list[float] = field(default_factory=list)
     trainer_loss: float | None = None                       # the last iteration's loss, last round

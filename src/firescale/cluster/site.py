@@ -12,8 +12,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from firescale import frameworks
 from firescale.cluster.launchers import Placement
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK
 from firescale.resources import SITE_SCHEMA, schema_text
 from firescale.schema_check import describe, resolve_ref, schema_errors
 from firescale.yamlfile import load_yaml, written_in
@@ -101,14 +103,14 @@ class SiteProfile:
     def resubmit_on_node_fail(self) -> bool:
         return bool(self.config["limits"]["resubmit_on_node_fail"])
 
-    def walltime_signal(self, framework: str = "tensorflow") -> tuple[str, int]:
+    def walltime_signal(self, framework: str = DEFAULT_FRAMEWORK) -> tuple[str, int]:
         """The signal sent before walltime ends to a job of `framework`, and how many seconds before (none on a
-        site without a scheduler).  `auto` is USR2 where NCCL runs (pytorch on GPUs), which may take USR1 for
-        itself, and USR1 elsewhere."""
+        site without a scheduler).  `auto` is USR1 on CPUs, and on GPUs the framework's own (the registry's
+        `gpu_walltime_signal`: USR2 where NCCL runs, which may take USR1 for itself)."""
         sig = self.config["walltime_signal"]
         name = str(sig["signal"])
         if name == "auto":
-            name = "USR2" if framework == "pytorch" and self.device_kind == "gpu" else "USR1"
+            name = frameworks.framework(framework).gpu_walltime_signal if self.device_kind == "gpu" else "USR1"
         return name, int(sig["seconds_before"])
 
     @property

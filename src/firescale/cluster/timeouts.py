@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from firescale.frameworks import framework as framework_named
+
 if TYPE_CHECKING:
     from firescale.cluster.site import SiteProfile
 
@@ -32,8 +34,9 @@ HOROVOD_STALL_SHUTDOWN = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
 
 def timeout_environment(settings: Mapping[str, Any], framework: str, gpu: bool) -> dict[str, str]:
     """The variables a job of `framework` exports for a site's validated `collective_timeout:` mapping: the
-    process group's timeout (and on GPUs NCCL's async error handling) for pytorch, the stall check for Horovod."""
-    if framework == "pytorch":
+    process group's timeout (and on GPUs NCCL's async error handling) for torch.distributed, the stall check for
+    Horovod (the registry's `collective_timeout` says which a framework takes)."""
+    if framework_named(framework).collective_timeout == "process_group":
         env = {COLLECTIVE_TIMEOUT_VARIABLE: f"{int(settings['seconds'])}"}
         if gpu:
             env[NCCL_ASYNC_ERROR_HANDLING] = "1"   # 1: the watchdog tears the process down (torch's TearDown)

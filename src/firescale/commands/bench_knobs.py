@@ -37,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.site import load_site
     from firescale.commands.args import int_list
     from firescale.data.manifest import load_manifest
+    from firescale.frameworks import framework
     from firescale.predict.validation import TrainRuns
-    from firescale.train.backend import check_framework
 
-    check_framework(args.framework)
+    chosen = framework(args.framework)
     ranks, batches = int_list(args.ranks), int_list(args.batch_per_rank)
     if len(ranks) != 1 or ranks[0] < 2:
         raise FirescaleError(f"--ranks {args.ranks}: give one rank count of 2 or more; an allreduce's knobs act "
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise FirescaleError("--knob: give each key once, with all its values (KEY=V1,V2)")
     site = load_site(args.site)
     overlaps = {"grouped": [False], "overlapped": [True], "both": [False, True]}[args.mode]
-    # the PyTorch trainer's bucket is not a site setting yet: its default is the site's own
-    site_knobs = site.config.get("horovod") if args.framework == "tensorflow" else {}
+    # a framework whose knobs are no site setting yet (PyTorch's bucket) takes its trainer's defaults as the site's
+    site_knobs = site.config.get(chosen.site_knobs) if chosen.site_knobs else {}
     settings = knob_settings(site_knobs, knobs, overlaps, args.framework)
     if len(settings) < 2:
         raise FirescaleError("nothing to compare: every setting given is the site's own, grouped; give --knob "

@@ -36,14 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from firescale.cluster.site import load_site
     from firescale.commands.args import int_list
     from firescale.data.manifest import load_manifest
-    from firescale.train.backend import PROCESS_GROUPS, check_framework
+    from firescale.frameworks import DEFAULT_PRECISION, check_combination
 
-    check_framework(args.framework)
-    if args.process_group not in PROCESS_GROUPS:
-        raise FirescaleError(f"--process-group {args.process_group!r} is not one of {', '.join(PROCESS_GROUPS)}")
-    if args.process_group != "auto" and args.framework != "pytorch":
-        raise FirescaleError(f"--process-group {args.process_group} picks the pytorch backend's process group; give "
-                             "--framework pytorch")
+    chosen = check_combination(args.framework, DEFAULT_PRECISION, args.process_group)
+    group = args.process_group if chosen.names_process_group else None   # else its ranks are its library's
     if args.batch_per_rank < 1 or args.iterations < 1:
         raise FirescaleError("--batch-per-rank and --iterations must be at least 1")
     load_manifest(args.dataset)   # names the file when it is missing or not a firescale manifest
@@ -57,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
         rows = compare_trainer(runs, int_list(args.ranks), args.repeats, say=print)
         load_after = os.getloadavg()[0]
         print(f"load average before {load_before:.2f}, after {load_after:.2f} (1 min) on {os.cpu_count()} cores; "
-              f"framework {args.framework}" + (f", process group {args.process_group}"
-                                               if args.framework == "pytorch" else ""))
+              f"framework {args.framework}" + (f", process group {group}" if group else ""))
         print(f"{'framework':<10} {'ranks':>5} {'batch/rank':>10} {'trainer img/s':>13} {'bare img/s':>10} "
               f"{'trainer % of bare':>17} "
               f"{'(fastest runs)':>14} {'last loss trainer/bare':>22}")
@@ -68,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{r.trainer_loss:>11.4f} / {r.bare_loss:.4f}")
         if args.json:
             atomic_write_json(args.json, {"format": TRAINER_FORMAT, "site": site.name, "framework": args.framework,
-                                          "process_group": args.process_group if args.framework == "pytorch" else None,
+                                          "process_group": group,
                                           "net": args.net,
                                           "iterations": args.iterations, "repeats": args.repeats,
                                           "load_average": [load_before, load_after], "cpus": os.cpu_count(),

@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
 def _print_times(cost: NetCost, site_name: str, precision: str) -> None:
     """Paleo's Table 1 per layer: predicted forward and backward ms, the source, and the profile's measurement."""
     from firescale.cluster.site import load_site
+    from firescale.frameworks import check_precision
     from firescale.model.paleo import compute_times, platform_from_site
-    from firescale.train.backend import check_precision
 
     check_precision(precision)
     platform = platform_from_site(load_site(site_name), precision=precision)

@@ -113,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firescale.train.backend import check_framework, check_precision
+    from firescale.frameworks import check_framework, check_precision
     from firescale.train.scaling import parse_batch_schedule
     from firescale.train.trainer import TrainOptions, run_training
 

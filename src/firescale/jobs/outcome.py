@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from firescale.cluster.site import parse_walltime
+from firescale.frameworks import DEFAULT_FRAMEWORK
 from firescale.jobs.schedulers.base import CANCELLED, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, TIMEOUT, UNKNOWN, JobState
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class ResubmitRules:
     node_fail: bool = False        # the site resubmits a job a failed node ended
 
     @classmethod
-    def for_site(cls, site: SiteProfile, walltime: str, framework: str = "tensorflow") -> ResubmitRules:
+    def for_site(cls, site: SiteProfile, walltime: str, framework: str = DEFAULT_FRAMEWORK) -> ResubmitRules:
         """The site's walltime signal for a job of `framework` against a point's walltime, and its NODE_FAIL choice."""
         if site.scheduler == "local":
             return cls()

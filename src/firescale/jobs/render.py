@@ -18,6 +18,7 @@ from firescale.cluster.launchers import ENV_LIST_VARIABLE, EnvRef, Placement, wr
 from firescale.cluster.site import SiteProfile
 from firescale.cluster.timeouts import site_timeout_environment
 from firescale.errors import FirescaleError
+from firescale.frameworks import framework
 from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.spec import JobSpec
 from firescale.resources import TEMPLATES
@@ -132,8 +133,10 @@ def job_context(site: SiteProfile, job: JobSpec) -> dict[str, Any]:
     container = c["environment"]["container"]
     runtime = [container["runtime"], "exec", *container["options"], container["image"]] if container else []
     command = [*runtime, *job.command]
-    # A GPU site's TensorFlow job first asks, as its ranks would run it, whether Horovod was built with NCCL.
-    gpu_operations = site_gpu_operations(site) if job.framework == "tensorflow" else None
+    # A GPU site's job of a framework that asks (TensorFlow's: whether Horovod was built with NCCL) first asks it
+    # as its ranks would run it.
+    gpu_operations = site_gpu_operations(site) if framework(job.framework, "the job's framework").gpu_build_check \
+        else None
     build_check = [*runtime, *c["environment"]["firescale"].split(), "site", "check-horovod",
                    "--gpu-operations", gpu_operations] if gpu_operations else None
     srun_mpi = c["srun_mpi"] if site.launcher == "srun" else None  # other launchers ignore it

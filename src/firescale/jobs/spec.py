@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -31,7 +32,7 @@ class JobSpec:
     one_process: bool = False
     # The backend the job's ranks train or measure with: a GPU site's job checks Horovod's build before a
     # tensorflow job only (a pytorch job sums over torch.distributed, with no Horovod to check).
-    framework: str = "tensorflow"
+    framework: str = DEFAULT_FRAMEWORK
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):

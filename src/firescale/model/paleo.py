@@ -143,7 +143,7 @@ def site_algorithm(site: SiteProfile) -> str:
 
 def site_process_group(site: SiteProfile, requested: str = "auto") -> str:
     """The process group a PyTorch run on `site` sums its gradients over, resolved as its ranks will resolve it
-    (train.backend.resolve_process_group): NCCL on a GPU site; on a CPU site MPI where its launcher starts MPI
+    (cluster.collectives.resolve_process_group): NCCL on a GPU site; on a CPU site MPI where its launcher starts MPI
     ranks and mpi4py imports, else Gloo."""
     import importlib.util
 

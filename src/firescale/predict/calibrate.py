@@ -11,7 +11,7 @@ from typing import Any
 from firescale.atomic import atomic_write_json, load_json
 from firescale.bench.allreduce_record import AllreduceMeasurement
 from firescale.errors import FirescaleError
-from firescale.frameworks import FRAMEWORK_ALGORITHMS, by_algorithm
+from firescale.frameworks import FRAMEWORK_ALGORITHMS, MPI_ALLREDUCE, by_algorithm
 from firescale.model.comm import LIBRARY_DEFAULTS
 from firescale.model.cycle import allreduce_without_wait
 from firescale.model.hierarchy import fit_inter_node_ppp, fit_intra_node_ppp
@@ -115,7 +115,7 @@ def allreduce_measurement(path: str, algorithm: str, nbytes: float | None = None
 
     listed = read_allreduce_record(path)
     runs = [m for m in listed if m.ranks > 1]
-    fallback = "mpi" if algorithm in LIBRARY_DEFAULTS else algorithm
+    fallback = MPI_ALLREDUCE if algorithm in LIBRARY_DEFAULTS else algorithm
     measured = next((own for own in FRAMEWORK_ALGORITHMS if any(m.algorithm == own for m in runs)), fallback)
     runs = [m for m in runs if m.algorithm == measured]
     ours = by_algorithm(measured)

@@ -10,12 +10,12 @@ from typing import Any
 
 from firescale.atomic import load_json
 from firescale.errors import FirescaleError
+from firescale.frameworks import REGISTRY
 from firescale.model.paleo import site_process_group
 from firescale.nets.zoo import is_net_file
 from firescale.sweep.jobs import run_dir
 from firescale.sweep.plan import SweepPlan
 from firescale.sweep.records import RUN_FORMAT
-from firescale.train.backend import STACK_VERSIONS
 
 # Part of every key: bump it when what a calibration job measures or how it fits changes (a new probe, another
 # process group chosen by default), so that calibrations kept before stop matching.  firescale's own version does
@@ -59,6 +59,7 @@ def calibration_key(plan: SweepPlan, experiment: str) -> CalibrationKey:
     solver = plan.solver(experiment)
     options = plan.calibration_options(experiment)
     framework = plan.framework(experiment)
+    names_group = REGISTRY[framework].names_process_group
     fields = {
         "format": KEY_FORMAT,
         "site": site.name,
@@ -73,7 +74,7 @@ def calibration_key(plan: SweepPlan, experiment: str) -> CalibrationKey:
         "framework": framework,
         "precision": exp["precision"],
         # the group the runs' ranks take (auto resolved as they resolve it): an MPI group's calibration is no Gloo one's
-        "process_group": site_process_group(site, exp.get("process_group", "auto")) if framework == "pytorch" else None,
+        "process_group": site_process_group(site, exp.get("process_group", "auto")) if names_group else None,
         "probe_overlap": "--probe-overlap" in options,
         "io_record_sha256": (_file_sha256(Path(options[options.index("--io-record") + 1]))
                              if "--io-record" in options else None),
@@ -88,9 +89,9 @@ def net_identity(net: str) -> str:
 
 
 def baseline_versions(plan: SweepPlan, experiment: str) -> dict[str, str | None]:
-    """firescale's version and those of the experiment's framework and allreduce libraries (STACK_VERSIONS), as the
-    first repeat of the baseline recorded them in its run folder's result.json, which the calibration job fits
-    from (None: not in its stack)."""
+    """firescale's version and those of the experiment's framework and allreduce libraries (the registry's
+    `stack_versions`), as the first repeat of the baseline recorded them in its run folder's result.json, which
+    the calibration job fits from (None: not in its stack)."""
     path = run_dir(plan, experiment, plan.baselines(experiment)[0]) / "result.json"
     if not path.is_file():
         raise FirescaleError(f"{path}: no result of the baseline of {experiment}, whose versions key its "
@@ -102,7 +103,7 @@ def baseline_versions(plan: SweepPlan, experiment: str) -> dict[str, str | None]
     if not isinstance(versions, dict):
         raise FirescaleError(f"{path}: the baseline's result has no versions to key its calibration by; run the "
                              "baseline again")
-    keys = ("firescale", *STACK_VERSIONS[plan.framework(experiment)])
+    keys = ("firescale", *REGISTRY[plan.framework(experiment)].stack_versions)
     return {k: None if versions.get(k) is None else str(versions[k]) for k in keys}
 
 

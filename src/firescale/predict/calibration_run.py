@@ -12,6 +12,8 @@ from firescale.cluster.ranks import CONTENTION_ROUNDS, PROBE_ROUNDS, PROBE_TIMEO
 from firescale.cluster.site import SiteProfile
 from firescale.data.manifest import manifest_if_ingested
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK, PROCESS_GROUPS, REGISTRY
+from firescale.frameworks import framework as framework_named
 from firescale.model.layers import net_cost
 from firescale.model.paleo import Platform
 from firescale.nets.spec import NetSpec
@@ -35,7 +37,6 @@ from firescale.predict.measurements import (
     short_run_command,
 )
 from firescale.sweep.paths import CALIBRATION_FILE
-from firescale.train.backend import DEFAULT_FRAMEWORK, LIBRARIES, check_framework
 
 T = TypeVar("T")
 Say = Callable[[str], None]
@@ -265,23 +266,25 @@ def probe_framework(request: CalibrationRequest, records: list[MeasuredIteration
     with it too."""
     recorded = command_option(records[0].command, "--framework") if records else None
     where = f"{records[0].source}: --framework" if recorded and not request.framework else "--framework"
-    framework = check_framework(request.framework or recorded or DEFAULT_FRAMEWORK, where)
-    if request.allreduce_probe and request.probe_overlap and framework == "pytorch":
-        raise FirescaleError("--probe-overlap times Horovod's allreduce beside the step's backward pass; the "
-                             "pytorch trainer's (torch.distributed's) is probed on its own: leave --probe-overlap out")
-    return framework
+    chosen = framework_named(request.framework or recorded or DEFAULT_FRAMEWORK, where)
+    if request.allreduce_probe and request.probe_overlap and not chosen.probe_overlap:
+        overlapping = " or ".join(f"{f.library}'s" for f in REGISTRY.values() if f.probe_overlap)
+        raise FirescaleError(f"--probe-overlap times {overlapping} allreduce beside the step's backward pass; the "
+                             f"{chosen.name} trainer's ({chosen.library}'s) is probed on its own: leave "
+                             "--probe-overlap out")
+    return chosen.name
 
 
 def probe_process_group(request: CalibrationRequest, records: list[MeasuredIteration], framework: str) -> str | None:
     """The process group a pytorch calibration's runs sum over, as they ask for it: --process-group, else the first
     record's command's, else auto (None for tensorflow: Horovod's ranks); checked before anything runs."""
-    if framework != "pytorch":
+    chosen = REGISTRY[framework]
+    if not chosen.names_process_group:
         if request.process_group not in (None, "auto"):
-            raise FirescaleError(f"--process-group {request.process_group} is the pytorch trainer's; the "
-                                 f"{framework} trainer sums over Horovod")
+            naming = " or ".join(f.name for f in REGISTRY.values() if f.names_process_group)
+            raise FirescaleError(f"--process-group {request.process_group} is the {naming} trainer's; the "
+                                 f"{framework} trainer sums over {chosen.library}")
         return None
-    from firescale.train.backend import PROCESS_GROUPS
-
     recorded = command_option(records[0].command, "--process-group") if records else None
     group = request.process_group or recorded or "auto"
     if group not in PROCESS_GROUPS:
@@ -467,12 +470,12 @@ def _probe(request: CalibrationRequest, site: SiteProfile | None, spec: NetSpec,
         if per_node:
             measurement["intra"] = fastest(per_node, folder, "allreduce-node-probe")
     seconds = f"{measurement['seconds'] * 1e3:.3f} ms"
-    if framework == "tensorflow":     # the mean wait for Horovod's cycle is in it
+    if REGISTRY[framework].negotiation_cycle:     # the mean wait for its cycle (Horovod's) is in it
         timed = f"after a {step_s * 1e3:.3f} ms step: {seconds} more than the ranks' mean step (mean"
     else:
         timed = f"on its own: {seconds} (median"
-    who = (f"the PyTorch trainer's ({measurement['process_group']} process group)"
-           if measurement.get("process_group") else LIBRARIES[framework])
+    who = (f"the {framework} trainer's ({measurement['process_group']} process group)"
+           if measurement.get("process_group") else REGISTRY[framework].library)
     say(f"measured: {who} allreduce of {spec.name}'s {len(cost.gradient_tensors)} gradients "
         f"({cost.weight_bytes / 1e6:.3f} MB, one group) over {measurement['ranks']} ranks {timed}; "
         f"the fastest of {_ms(measurement['rounds_s'])})"

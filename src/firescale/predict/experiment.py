@@ -8,6 +8,7 @@ from typing import Any
 
 from firescale.cluster.site import SiteProfile
 from firescale.errors import FirescaleError
+from firescale.frameworks import REGISTRY
 from firescale.model.layers import net_cost
 from firescale.model.paleo import (
     Platform,
@@ -156,11 +157,13 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
     algorithm = plan.site.allreduce
     platform = replace(platform, algorithm=site_algorithm(plan.site))
     group = None
-    if plan.framework(experiment) == "pytorch":
+    chosen = REGISTRY[plan.framework(experiment)]
+    if chosen.names_process_group:
         # the process group the runs' ranks will take (auto), priced as what it runs: Gloo's ring, MPI's the site's
         group = site_process_group(plan.site, plan.experiment(experiment).get("process_group", "auto"))
-        platform = replace(platform, algorithm=process_group_algorithm(plan.site, group),
-                           cycle_s=0.0)   # the process group's all_reduce waits for no negotiation cycle
+        platform = replace(platform, algorithm=process_group_algorithm(plan.site, group))
+    if not chosen.negotiation_cycle:   # its allreduce waits for no background cycle (Horovod's)
+        platform = replace(platform, cycle_s=0.0)
     if (limit := plan.read_limit_mbs(experiment)) is not None:   # MB as the trainer's limit counts them: 1e6 bytes
         platform = replace(platform, data=replace(platform.data, rank_read_bandwidth=limit * 1e6))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from firescale.cluster.ranks import SiteRanks
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK
 from firescale.model.paleo import Platform, predict_point
 from firescale.nets.spec import NetSpec
 from firescale.predict.calibrate import Calibration, allreduce_from_run, calibrate
@@ -29,7 +30,7 @@ class TrainRuns:
     timeout: float = 900.0
     reference_batch: int | None = None   # scale base_lr linearly from this batch (keeps small batches stable)
     overlap_allreduce: bool = False      # runs of several ranks overlap the allreduce; predicted so too
-    framework: str = "tensorflow"        # the trainer's backend (firescale.train.backend.FRAMEWORKS)
+    framework: str = DEFAULT_FRAMEWORK   # the trainer's backend (firescale.frameworks)
 
     def run(self, ranks: int, total_batch: int, name: str) -> MeasuredIteration:
         """One run of `iterations` timed iterations, no evaluation or snapshot; its mean iteration."""
@@ -43,7 +44,7 @@ class TrainRuns:
             cmd += ["--lr-scaling", "linear", "--reference-batch", str(self.reference_batch)]
         if self.overlap_allreduce and ranks > 1:
             cmd.append("--overlap-allreduce")
-        if self.framework != "tensorflow":
+        if self.framework != DEFAULT_FRAMEWORK:
             cmd += ["--framework", self.framework]
         self.ranks.run(ranks, cmd, f"training run {name}", timeout=self.timeout)
         return read_measured_iteration(out / "result.json")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from firescale.frameworks import DEFAULT_FRAMEWORK, DEFAULT_PRECISION
 from firescale.report.comparison import LastSweep
 from firescale.report.parity import Parity
 from firescale.report.stats import LEVEL, Interval
@@ -35,8 +36,9 @@ class ReportContext:
     site_source: str = ""
     description: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
-    framework: str = "tensorflow"   # the experiment's backend and precision, named in Hardware when not the defaults
-    precision: str = "fp32"
+    # the experiment's backend and precision, named in Hardware when not the defaults
+    framework: str = DEFAULT_FRAMEWORK
+    precision: str = DEFAULT_PRECISION
     against_last: LastSweep | None = None   # this sweep against the store's last one before it (`--store`)
     figures_beside: tuple[str, ...] = ()    # stems of the figures written beside the report's own (memory_plots)
 
@@ -135,9 +137,11 @@ def error_pct(value: float | None) -> str:
 
 
 def hardware(ctx: ReportContext, gpus: int, nodes: int) -> str:
-    """'8 × K20 (titan, 2 nodes)', with the framework and precision after it where they are not TensorFlow in fp32:
+    """'8 × K20 (titan, 2 nodes)', with the framework and precision after it where they are not the defaults
+    (TensorFlow in fp32):
     '8 × H200 (h200, 1 node; pytorch, bf16)'."""
-    stack = "" if (ctx.framework, ctx.precision) == ("tensorflow", "fp32") else f"; {ctx.framework}, {ctx.precision}"
+    defaults = (ctx.framework, ctx.precision) == (DEFAULT_FRAMEWORK, DEFAULT_PRECISION)
+    stack = "" if defaults else f"; {ctx.framework}, {ctx.precision}"
     return f"{gpus} × {ctx.device} ({ctx.site}, {nodes} node{'s' if nodes != 1 else ''}{stack})"
 
 

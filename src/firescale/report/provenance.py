@@ -7,6 +7,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from firescale.frameworks import REGISTRY
 from firescale.results import TrainResult
 from firescale.source import git_state
 from firescale.sweep.records import RunRecord
@@ -15,8 +16,7 @@ from firescale.sweep.records import RunRecord
 REPORT_PACKAGES = ("firescale", "numpy", "matplotlib")
 # A run records the packages it trained with by their module's name (result.json's versions); the distributions
 # that give each module.  Where the report is made, only those the runs recorded are looked up.
-RUN_PACKAGES = {"tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos"),
-                "horovod": ("horovod",), "torch": ("torch",), "mpi4py": ("mpi4py",)}
+RUN_PACKAGES = {module: given for f in REGISTRY.values() for module, given in f.distributions}
 # Versions keys whose value follows from a run's ranks (one rank sums no gradients, so it has no process group):
 # runs of one rank and runs of several are compared each among themselves.
 BY_RANKS = ("process_group",)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK, from_versions
 from firescale.sweep.records import RunRecord, run_record_from_dict
 
 # Keys of a run record that say where it was read, not what ran: left out of its identity.
@@ -55,12 +56,14 @@ def finished_at(record: RunRecord, added_at: str) -> str:
 
 def run_framework(versions: dict[str, str], context: RunContext) -> str:
     """The backend that trained, as its record says (`versions`), else as the experiment says, else the
-    framework whose version it recorded (records from before runs named their backend)."""
+    framework whose version it recorded (records from before runs named their backend; TensorFlow's, the only
+    backend then, where it recorded neither)."""
     if versions.get("framework"):
         return versions["framework"]
     if context.framework:
         return context.framework
-    return "pytorch" if "torch" in versions else "tensorflow" if versions else "unknown"
+    recorded = from_versions(versions)
+    return recorded.name if recorded else DEFAULT_FRAMEWORK if versions else "unknown"
 
 
 def run_precision(versions: dict[str, str], context: RunContext) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.cluster.site import parse_walltime
+from firescale.frameworks import DEFAULT_FRAMEWORK, DEFAULT_PRECISION
 from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.spec import JobSpec
 from firescale.sweep.paths import CALIBRATION_FILE
@@ -73,11 +74,11 @@ def framework_options(exp: dict[str, Any]) -> list[str]:
     """The experiment's framework, process group and precision as the trainer's options, where they are not the
     defaults."""
     argv = []
-    if exp["framework"] != "tensorflow":
+    if exp["framework"] != DEFAULT_FRAMEWORK:
         argv += ["--framework", exp["framework"]]
     if exp.get("process_group", "auto") != "auto":
         argv += ["--process-group", exp["process_group"]]
-    if exp["precision"] != "fp32":
+    if exp["precision"] != DEFAULT_PRECISION:
         argv += ["--precision", exp["precision"]]
     return argv
 

@@ -20,6 +20,7 @@ from firescale.cluster.ranks import (
 from firescale.cluster.site import SiteProfile, load_site, parse_walltime
 from firescale.data.manifest import MANIFEST, manifest_if_ingested
 from firescale.errors import FirescaleError
+from firescale.frameworks import REGISTRY, check_combination
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES, Budget, point_budget
 from firescale.sweep.config import experiments_for, load_config, validate_config
 from firescale.sweep.net_file import check_experiment_mean, check_experiment_net, experiment_net
@@ -80,12 +81,8 @@ class SweepPlan:
             exp = config["experiments"][experiment]
             check_experiment_net(experiment, exp, base, _dataset_dir(site, exp), str(source))
             check_experiment_mean(experiment, exp, base, str(source))
-            if exp["framework"] == "tensorflow" and exp["precision"] == "bf16":
-                raise FirescaleError(f"{source}: experiment {experiment}: precision bf16 needs framework pytorch; "
-                                     "the tensorflow backend trains in fp32 or tf32")
-            if exp["framework"] != "pytorch" and exp.get("process_group", "auto") != "auto":
-                raise FirescaleError(f"{source}: experiment {experiment}: process_group {exp['process_group']} "
-                                     "needs framework pytorch; Horovod sums the tensorflow backend's gradients")
+            check_combination(exp["framework"], exp["precision"], exp.get("process_group", "auto"),
+                              where=f"{source}: experiment {experiment}: ")
             repeats = LOCAL_REPEATS if site.scheduler == "local" else CLUSTER_REPEATS
             try:
                 base_lr = solver_base_lr(config, experiment, base)
@@ -242,8 +239,8 @@ class SweepPlan:
             probes = 2 if node_probe_ranks(self.site, most) else 1
             timeout = timeout_within(walltime, probes * PROBE_ROUNDS, PROBE_TIMEOUT_S)
             argv += ["--allreduce-probe", str(most), "--probe-timeout", f"{timeout:g}"]
-            if self.overlap_allreduce(experiment) and self.framework(experiment) == "tensorflow":
-                argv.append("--probe-overlap")   # the PyTorch probe times the allreduce on its own
+            if self.overlap_allreduce(experiment) and REGISTRY[self.framework(experiment)].probe_overlap:
+                argv.append("--probe-overlap")   # else its probe times the allreduce on its own
         if self.site.scheduler != "local" and self.io_measurement().is_file():
             argv += ["--io-record", str(self.io_measurement().resolve())]
         return argv

@@ -8,6 +8,7 @@ from typing import Any
 
 from firescale.atomic import atomic_write_json, load_json
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK
 from firescale.results import TrainResult, result_from_dict
 from firescale.sweep.points import POINT_NAME, lr_label
 
@@ -55,7 +56,7 @@ class PointRecord(PlannedPoint):
     walltime: str
     run_dir: str
     max_resubmits: int
-    framework: str = "tensorflow"      # the walltime signal differs where NCCL runs (SiteProfile.walltime_signal)
+    framework: str = DEFAULT_FRAMEWORK   # the walltime signal differs where NCCL runs (SiteProfile.walltime_signal)
     stall_after: float | None = None   # the experiment's or site's; None: from the point's prediction; 0: no watch
     format: str = POINT_FORMAT
 

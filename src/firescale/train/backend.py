@@ -18,26 +18,12 @@ import numpy as np
 
 from firescale.caffe.solver import SolverConfig
 from firescale.errors import FirescaleError
-from firescale.frameworks import (  # noqa: F401  (re-exported for the loop's callers)
-    DEFAULT_FRAMEWORK,
-    DEFAULT_PRECISION,
-    FRAMEWORKS,
-    PRECISIONS,
-    PROCESS_GROUPS,
-    REGISTRY,
-    check_combination,
-    check_framework,
-    check_precision,
-)
+from firescale.frameworks import DEFAULT_PRECISION, check_combination
 from firescale.model.traces import LayerTrace
 from firescale.nets.spec import NetSpec
 from firescale.train.params import ParamInfo
 from firescale.train.placement import LayerPlacement
 from firescale.train.ranks import AllreduceRecord, Rank
-
-# The tables of what each framework is and can do are firescale.frameworks'; these names stay for the callers.
-LIBRARIES = {f.name: f.library for f in REGISTRY.values()}
-STACK_VERSIONS = {f.name: f.stack_versions for f in REGISTRY.values()}
 
 
 class CollectiveGaveUp(FirescaleError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,11 +13,12 @@ from firescale.caffe.dist import DevicePlan
 from firescale.caffe.lr_policies import current_step, learning_rate
 from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, REGISTRY, Framework
 from firescale.nets.device_plan import read_layer_plan
 from firescale.nets.spec import Shape
 from firescale.results import EvalPoint, TrainResult, baseline_top1, file_record, write_result
 from firescale.source import source_commit
-from firescale.train.backend import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, Backend, CollectiveGaveUp, load_backend
+from firescale.train.backend import Backend, CollectiveGaveUp, load_backend
 from firescale.train.checkpoint import (
     Snapshot,
     check_caffe_layout,
@@ -78,9 +80,9 @@ class TrainOptions:
     split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
     overlap_allreduce: bool = False  # each gradient's allreduce as backward produces it (the whole iterations)
     read_limit_mbs: float | None = None  # each training read takes at least its stored bytes / this many MB/s
-    framework: str = DEFAULT_FRAMEWORK   # the backend that trains (firescale.train.backend.FRAMEWORKS)
+    framework: str = DEFAULT_FRAMEWORK   # the backend that trains (firescale.frameworks)
     precision: str = DEFAULT_PRECISION   # fp32 (Caffe's numerics), tf32 or bf16
-    process_group: str = "auto"          # pytorch: gloo, mpi, nccl, or auto (train.backend.resolve_process_group)
+    process_group: str = "auto"          # pytorch: gloo, mpi, nccl, or auto (cluster.collectives.resolve_process_group)
     command: list[str] = field(default_factory=list)
 
 
@@ -148,15 +150,20 @@ def run_training(opts: TrainOptions) -> int:
 
 
 def _check_backend_options(opts: TrainOptions, plan: DevicePlan | None) -> None:
-    """What only the TensorFlow backend does yet, refused for the other in one sentence."""
-    if opts.framework == "tensorflow":
-        return
-    if plan is not None:
+    """What the chosen backend does not do yet (the registry says what each does), refused in one sentence."""
+    chosen = REGISTRY[opts.framework]
+
+    def able(can: Callable[[Framework], bool]) -> str:
+        return " or ".join(f.name for f in REGISTRY.values() if can(f))
+
+    if plan is not None and not chosen.layer_plans:
+        splits = able(lambda f: f.layer_plans)
         raise FirescaleError(f"the {opts.solver if opts.layer_plan is None else opts.layer_plan} dist plan splits "
-                             f"layers over devices, which the tensorflow backend does and the {opts.framework} one "
-                             "does not yet; use framework tensorflow for model parallelism")
-    if opts.profile_layers:
-        raise FirescaleError(f"--profile-layers times layers with the tensorflow backend only, not {opts.framework}")
+                             f"layers over devices, which the {splits} backend does and the {opts.framework} one "
+                             f"does not yet; use framework {splits} for model parallelism")
+    if opts.profile_layers and not chosen.profile_layers:
+        raise FirescaleError(f"--profile-layers times layers with the {able(lambda f: f.profile_layers)} backend "
+                             f"only, not {opts.framework}")
 
 
 def set_up_ranks(opts: TrainOptions, devices: int = 1, backend: Backend | None = None) -> Any:

@@ -183,7 +183,7 @@ def _gpu(place: Place) -> torch.device:
 
 def choose_process_group(requested: str, cuda: bool, place: Place, env: Mapping[str, str]) -> str:
     """The process group of ranks at `place` on GPUs (`cuda`) or CPUs: `requested` resolved as
-    train.backend.resolve_process_group does, where MPI started the ranks when an MPI launcher did (or a Slurm
+    cluster.collectives.resolve_process_group does, where MPI started the ranks when an MPI launcher did (or a Slurm
     step through PMIx) and mpi4py imports; auto takes Gloo after all where MPI's world is not the launcher's job.
     A group the node cannot run is one sentence."""
     if requested not in PYTORCH.process_groups:
