@@ -5,6 +5,7 @@ assert: the measured growth of the parameter server with p is in the closing not
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -100,6 +101,59 @@ def test_a_nets_gradients_are_summed_by_horovod_as_one_group_and_by_mpi_as_one_b
     assert by["horovod"]["bytes"] == by["mpi"]["bytes"] == cost.weight_bytes
     assert by["horovod"]["tensors"] == len(cost.gradient_tensors) == 8 and by["mpi"]["tensors"] == 0
     assert "Horovod sums lenet_same's 8 gradients and the loss as one group" in proc.stdout
+
+
+PROBE_ITERATION = """
+import json, pathlib, sys
+import numpy as np
+from mpi4py import MPI
+from firescale.bench.allreduce_tensorflow import HorovodIteration, trainer_rank
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+tensors = (6, 4, 5)
+send = np.full(sum(tensors), float(rank + 1), np.float32)
+probe = HorovodIteration(trainer_rank(size), send, tensors, 0.002, batch=3, input_shape=(4, 4, 1), comm=comm)
+state = lambda: {"weights": [w.numpy().tolist() for w in probe.net.params],
+                 "history": [h.numpy().tolist() for h in probe.solver.history]}
+seen = {"start": state()}
+probe.with_allreduce()
+seen["summed"], seen["loss_and_flag"] = state(), probe.loss_and_flag.numpy().tolist()
+probe.without_allreduce()
+seen["alone"] = state()
+recv = np.empty_like(send)
+probe.copy_result(recv)
+seen["copied"], seen["ops"] = recv.tolist(), sorted({op.type for op in probe._with.graph.get_operations()})
+seen["scopes"] = sorted({op.name.split("/")[0] for op in probe._with.graph.get_operations()})
+pathlib.Path(sys.argv[1], f"rank-{rank}.json").write_text(json.dumps(seen))
+"""
+
+
+@pytest.mark.tensorflow
+@pytest.mark.mpi
+def test_the_probes_iteration_is_the_trainers_summing_over_the_ranks_and_updating_as_its_solver(run_ranks, tmp_path):
+    """The probe's iteration is train/tensorflow/steps.py's `trace_iteration` around the rank's `Rank.sum`: on two
+    ranks each tensor is summed over both with the loss pair, and Caffe's SGD (rate 1, effective batch 1, no
+    momentum) puts that sum in its history and takes it off the weights; the twin without the allreduce updates
+    by the rank's own gradients.  Each rank writes its own file."""
+    run_ranks(2, [sys.executable, "-c", PROBE_ITERATION, str(tmp_path)], timeout=240)
+    for rank in range(2):
+        seen = json.loads((tmp_path / f"rank-{rank}.json").read_text())
+        start, summed, alone = seen["start"], seen["summed"], seen["alone"]
+        assert [len(w) for w in start["weights"]] == [6, 4, 5]        # stand-in parameters shaped as the tensors
+        own = float(rank + 1)
+        # (the sizing's iterations, without the allreduce, already updated them by this rank's own gradients)
+        assert start["history"] == [[own] * n for n in (6, 4, 5)]
+        assert summed["history"] == [[3.0] * n for n in (6, 4, 5)]   # 1 + 2 over the ranks: Horovod's sum
+        moved = [[a - b for a, b in zip(after, before)] for after, before in zip(summed["weights"], start["weights"])]
+        assert moved == [[-3.0] * n for n in (6, 4, 5)]                # w -= rate * sum / effective batch
+        assert seen["loss_and_flag"] == [6.0, 0.0]                     # 3 labels a rank, stop flags 0
+        assert alone["history"] == [[own] * n for n in (6, 4, 5)]      # no sum: this rank's gradients
+        moved = [[a - b for a, b in zip(after, before)] for after, before in zip(alone["weights"], summed["weights"])]
+        assert moved == [[-own] * n for n in (6, 4, 5)]
+        assert seen["copied"] == [3.0] * 15                            # the sum the probe checks, from the history
+        assert "HorovodGroupedAllreduce" in seen["ops"] and "MatMul" in seen["ops"]
+        assert "update" in seen["scopes"]                              # the trainer's apply_update, by its scope
 
 
 def test_the_hidden_share_is_the_share_of_the_allreduce_that_ran_beside_the_compute():

@@ -3,7 +3,7 @@
 The plain-MPI algorithms and their timing loop are bench/mpi_algorithms.py; each framework's trainer's allreduce
 is its record's `allreduce_probe` (firescale.frameworks): bench/allreduce_tensorflow.py times the TensorFlow
 backend's `Rank.sum` (Horovod's grouped allreduce, inside a graph), alone or, since Horovod's negotiation cycle
-makes its time depend on the step before it, inside an iteration of the trainer's shape; it is the measurement
+makes its time depend on the step before it, inside the trainer's own traced iteration; it is the measurement
 to calibrate the communication factor from, since that is the cost a training iteration pays.
 bench/allreduce_torch.py times the PyTorch backend's `Rank.sum` over its process group, alone.
 """
@@ -60,7 +60,7 @@ def measure_allreduce(comm: Any, algorithm: str, nbytes: int, reps: int, warmup:
     The repetitions run back to back, after one barrier, as a training loop's allreduces do.  With `compute_s`,
     each one follows a synthetic step of about that long, and the ranks' mean step time in that repetition is
     subtracted from its slowest rank's total; a framework whose allreduce waits for a negotiation cycle runs it
-    inside an iteration shaped as its trainer's instead, fed a `batch` of `input_shape` images each time; with
+    inside its trainer's own iteration instead, fed a `batch` of `input_shape` images each time; with
     `overlap_s` also with the allreduce beside compute of about that long (`AllreduceMeasurement.hidden_share`).
     A framework that names process groups sums over `process_group`, the measurement naming the group it
     resolved to.

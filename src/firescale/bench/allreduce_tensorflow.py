@@ -6,10 +6,11 @@ Horovod allreduce, as the trainer's traced iteration sums a net's gradients with
 `Rank.sum_each` (one request a tensor, as the overlapped iteration makes them), both called inside a graph.
 
 Alone (`HorovodAllreduce`) it is timed as the MPI algorithms are (bench/mpi_algorithms.py).  After a step
-(`after_step`), since Horovod's negotiation cycle makes its time depend on the step before it, it runs in an
-iteration of the trainer's shape (`HorovodIteration`) whose compute and update stand in for the net's: the
-probe's step is asked for (a calibration asks for the step it measured), and the backend's traced steps
-compute only the net's own.
+(`after_step`), since Horovod's negotiation cycle makes its time depend on the step before it, it runs in the
+trainer's iteration itself (`HorovodIteration`): the function train/tensorflow/steps.py traces for training
+(`trace_iteration`), with a real solver, traced around a stand-in net (`StandInNet`) whose loss and gradients
+are matmuls in place of a net's forward and backward pass: the step is of the length asked for (a
+calibration asks for the step it measured), where a net's own would take what it takes.
 """
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ import functools
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firescale.bench.allreduce_record import AllreduceMeasurement
 from firescale.bench.iteration_blocks import alternating_blocks
 from firescale.bench.mpi_algorithms import check_sum, launcher_placement
 from firescale.errors import FirescaleError
 from firescale.frameworks import TENSORFLOW
+
+if TYPE_CHECKING:
+    from firescale.train.tensorflow.steps import Compute
 
 # A bound on what one core computes (float32): a matmul can take no less than its flops at this rate.
 MATMUL_PEAK_FLOPS = 1e12
@@ -174,11 +178,12 @@ def agreed_matmul_seconds(estimates: Sequence[float], *, floor_s: float) -> floa
 def after_step(comm: Any, send: Any, recv: Any, tensors: Sequence[int], *, compute_s: float, reps: int,
                warmup: int = 1, batch: int = 1, input_shape: Sequence[int] = (1, 1, 1),
                overlap_s: float = 0.0) -> AllreduceMeasurement:
-    """The trainer's `Rank.sum` of `send` (cut into `tensors`) inside an iteration of the trainer's shape that
-    takes about `compute_s` without it, fed a `batch` of `input_shape` images each time; with `overlap_s` also
-    its `Rank.sum_each` requests made as compute of about that long starts (`AllreduceMeasurement.hidden_share`).
-    The seconds are the ranks' mean iteration less the same iteration without the allreduce
-    (bench/iteration_blocks.py); the sum in `recv` is checked."""
+    """The trainer's `Rank.sum` of `send` (cut into `tensors`) and the loss pair inside the trainer's iteration
+    (`HorovodIteration`), whose compute takes about `compute_s` without it, fed a `batch` of `input_shape`
+    images each time; with `overlap_s` also its `Rank.sum_each` requests made as compute of about that long
+    starts (`AllreduceMeasurement.hidden_share`).  The seconds are the ranks' mean iteration less the same
+    iteration without the allreduce (bench/iteration_blocks.py); the sums in `recv` are checked, the
+    overlapped requests' and an iteration's."""
     rank = trainer_rank(comm.Get_size())
     iteration = HorovodIteration(rank, send, tensors, compute_s, batch=batch, input_shape=input_shape,
                                  seed=comm.Get_rank(), window_s=overlap_s, comm=comm)
@@ -186,6 +191,9 @@ def after_step(comm: Any, send: Any, recv: Any, tensors: Sequence[int], *, compu
     if overlap_s > 0:
         pairs.append((iteration.overlapped_allreduce, iteration.window_alone))
     costs = alternating_blocks(comm, pairs, reps, warmup)
+    if overlap_s > 0:
+        iteration.copy_requests_result(recv)
+        check_sum(TENSORFLOW.algorithm, comm.Get_size(), recv)
     iteration.copy_result(recv)
     check_sum(TENSORFLOW.algorithm, comm.Get_size(), recv)
     (seconds, steps), *beside = costs
@@ -195,13 +203,51 @@ def after_step(comm: Any, send: Any, recv: Any, tensors: Sequence[int], *, compu
                                 window_s=statistics.median(windows) if windows else 0.0)
 
 
+class StandInNet:
+    """The net the probe's iteration trains: stand-in parameters shaped as the probe's tensors, every one learnt,
+    and for its loss and gradients a chain of square matmuls (single-threaded, standing in for the forward and
+    backward pass) whose gradients are this rank's `send`, cut into `sizes`, whatever the chain computed."""
+
+    def __init__(self, send: Any, sizes: Sequence[int], size: int = 128) -> None:
+        import numpy as np
+        import tensorflow as tf
+
+        self.gradients = [tf.constant(p) for p in np.split(send, np.cumsum(sizes)[:-1])]
+        self.params = [tf.Variable(tf.zeros_like(g)) for g in self.gradients]
+        self.learnt = [True] * len(self.params)
+        # a variable, not a constant: Grappler would fold matmuls of a constant when it optimises the graph
+        self._a = tf.Variable(tf.random.stateless_uniform((size, size), seed=(1, 2)))
+
+    def compute(self, matmuls: int) -> Compute:
+        """The loss and gradients of a micro-batch after `matmuls` matmuls (trace_iteration's `compute`)."""
+        import tensorflow as tf
+
+        def loss_and_gradients(images: Any, labels: Any, dropout_seed: Any) -> tuple[Any, list[Any]]:  # noqa: ARG001
+            # The compute depends on the batch and the gradients on the compute; both terms are 0 (the images
+            # and the matmuls are >= 0), which Grappler cannot know: it drops a product with 0.0, and the
+            # matmuls with it.
+            x = self._a + tf.minimum(tf.reduce_sum(images), 0.0)
+            for _ in range(matmuls):
+                x = tf.linalg.matmul(x, self._a) * 1e-3
+            after = tf.minimum(tf.reduce_sum(x), 0.0)
+            return after + tf.cast(tf.size(labels), tf.float32), [g + after for g in self.gradients]
+        return loss_and_gradients
+
+
+def _kept_apart(tensors: list[Any]) -> list[Any]:
+    """The sum left out: each rank's own tensors, copied (a sum's result is a new tensor too)."""
+    import tensorflow as tf
+
+    return [tf.identity(t) for t in tensors]
+
+
 class HorovodIteration:
-    """The trainer's `Rank.sum` inside an iteration shaped as the trainer's (`Trainer._whole_iteration`, the
-    backend's `make_train_steps`): on the host, a batch of images and labels and the step's scalars (seed, rate,
-    iteration, batch, stop flag) become the arguments of one concrete function, which computes (square matmuls,
-    single-threaded, standing in for the forward and backward pass), sums what it computed over the ranks with
-    `rank.sum` (the gradient tensors and the loss pair, or one tensor) and applies the sums to variables (standing
-    in for the update); and the same function with the sum left out, which times the rest.
+    """The trainer's iteration itself (train/tensorflow/steps.py `trace_iteration`, which `make_train_steps`
+    traces for training) around the trainer's `Rank.sum`, with a `StandInNet`'s matmuls for the net's forward and
+    backward pass and a real `CaffeSolver`: on the host, a batch of images and labels and the step's scalars
+    become the arguments of one concrete function, which computes, sums the gradients and the loss pair over the
+    ranks and updates the stand-in parameters; and its twin with the sum left out, which times the rest.  One
+    tensor (no `tensors`) is summed as a one-blob net's gradient is, with the loss pair.
 
     The trainer's allreduce waits inside its one graph call for Horovod's next negotiation cycle
     (model/cycle.py), and where in the cycle its request falls depends on what the rank's core does
@@ -210,35 +256,39 @@ class HorovodIteration:
     trainer paid almost none (docs/benchmarks/2026-11-25-xeon-cycle.md, "Why the probe runs the trainer's
     iteration").  The matmul count is sized so that the iteration without the allreduce takes about `target_s`
     here, the same count on every rank (`comm`: the ranks time their matmuls together and agree on one cost).
+
+    The solver is Caffe's SGD without momentum or weight decay (the same ops as with momentum, less the decay
+    term), fed a rate of 1 and an effective batch of 1: its history after an iteration is that iteration's
+    summed gradients, bit for bit, which `copy_result` reads to check the sum.
     """
 
     def __init__(self, rank: Any, send: Any, tensors: Sequence[int], target_s: float, *, batch: int = 1,
                  input_shape: Sequence[int] = (1, 1, 1), size: int = 128, seed: int = 0,
                  window_s: float = 0.0, comm: Any = None) -> None:
         import numpy as np
-        import tensorflow as tf
 
-        sizes = list(tensors) or [len(send)]
-        self._rank, self._grouped = rank, bool(tensors)
-        self._inputs = [tf.constant(p) for p in np.split(send, np.cumsum(sizes)[:-1])]
-        self._weights = [tf.Variable(tf.zeros_like(t)) for t in self._inputs]
-        # a variable, not a constant: Grappler would fold matmuls of a constant when it optimises the graph
-        self._a = tf.Variable(tf.random.stateless_uniform((size, size), seed=(1, 2)))
+        from firescale.caffe.solver import SolverConfig
+        from firescale.train.tensorflow.solvers import CaffeSolver
+
+        self._rank, self._image_shape = rank, tuple(input_shape)
+        self.net = StandInNet(send, list(tensors) or [len(send)], size)
+        self.solver = CaffeSolver(SolverConfig(type="SGD"), self.net.params,
+                                  [f"blob{i}" for i in range(len(self.net.params))])
         rng = np.random.default_rng(seed)
         self._batches = [(rng.random((batch, *input_shape), dtype=np.float32),
                           rng.integers(0, 10, batch, dtype=np.int64)) for _ in range(4)]
-        self._batch, self._calls = batch, 0
-        self._result: Any = None
+        self._calls = 0
+        self.loss_and_flag: Any = None
+        self._requested: Any = None
         probe_matmuls = 32
-        (_, alone), (_, loaded) = self._trace(0), self._trace(probe_matmuls)
-        mine = self._sizing(alone, loaded, probe_matmuls, comm)
+        mine = self._sizing(self._trace(0, reduce=False), self._trace(probe_matmuls, reduce=False), probe_matmuls, comm)
         peers = comm.allgather(mine) if comm is not None else [mine]   # (base, per matmul) of every rank
         base = statistics.median(b for b, _ in peers)
         per = agreed_matmul_seconds([e for _, e in peers], floor_s=2 * size ** 3 / MATMUL_PEAK_FLOPS)
         self.matmuls = max(0, round((target_s - base) / per))
-        self._with, self._without = self._trace(self.matmuls)
+        self._with, self._without = self._trace(self.matmuls), self._trace(self.matmuls, reduce=False)
         # the compute an overlapped allreduce can hide behind (backward), sized as the step is
-        self._window = self._trace(max(0, round((window_s - base) / per)))[1] if window_s > 0 else None
+        self._window = self._trace(max(0, round((window_s - base) / per)), reduce=False) if window_s > 0 else None
         self._requests: Any = self._trace_requests() if window_s > 0 else None
 
     def _sizing(self, alone: Any, loaded: Any, matmuls: int, comm: Any) -> tuple[float, float]:
@@ -259,38 +309,13 @@ class HorovodIteration:
         base = min(times[0])
         return base, (min(times[1]) - base) / matmuls
 
-    def _trace(self, matmuls: int) -> tuple[Any, Any]:
-        """The iteration with Horovod's allreduce and without it, for `matmuls` matmuls of compute, as
-        concrete functions of the trainer's arguments."""
-        import tensorflow as tf
+    def _trace(self, matmuls: int, *, reduce: bool = True) -> Any:
+        """The trainer's iteration for `matmuls` matmuls of compute, summing over the ranks with the rank's
+        `Rank.sum` (`reduce`) or not at all."""
+        from firescale.train.tensorflow.steps import trace_iteration
 
-        images, labels = self._batches[0]
-        specs = (tf.TensorSpec((None, *images.shape[1:]), tf.float32), tf.TensorSpec((None,), tf.int64),
-                 tf.TensorSpec((2,), tf.int64), tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.int64),
-                 tf.TensorSpec((), tf.float32), tf.TensorSpec((), tf.float32))
-
-        def iteration(reduce: bool) -> Any:
-            def body(images: Any, labels: Any, seed: Any, rate: Any, step: Any, batch: Any, flag: Any) -> Any:
-                # The compute depends on the batch and the gradients on the compute; both terms are 0 (the
-                # images and the matmuls are >= 0), which Grappler cannot know: it drops a product with 0.0,
-                # and the matmuls with it.
-                x = self._a + tf.minimum(tf.reduce_sum(images), 0.0)
-                for _ in range(matmuls):
-                    x = tf.linalg.matmul(x, self._a) * 1e-3
-                after = tf.minimum(tf.reduce_sum(x), 0.0)
-                grads = [t + after for t in self._inputs]
-                if self._grouped:
-                    grads.append(tf.stack([after + tf.cast(tf.size(labels), tf.float32), flag]))   # loss pair
-                if not reduce:
-                    summed = [tf.identity(g) for g in grads]
-                else:
-                    summed = self._rank.sum(grads)
-                for w, g in zip(self._weights, summed):
-                    w.assign_sub(g * rate / batch)
-                return summed
-            return tf.function(body, autograph=False).get_concrete_function(*specs)
-
-        return iteration(True), iteration(False)
+        return trace_iteration(self.net, self.solver, self._image_shape, self.net.compute(matmuls),
+                               self._rank.sum if reduce else _kept_apart)
 
     def _trace_requests(self) -> Any:
         """The allreduce alone, one request a tensor (the loss pair too), as the trainer's overlapped mode
@@ -298,22 +323,21 @@ class HorovodIteration:
         import tensorflow as tf
 
         def requests(flag: Any) -> Any:
-            tensors = [*map(tf.identity, self._inputs), *([tf.stack([flag, flag])] if self._grouped else [])]
-            return self._rank.sum_each(tensors)
+            return self._rank.sum_each([*map(tf.identity, self.net.gradients), tf.stack([flag, flag])])
         return tf.function(requests, autograph=False).get_concrete_function(tf.TensorSpec((), tf.float32))
 
     def _call(self, fn: Any) -> Any:
         """One iteration as the trainer makes it: the step's scalars and seed made on the host, the batch
-        passed as arrays."""
+        passed as arrays (the rate and effective batch 1: the class's docstring says why)."""
         import tensorflow as tf
 
         self._calls += 1
         images, labels = self._batches[self._calls % len(self._batches)]
-        return fn(images, labels, tf.constant([1, self._calls], tf.int64), tf.constant(1e-9, tf.float32),
-                  tf.constant(self._calls, tf.int64), tf.constant(float(self._batch)), tf.constant(0.0))
+        return fn(images, labels, tf.constant([1, self._calls], tf.int64), tf.constant(1.0),
+                  tf.constant(self._calls, tf.int64), tf.constant(1.0), tf.constant(0.0))
 
     def with_allreduce(self) -> None:
-        self._result = self._call(self._with)
+        self.loss_and_flag = self._call(self._with)
 
     def without_allreduce(self) -> None:
         self._call(self._without)
@@ -351,11 +375,18 @@ class HorovodIteration:
         requester.join()
         if "error" in made:
             raise made["error"]
-        self._result = made["sums"]
+        self._requested = made["sums"]
 
     def copy_result(self, recv: Any) -> None:
-        """The last sum into `recv` (the loss pair left out)."""
+        """The summed gradients of one more iteration with the allreduce into `recv`, read from the solver's
+        history (every rank calls it together, after the timed calls)."""
         import numpy as np
 
-        sums = self._result[:len(self._inputs)]
-        np.copyto(recv, np.concatenate([t.numpy() for t in sums]))
+        self.with_allreduce()
+        np.copyto(recv, np.concatenate([h.numpy().ravel() for h in self.solver.history]))
+
+    def copy_requests_result(self, recv: Any) -> None:
+        """The last overlapped requests' sums into `recv` (the loss pair left out)."""
+        import numpy as np
+
+        np.copyto(recv, np.concatenate([t.numpy() for t in self._requested[:-1]]))

@@ -1,9 +1,15 @@
-"""The traced training steps: one whole iteration, its parts (gradients, update) apart, evaluation, warm-up."""
+"""The traced training steps: one whole iteration, its parts (gradients, update) apart, evaluation, warm-up.
+
+The whole iteration is traced by `trace_iteration` from what it needs (which blobs are learnt, a loss and
+gradients, a sum over the ranks, a solver), so that `bench allreduce`'s probe (bench/allreduce_tensorflow.py)
+times this same function around a stand-in for the net's compute instead of a copy of it.
+"""
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -23,6 +29,27 @@ class TrainSteps:
     grad: Callable[..., Any]
     apply: Callable[..., Any]
     evaluate: Callable[..., Any]
+
+
+class LearntBlobs(Protocol):
+    """What the iteration's sum reads of a net: per blob, in the order its gradients come, whether it is
+    learnt (BatchNorm's statistics are not, and are not sent)."""
+
+    @property
+    def learnt(self) -> Sequence[bool]: ...
+
+
+class Compute(Protocol):
+    """A micro-batch's summed loss and its gradients, one per blob of the net (`loss_and_gradients` of a net,
+    or the probe's stand-in for it); traceable."""
+
+    def __call__(self, images: tf.Tensor, labels: tf.Tensor,
+                 dropout_seed: tf.Tensor) -> tuple[tf.Tensor, Sequence[tf.Tensor]]: ...
+
+
+# Element-wise sums over the ranks of each tensor, inside the graph: Rank.sum (one grouped allreduce) or
+# Rank.sum_each (one request a tensor).
+SumOverRanks = Callable[[list[tf.Tensor]], list[tf.Tensor]]
 
 
 def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
@@ -51,8 +78,8 @@ def loss_and_gradients(net: CaffeNet, images: tf.Tensor, labels: tf.Tensor,
     return loss_sum, [g if keep else tf.zeros_like(p) for g, p, keep in zip(grads, net.params, net.learnt)]
 
 
-def sum_learnt(net: CaffeNet, sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]],
-               grads: list[tf.Tensor], extra: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor]:
+def sum_learnt(net: LearntBlobs, sum_over_ranks: SumOverRanks, grads: list[tf.Tensor],
+               extra: tf.Tensor) -> tuple[list[tf.Tensor], tf.Tensor]:
     """The gradients summed over the ranks, and `extra` (the loss and stop flag) summed with them.  The
     gradients of BatchNorm's statistics, zero on every rank, are not sent: they stay the zeros they are
     (Caffe sends them, as they are among its learnable blobs; the sum is the same, and the message is
@@ -75,9 +102,33 @@ def apply_update(solver: CaffeSolver, summed: list[tf.Tensor], rate: tf.Tensor, 
         solver.apply(normalised, rate, iteration)
 
 
+def trace_iteration(net: LearntBlobs, solver: CaffeSolver, image_shape: tuple[int, ...], compute: Compute,
+                    sum_over_ranks: SumOverRanks) -> Callable[..., Any]:
+    """The whole iteration of one micro-batch of images of `image_shape` (H, W, C) as one concrete function:
+    `compute`'s gradients, their sum over the ranks with the loss and stop flag (`sum_learnt`), the solver's
+    update (`apply_update`); it returns the summed loss and flag.  Its arguments are the images, labels,
+    dropout seed (2 int64), rate, 0-based iteration (int64), effective batch and stop flag (float32).
+
+    The trainer traces it around the net's `loss_and_gradients` and its rank's `Rank.sum` (or `sum_each`);
+    `bench allreduce` around a stand-in compute of a chosen length, so that what it times between a step and
+    the next is this function's graph (bench/allreduce_tensorflow.py)."""
+    x_spec = tf.TensorSpec((None, *image_shape), tf.float32)
+    scalar = tf.TensorSpec((), tf.float32)
+
+    @tf.function(input_signature=[x_spec, tf.TensorSpec((None,), tf.int64), tf.TensorSpec((2,), tf.int64), scalar,
+                                  tf.TensorSpec((), tf.int64), scalar, scalar], autograph=False)
+    def iteration_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor, rate: tf.Tensor,
+                       iteration: tf.Tensor, batch: tf.Tensor, stop_flag: tf.Tensor) -> tf.Tensor:
+        loss_sum, grads = compute(images, labels, dropout_seed)
+        summed, loss_and_flag = sum_learnt(net, sum_over_ranks, list(grads), tf.stack([loss_sum, stop_flag]))
+        apply_update(solver, summed, rate, iteration, batch)
+        return loss_and_flag
+
+    return iteration_step.get_concrete_function()
+
+
 def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int, ...],
-                     sum_over_ranks: Callable[[list[tf.Tensor]], list[tf.Tensor]], *,
-                     sum_each: Callable[[list[tf.Tensor]], list[tf.Tensor]] | None = None) -> TrainSteps:
+                     sum_over_ranks: SumOverRanks, *, sum_each: SumOverRanks | None = None) -> TrainSteps:
     """Trace the iteration, grad, apply and evaluation steps of `net` for images of `image_shape` (H, W, C);
     the update takes the images it averages over (the effective batch) as an argument, since it may
     change, and the learning rate as a tensor, so that neither retraces.  `sum_over_ranks` is the
@@ -92,16 +143,6 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
     # tensor's value, so rewriting the source of every function they call (2.1 of a rank's 4.9 s start for
     # LeNet here) changes nothing in the graph.  A branch on a tensor fails at tracing, never silently.
 
-    @tf.function(input_signature=[x_spec, y_spec, tf.TensorSpec((2,), tf.int64), scalar, tf.TensorSpec((), tf.int64),
-                                  scalar, scalar], autograph=False)
-    def iteration_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor, rate: tf.Tensor,
-                       iteration: tf.Tensor, batch: tf.Tensor, stop_flag: tf.Tensor) -> tf.Tensor:
-        loss_sum, grads = loss_and_gradients(net, images, labels, dropout_seed)
-        summed, loss_and_flag = sum_learnt(net, sum_each or sum_over_ranks, list(grads),
-                                           tf.stack([loss_sum, stop_flag]))
-        apply_update(solver, summed, rate, iteration, batch)
-        return loss_and_flag
-
     @tf.function(input_signature=[x_spec, y_spec, tf.TensorSpec((2,), tf.int64)], autograph=False)
     def grad_step(images: tf.Tensor, labels: tf.Tensor, dropout_seed: tf.Tensor) -> Any:
         return loss_and_gradients(net, images, labels, dropout_seed)
@@ -114,8 +155,10 @@ def make_train_steps(net: CaffeNet, solver: CaffeSolver, image_shape: tuple[int,
 
     # Called every iteration: the concrete functions skip tf.function's per-call matching of arguments to
     # traces (its cost: docs/performance-model.md, `bench trainer`).
-    return TrainSteps(iteration_step.get_concrete_function(), grad_step.get_concrete_function(),
-                      apply_step.get_concrete_function(), make_eval_step(net, net.spec.num_classes, image_shape))
+    iteration = trace_iteration(net, solver, image_shape, functools.partial(loss_and_gradients, net),
+                                sum_each or sum_over_ranks)
+    return TrainSteps(iteration, grad_step.get_concrete_function(), apply_step.get_concrete_function(),
+                      make_eval_step(net, net.spec.num_classes, image_shape))
 
 
 def warm_up(steps: TrainSteps, batch: int, image_shape: tuple[int, ...], seed: int,
