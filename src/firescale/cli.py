@@ -99,7 +99,7 @@ GROUP_HELP = {
 
 def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="firescale",
+        prog="firescale", allow_abbrev=False,
         description="Measure, predict and report how deep-network training scales.",
         epilog="Commands: " + "; ".join(f"{g} ({GROUP_HELP.get(g, '')})" for g in COMMANDS),
     )
@@ -109,9 +109,14 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def build_parser(group: str) -> argparse.ArgumentParser:
-    """The parser of one command group, with its subcommands' arguments."""
+    """The parser of one command group: a group without subcommands with its arguments, else one that names its
+    subcommands (`command_parser` parses a subcommand's arguments).
+
+    No parser takes an abbreviated option (allow_abbrev=False, a subcommand's too): a run record keeps its
+    command line, and `--frame pytorch` there would be the trainer's --framework to argparse and nothing to
+    whoever reads the record."""
     table = COMMANDS[group]
-    parser = argparse.ArgumentParser(prog=f"firescale {group}", description=GROUP_HELP.get(group))
+    parser = argparse.ArgumentParser(prog=f"firescale {group}", description=GROUP_HELP.get(group), allow_abbrev=False)
     if list(table) == [None]:
         module, _ = table[None]
         mod = importlib.import_module(module)
@@ -121,8 +126,18 @@ def build_parser(group: str) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     for name, (module, help_text) in table.items():
         assert name is not None, f"group {group}: a group with subcommands names each of them"
-        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         sp.set_defaults(_module=module)
+    return parser
+
+
+def command_parser(group: str, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand `name` of `group`, its module imported for its arguments."""
+    module, help_text = COMMANDS[group][name]
+    mod = importlib.import_module(module)
+    parser = argparse.ArgumentParser(prog=f"firescale {group} {name}", description=help_text, allow_abbrev=False)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
     return parser
 
 
@@ -142,11 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not rest or rest[0].startswith("-") or rest[0] not in table:
             parser.parse_args(rest)  # prints usage and exits for a missing or unknown subcommand
             return 2
-        module, help_text = table[rest[0]]
-        mod = importlib.import_module(module)
-        parser = argparse.ArgumentParser(prog=f"firescale {group} {rest[0]}", description=help_text)
-        mod.add_arguments(parser)
-        parser.set_defaults(_run=mod.run)
+        parser = command_parser(group, rest[0])
         rest = rest[1:]
     args = parser.parse_args(rest)
     try:

@@ -84,6 +84,9 @@ class TrainResult:
     segments: list[Segment]
     status: str
     command: list[str] = field(default_factory=list)
+    # the run's options as the trainer resolved them (train/options.py, record_options); {}: a record from before
+    # they were kept, whose `command` says them
+    options: dict[str, Any] = field(default_factory=dict)
     layer_trace: str | None = None  # RUNDIR-relative layer-wise trace (--profile-layers)
     placement: dict[str, Any] | None = None  # a net split by layers: devices, boundaries, measured copies
     net_file: dict[str, str] | None = None   # a Caffe net file trained: its absolute path and sha256 at the start

@@ -19,13 +19,13 @@ from firescale.predict import calibration_run
 from firescale.predict.calibrate import load_calibration
 from firescale.predict.calibration_run import (
     CalibrationRequest,
-    command_option,
     in_rounds,
     measuring_site,
     net_shape,
     run_calibration,
 )
 from firescale.predict.measurements import MeasuredIteration
+from firescale.train.options import record_options
 
 # test_overhead_calibration's machine: 76.8 GFLOP/s and 10 GB/s, slow enough for LeNet's runs below
 PLATFORM = Platform("local", Device("cpu", 7.68e10, 1e10), Link(5e9, 5e-7), "tree")
@@ -83,7 +83,8 @@ NAMED = {"base.json": run_record(train_result(64, 11.7)),
     ({"allreduce_probe": None, "comm_record": "lenet-2.json"}, "net 'lenet' is not the calibrated 'lenet_same'"),
     ({"allreduce_probe": None, "allreduce_json": "bench.json"},
      "bench.json: not a `firescale bench allreduce --json` record"),
-    ({"records": ("uncommanded.json",)}, "the run record has no `firescale train` command line to repeat"),
+    ({"records": ("uncommanded.json",)},
+     "uncommanded.json: the run record keeps neither its options nor a `firescale train` command line to repeat"),
     # the probe's backend: --framework, else the record's
     ({"framework": "caffe2"}, "--framework 'caffe2' is not a framework firescale trains with"),
     ({"records": ("torch.json",), "probe_overlap": True},
@@ -118,11 +119,22 @@ def test_the_probe_times_the_allreduce_of_the_records_backend_unless_framework_s
     assert probe_framework(CalibrationRequest(framework="tensorflow"), [torch]) == "tensorflow"
     assert probe_framework(CalibrationRequest(framework="pytorch"), []) == "pytorch"
     assert probe_framework(NUMBERS, []) == "tensorflow"                          # numbers alone: the default
+    # the record's options say its framework, whatever its command line (records before them: the line's)
+    kept = replace(tf, options={**record_options(tf.train_options()), "framework": "pytorch"})
+    assert probe_framework(CalibrationRequest(), [kept]) == "pytorch"
     # a record's own bad --framework is named as the record's
-    bad = MeasuredIteration("odd.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
-                            ("firescale", "train", "--framework", "jax"))
     with pytest.raises(FirescaleError, match=r"odd\.json: --framework 'jax' is not a framework"):
-        probe_framework(CalibrationRequest(), [bad])
+        probe_framework(CalibrationRequest(), [_recorded("odd.json", "--framework", "jax")])
+    # a --framework cut short is no longer read as Horovod's: the record is refused, by name
+    with pytest.raises(FirescaleError, match=r"frame\.json: `firescale train` does not take the recorded command "
+                                             r"line: unrecognized arguments: --frame pytorch"):
+        probe_framework(CalibrationRequest(), [_recorded("frame.json", "--frame", "pytorch")])
+
+
+def _recorded(source: str, *options: str) -> MeasuredIteration:
+    """A single-rank run of LeNet whose record's command line gives `options` beside the trainer's required ones."""
+    return MeasuredIteration(source, "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
+                             (*TRAIN_COMMAND[:-3], *options))
 
 
 def test_the_probe_takes_the_process_group_the_runs_ask_for(tmp_path):
@@ -130,18 +142,15 @@ def test_the_probe_takes_the_process_group_the_runs_ask_for(tmp_path):
     else auto (resolved by the probe's ranks as by the runs'); a tensorflow one has none to take."""
     from firescale.predict.calibration_run import probe_process_group
 
-    plain = MeasuredIteration("a.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
-                              ("firescale", "train", "--framework", "pytorch"))
-    gloo = MeasuredIteration("b.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
-                             ("firescale", "train", "--framework", "pytorch", "--process-group", "gloo"))
+    plain = _recorded("a.json", "--framework", "pytorch")
+    gloo = _recorded("b.json", "--framework", "pytorch", "--process-group", "gloo")
     assert probe_process_group(CalibrationRequest(), [plain], "pytorch") == "auto"
     assert probe_process_group(CalibrationRequest(), [gloo, plain], "pytorch") == "gloo"
     assert probe_process_group(CalibrationRequest(process_group="mpi"), [gloo], "pytorch") == "mpi"
     assert probe_process_group(CalibrationRequest(), [plain], "tensorflow") is None
     with pytest.raises(FirescaleError, match="--process-group gloo is the pytorch trainer's; the tensorflow trainer"):
         probe_process_group(CalibrationRequest(process_group="gloo"), [], "tensorflow")
-    odd = MeasuredIteration("odd.json", "lenet_same", "", 1, 64, 0.01, 0.0, 0.01, 0.0, 100,
-                            ("firescale", "train", "--process-group", "ucc"))
+    odd = _recorded("odd.json", "--process-group", "ucc")
     with pytest.raises(FirescaleError, match=r"odd\.json: --process-group 'ucc' is not a process group; known: auto"):
         probe_process_group(CalibrationRequest(), [odd], "pytorch")
 
@@ -238,7 +247,8 @@ def test_records_give_the_net_its_shape_from_their_dataset_and_their_evaluations
     from firescale.results import EvalPoint, Segment
 
     digits = _digits(tmp_path)
-    command = ["firescale", "train", "--dataset", str(digits), "--net", "lenet_same", "--crop", "6"]
+    command = ["firescale", "train", "--dataset", str(digits), "--net", "lenet_same", "--solver", "s.yaml", "--out",
+               "/x", "--crop", "6"]
     base, short = tmp_path / "base.json", tmp_path / "short.json"
     evals = [EvalPoint(100 * k, 1.0, 1.0, 0.9, 1.0, 0.3) for k in (1, 2, 3)]
     base.write_text(json.dumps(run_record(train_result(
@@ -280,18 +290,22 @@ def test_records_that_cannot_calibrate_are_named(tmp_path):
 def test_the_shape_comes_from_the_options_else_the_manifest_and_the_recorded_crop(tmp_path):
     digits = _digits(tmp_path)
 
-    def first(*command: str) -> MeasuredIteration:
-        return MeasuredIteration("r.json", "lenet_same", str(digits), 1, 64, 0.01, 0.0, 0.01, 0.0, 100, command)
+    def first(*options: str) -> MeasuredIteration:
+        return replace(_recorded("r.json", *options), dataset=str(digits))
 
-    assert net_shape(None, None, first("train")) == ((8, 8, 1), 10)
-    assert net_shape(None, None, first("train", "--crop=4")) == ((4, 4, 1), 10)
-    assert net_shape((28, 28, 1), None, first("train", "--crop", "4")) == ((28, 28, 1), 10)
-    assert net_shape(None, 3, first("train")) == ((8, 8, 1), 3)
+    assert net_shape(None, None, first()) == ((8, 8, 1), 10)
+    assert net_shape(None, None, first("--crop=4")) == ((4, 4, 1), 10)
+    assert net_shape((28, 28, 1), None, first("--crop", "4")) == ((28, 28, 1), 10)
+    assert net_shape(None, 3, first()) == ((8, 8, 1), 3)
+    kept = replace(first("--crop", "4"), options={**record_options(first().train_options()), "crop": 5})
+    assert net_shape(None, None, kept) == ((5, 5, 1), 10)    # the record's options, not its command line
     assert net_shape(None, None, None) == (None, None)       # no record: the net's own
     lost = MeasuredIteration("r.json", "lenet_same", str(tmp_path / "gone"), 1, 64, 0.01, 0.0, 0.01, 0.0, 100)
     assert net_shape(None, None, lost) == (None, None)       # a dataset not ingested here: the net's own
-    assert command_option(("train", "--crop"), "--crop") is None          # an option without its value
-    assert command_option(("train", "--cropped", "5"), "--crop") is None
+    with pytest.raises(FirescaleError, match=r"r\.json: .* the recorded command line: argument --crop: expected one"):
+        net_shape(None, None, first("--crop"))               # an option without its value
+    with pytest.raises(FirescaleError, match=r"r\.json: .* unrecognized arguments: --cro 5"):
+        net_shape(None, None, first("--cro", "5"))           # cut short: argparse took it for --crop, once
 
 
 def test_a_site_with_a_scheduler_is_measured_only_from_inside_its_job(monkeypatch):

@@ -19,6 +19,7 @@ from firescale.model.paleo import Device, Platform, firecaffe_platform, predict_
 from firescale.nets.zoo import get_net
 from firescale.predict.calibrate import calibrate, fit_compute_and_overhead, load_calibration
 from firescale.predict.measurements import read_measured_iteration, short_run_command
+from firescale.train.options import recorded_options
 
 DIGITS_LENET = get_net("lenet_same", num_classes=10, input_shape=(8, 8, 1))
 DIGITS_LENET_BYTES = 4 * sum(net_cost(DIGITS_LENET, 1).gradient_tensors)    # float32 gradients
@@ -135,15 +136,19 @@ def test_time_limits_of_none_are_refused_by_name_before_anything_runs(tmp_path, 
     assert not (tmp_path / "calibration.json").exists()
 
 
-def test_short_run_repeats_the_recorded_command_at_another_batch(tmp_path):
-    command = train_result(64, 10.0)["command"]
-    argv = short_run_command(command, 16, 200, tmp_path / "s")
-    assert argv[1:4] == ["-m", "firescale", "train"]
-    assert "--resume" not in argv and "/x" not in argv and "--total-batch" not in argv
-    assert argv[argv.index("--batch-per-rank") + 1] == "16"
-    assert "max_iter=200" in argv and "test_interval=0" in argv
-    with pytest.raises(FirescaleError, match="no `firescale train` command"):
-        short_run_command([], 16, 200, tmp_path)
+def test_short_run_repeats_the_recorded_run_at_another_batch(tmp_path):
+    """The short run trains with the recorded run's options (its record's, else its command line's, as the
+    trainer read it), less where it goes, its batch, resume and target; the learning rate scaled from its batch."""
+    command = [*train_result(64, 10.0)["command"], "--crop", "6", "--target", "0.9", "--set", "base_lr=0.02"]
+    argv = short_run_command(recorded_options({}, command, "base.json"), 16, 200, tmp_path / "s", 64)
+    assert argv[1:4] == ["-m", "firescale", "train"] and argv[-2:] == ["--out", str(tmp_path / "s")]
+    assert "--resume" not in argv and "/x" not in argv and "--total-batch" not in argv and "--target" not in argv
+    assert argv[argv.index("--batch-per-rank") + 1] == "16" and argv[argv.index("--crop") + 1] == "6"
+    assert argv[argv.index("--lr-scaling") + 1] == "linear" and argv[argv.index("--reference-batch") + 1] == "64"
+    assert "base_lr=0.02" in argv and "max_iter=200" in argv and "test_interval=0" in argv
+    with pytest.raises(FirescaleError, match="^base.json: the run record keeps neither its options nor a `firescale "
+                                             "train` command line to repeat"):
+        short_run_command(recorded_options({}, [], "base.json"), 16, 200, tmp_path, where="base.json")
 
 
 @pytest.mark.tensorflow

@@ -112,15 +112,21 @@ def _max_over_ranks(rank: Any, value: float) -> float:
     return float(rank.hvd.allreduce(tf.constant(value, tf.float64), op=rank.hvd.Max).numpy())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m firescale.bench.bare_loop", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m firescale.bench.bare_loop`'s arguments (no abbreviation taken, as no firescale parser takes one)."""
+    parser = argparse.ArgumentParser(prog="python -m firescale.bench.bare_loop", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--net", default="lenet_same")
     parser.add_argument("--solver", type=Path, required=True)
     parser.add_argument("--batch-per-rank", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--json", type=Path, required=True, help="where rank 0 writes the result")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = run_bare_loop(args.dataset, args.net, args.solver, args.batch_per_rank, args.iterations)
     import horovod.tensorflow as hvd
 

@@ -150,9 +150,11 @@ def _max_over_ranks(rank: Any, value: float) -> float:
     return float(t.item())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m firescale.bench.bare_loop_torch`'s arguments (no abbreviation taken, as no firescale parser
+    takes one)."""
     parser = argparse.ArgumentParser(prog="python -m firescale.bench.bare_loop_torch",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--net", default="lenet_same")
     parser.add_argument("--solver", type=Path, required=True)
@@ -160,7 +162,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--json", type=Path, required=True, help="where rank 0 writes the result")
     parser.add_argument("--process-group", default="auto", help="as firescale train's (default auto)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     result = run_bare_loop(args.dataset, args.net, args.solver, args.batch_per_rank, args.iterations,
                            args.process_group)
     if result.pop("rank") == 0:

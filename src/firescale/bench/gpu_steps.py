@@ -348,8 +348,10 @@ def _names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m firescale.bench.gpu_steps", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m firescale.bench.gpu_steps`'s arguments (no abbreviation taken, as no firescale parser takes one)."""
+    parser = argparse.ArgumentParser(prog="python -m firescale.bench.gpu_steps", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--json", type=Path, required=True, help="write the device and the rows here")
     parser.add_argument("--info", action="store_true", help="only the device and the versions")
     parser.add_argument("--nets", default=",".join(NETS), help=f"default {','.join(NETS)}")
@@ -358,7 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=10, help="timed iterations a side (default 10)")
     parser.add_argument("--warm-up", type=int, default=2, help="iterations before timing (default 2)")
     parser.add_argument("--seconds", type=float, default=180.0, help="the whole run's budget (default 180)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.info:
         result: dict[str, Any] = {"format": GPU_STEPS_FORMAT, "device": device_info()}
     else:

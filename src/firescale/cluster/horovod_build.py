@@ -240,15 +240,21 @@ def install(version: str, gpu: bool, environ: Mapping[str, str]) -> int:
     return subprocess.run(argv, env=env).returncode
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m firescale.cluster.horovod_build {plan,install} [--gpu]`, run by the Makefile and on conda sites."""
-    parser = argparse.ArgumentParser(prog="python -m firescale.cluster.horovod_build",
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m firescale.cluster.horovod_build`'s arguments (no abbreviation taken, as no firescale parser
+    takes one)."""
+    parser = argparse.ArgumentParser(prog="python -m firescale.cluster.horovod_build", allow_abbrev=False,
                                      description="plan or run Horovod's build against this interpreter's stack")
     parser.add_argument("action", choices=("plan", "install"),
                         help="plan: print the build's variables; install: build unless already built as asked")
     parser.add_argument("--gpu", action="store_true", help="build with HOROVOD_GPU_OPERATIONS=NCCL")
     parser.add_argument("--version", default=HOROVOD_VERSION, help=f"Horovod's version (default {HOROVOD_VERSION})")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m firescale.cluster.horovod_build {plan,install} [--gpu]`, run by the Makefile and on conda sites."""
+    args = build_parser().parse_args(argv)
     try:
         if args.action == "plan":
             print("\n".join(build_plan(args.gpu, site_packages(), os.environ).lines()))

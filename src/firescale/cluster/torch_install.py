@@ -141,7 +141,8 @@ class PipPlanner:
             report.unlink(missing_ok=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m firescale.cluster.torch_install`'s arguments."""
     parser = argparse.ArgumentParser(prog="python -m firescale.cluster.torch_install", allow_abbrev=False,
                                      description="Install torch for make setup (see the module's docstring).")
     parser.add_argument("requirements", nargs="+", help="torch's requirement first, then any to install beside it")
@@ -150,7 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="GPU=1: the build pip chooses")
     parser.add_argument("--report-dir", type=Path, required=True, help="where pip's dry-run reports are written")
     parser.add_argument("--dry-run", action="store_true", help="say the choice, install nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     python = sys.executable
     version = ".".join(map(str, sys.version_info[:3]))
     try:

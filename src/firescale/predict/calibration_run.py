@@ -37,6 +37,7 @@ from firescale.predict.measurements import (
     short_run_command,
 )
 from firescale.sweep.paths import CALIBRATION_FILE
+from firescale.train.options import TrainOptions
 
 T = TypeVar("T")
 Say = Callable[[str], None]
@@ -192,8 +193,8 @@ def _single_rank_records(request: CalibrationRequest) -> list[MeasuredIteration]
                                  f"this one has {m.ranks} ranks")
     if request.short_run:    # its command built only to be refused here, not once in each round of it
         first = records[0]
-        short_run_command(first.command, _short_batch(request, first), request.short_run, Path("calibrate"),
-                          first.batch_per_rank)
+        short_run_command(first.train_options(), _short_batch(request, first), request.short_run, Path("calibrate"),
+                          first.batch_per_rank, first.source)
     return records
 
 
@@ -238,33 +239,28 @@ def _calibrated_net(request: CalibrationRequest, records: list[MeasuredIteration
 
 def net_shape(shape: tuple[int, int, int] | None, classes: int | None,
               first: MeasuredIteration | None) -> tuple[tuple[int, int, int] | None, int | None]:
-    """Input shape and classes: those given, else the first record's dataset manifest and crop."""
+    """Input shape and classes: those given, else the first record's dataset manifest and the crop its run took."""
     if first is not None and (shape is None or classes is None):
         data = manifest_if_ingested(first.dataset)
         if data is not None:
             height, width, channels = (int(v) for v in data["shape"])   # a manifest's records are HWC
             stored = (height, width, channels)
-            crop = command_option(first.command, "--crop")
-            shape = shape or ((int(crop), int(crop), stored[2]) if crop else stored)
+            crop = options.crop if (options := first.train_options()) else None
+            shape = shape or ((crop, crop, stored[2]) if crop else stored)
             classes = classes or int(data["num_classes"])
     return shape, classes
 
 
-def command_option(command: tuple[str, ...], name: str) -> str | None:
-    """The value of option `name` in a recorded command (`--name V` or `--name=V`), None when it has none."""
-    for i, arg in enumerate(command):
-        if arg == name and i + 1 < len(command):
-            return command[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
+def _first_options(records: list[MeasuredIteration]) -> TrainOptions | None:
+    """The options the first record's run trained with; None without a record, or a record without them."""
+    return records[0].train_options() if records else None
 
 
 def probe_framework(request: CalibrationRequest, records: list[MeasuredIteration]) -> str:
     """The backend whose trainer's allreduce --allreduce-probe times: --framework, else the first record's
-    (its command's --framework, else the trainer's default); checked before anything runs, --probe-overlap
+    (its run's --framework, else the trainer's default); checked before anything runs, --probe-overlap
     with it too."""
-    recorded = command_option(records[0].command, "--framework") if records else None
+    recorded = first.framework if (first := _first_options(records)) else None
     where = f"{records[0].source}: --framework" if recorded and not request.framework else "--framework"
     chosen = framework_named(request.framework or recorded or DEFAULT_FRAMEWORK, where)
     if request.allreduce_probe and request.probe_overlap and not chosen.probe_overlap:
@@ -285,7 +281,7 @@ def probe_process_group(request: CalibrationRequest, records: list[MeasuredItera
             raise FirescaleError(f"--process-group {request.process_group} is the {naming} trainer's; the "
                                  f"{framework} trainer sums over {chosen.library}")
         return None
-    recorded = command_option(records[0].command, "--process-group") if records else None
+    recorded = first.process_group if (first := _first_options(records)) else None
     group = request.process_group or recorded or "auto"
     if group not in PROCESS_GROUPS:
         where = "--process-group" if request.process_group else f"{records[0].source}: --process-group"

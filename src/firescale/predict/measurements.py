@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +17,9 @@ from firescale.cluster.ranks import RUN_TIMEOUT_S, SiteRanks, stop
 from firescale.errors import FirescaleError
 from firescale.results import RESULT_FORMAT, TrainResult, result_from_dict
 from firescale.sweep.records import RUN_FORMAT
+from firescale.train.options import TrainOptions, recorded_options, train_command
 
 MIN_ITERATIONS = 5
-
-# Options of `firescale train` that a short calibration run replaces or drops, with their value count
-# (-1: one or more values, up to the next option).
-_DROPPED = {"--out": 1, "--total-batch": 1, "--batch-per-rank": 1, "--resume": 0, "--snapshot": 1, "--target": 1,
-            "--target-from": -1, "--tolerance": 1, "--profile-layers": 0, "--lr-scaling": 1,
-            "--reference-batch": 1}
-
 
 @dataclass(frozen=True)
 class MeasuredIteration:
@@ -44,6 +38,13 @@ class MeasuredIteration:
     command: tuple[str, ...] = ()
     evaluations: int = 0        # evaluations the run made, and the seconds they took in all
     eval_s: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict, hash=False)   # the record's (train/options.py)
+
+    def train_options(self) -> TrainOptions | None:
+        """The options the run trained with: its record's, else its command line's as `firescale train` reads it
+        (a record from before they were kept); None when it has neither; one sentence naming the record when
+        they are not options the trainer takes."""
+        return recorded_options(self.options, self.command, self.source)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "ranks": self.ranks, "batch_per_rank": self.batch_per_rank,
@@ -69,7 +70,8 @@ def measured_from_result(result: TrainResult, source: str) -> MeasuredIteration:
     total = split.data_wait_s + split.compute_s + split.allreduce_s
     return MeasuredIteration(source, result.net, result.dataset, int(result.ranks), per_rank, total,
                              split.data_wait_s, split.compute_s, split.allreduce_s, int(split.iterations),
-                             tuple(result.command), len(result.evals), sum(s.eval_s for s in result.segments))
+                             tuple(result.command), len(result.evals), sum(s.eval_s for s in result.segments),
+                             dict(result.options))
 
 
 def read_measured_iteration(path: str | Path) -> MeasuredIteration:
@@ -89,43 +91,34 @@ def read_measured_iteration(path: str | Path) -> MeasuredIteration:
     return measured_from_result(result_from_dict(train, f"{path} train"), str(path))
 
 
-def short_run_command(command: tuple[str, ...] | list[str], batch_per_rank: int, iterations: int,
-                      out: Path, reference_batch: int | None = None) -> list[str]:
-    """The recorded `firescale train` command as one short run at another per-rank batch, no eval or snapshot.
+def short_run_command(options: TrainOptions | None, batch_per_rank: int, iterations: int, out: Path,
+                      reference_batch: int | None = None, where: str = "") -> list[str]:
+    """The recorded run's `firescale train` as one short run at another per-rank batch, no eval or snapshot:
+    its options, less those of where it goes, how long and to what it trains (its folder, batch, resume,
+    target and layer profile).
 
     The learning rate is scaled linearly from `reference_batch` (the recorded run's batch) so that a
     smaller batch does not diverge before the timed iterations end; only the timing is used.
     """
-    args = list(command)
-    if args[:2] != ["firescale", "train"]:
-        raise FirescaleError("the run record has no `firescale train` command line to repeat; "
-                             "measure a second batch size with `firescale train` and pass its record")
-    kept: list[str] = []
-    i = 2
-    while i < len(args):
-        name = args[i].split("=", 1)[0]
-        if name in _DROPPED:
-            count = 0 if "=" in args[i] else _DROPPED[name]
-            i += 1
-            if count < 0:  # every value up to the next option
-                while i < len(args) and not args[i].startswith("--"):
-                    i += 1
-            i += max(count, 0)
-            continue
-        kept.append(args[i])
-        i += 1
-    scaling = ["--lr-scaling", "linear", "--reference-batch", str(reference_batch)] if reference_batch else []
-    return [sys.executable, "-m", "firescale", "train", *kept, *scaling, "--batch-per-rank", str(batch_per_rank),
-            "--set", f"max_iter={iterations}", "--set", "test_interval=0",
-            "--set", "test_initialization=false", "--set", "snapshot=0", "--set", "snapshot_after_train=false",
-            "--set", f"display={iterations}", "--out", str(out)]     # last: copies on a node each name their own
+    if options is None:
+        raise FirescaleError(f"{where + ': ' if where else ''}the run record keeps neither its options nor a "
+                             "`firescale train` command line to repeat; measure a second batch size with `firescale "
+                             "train` and pass its record")
+    short = replace(options, out=out, batch_per_rank=batch_per_rank, total_batch=None, resume=False, snapshot=None,
+                    target=None, target_from=None, profile_layers=False,
+                    lr_scaling="linear" if reference_batch else "none", reference_batch=reference_batch or None,
+                    overrides=[*options.overrides, f"max_iter={iterations}", "test_interval=0",
+                               "test_initialization=false", "snapshot=0", "snapshot_after_train=false",
+                               f"display={iterations}"])
+    return train_command(short, (sys.executable, "-m", "firescale"))   # --out last: copies each name their own
 
 
 def _short_run_argv(baseline: MeasuredIteration, batch_per_rank: int, iterations: int, out: Path) -> list[str]:
     if baseline.ranks != 1:
         raise FirescaleError(f"{baseline.source}: a short calibration run repeats a single-rank baseline, "
                              f"not one of {baseline.ranks} ranks")
-    return short_run_command(baseline.command, batch_per_rank, iterations, out, baseline.batch_per_rank)
+    return short_run_command(baseline.train_options(), batch_per_rank, iterations, out, baseline.batch_per_rank,
+                             baseline.source)
 
 
 def _start(argv: list[str], env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen[str]:

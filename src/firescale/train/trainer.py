@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ from firescale.caffe.dist import DevicePlan
 from firescale.caffe.lr_policies import current_step, learning_rate
 from firescale.caffe.solver import SolverConfig, ignored_note, load_solver
 from firescale.errors import FirescaleError
-from firescale.frameworks import DEFAULT_FRAMEWORK, DEFAULT_PRECISION, REGISTRY, Framework
+from firescale.frameworks import DEFAULT_FRAMEWORK, REGISTRY, Framework
 from firescale.nets.device_plan import read_layer_plan
 from firescale.nets.spec import Shape
 from firescale.results import EvalPoint, TrainResult, baseline_top1, file_record, write_result
@@ -31,10 +30,11 @@ from firescale.train.checkpoint import (
     write_snapshot,
 )
 from firescale.train.heartbeat import Heartbeat
+from firescale.train.options import TrainOptions, record_options
 from firescale.train.readback import LossReads, StopRequest, read_due
 from firescale.train.run_state import RunState
 from firescale.train.scaling import plan_schedule
-from firescale.train.timing import SPLIT_EVERY, SegmentClock, now, time_to_accuracy
+from firescale.train.timing import SegmentClock, now, time_to_accuracy
 
 if TYPE_CHECKING:
     from firescale.train.caffe_weights import CopiedWeights
@@ -42,48 +42,6 @@ if TYPE_CHECKING:
 Rank = Any   # a backend's rank: rank, size, local_rank, local_size, device, pinned_cpus, devices, is_root, the sums
 
 EXIT_INTERRUPTED = 143  # 128 + SIGTERM, also for SIGUSR1 and SIGUSR2: "snapshot written, resubmit with --resume"
-
-
-@dataclass
-class TrainOptions:
-    """The `firescale train` command line, resolved."""
-
-    dataset: Path
-    net: str | None     # a built-in net's name or a Caffe net file; None: the solver's net: line
-    solver: Path
-    out: Path
-    overrides: list[str] = field(default_factory=list)
-    batch_per_rank: int | None = None
-    total_batch: int | None = None
-    reference_batch: int | None = None
-    lr_scaling: str = "none"
-    warmup_iters: int = 0
-    warmup_start_lr: float | None = None
-    target: float | None = None
-    target_from: list[Path] | None = None   # the baseline's repeats: the target is their mean
-    tolerance: float = 0.01
-    resume: bool = False
-    snapshot: Path | None = None    # resume from this snapshot (its .solverstate), not the newest in OUT
-    weights: Path | None = None     # start from Caffe's weights (.caffemodel or .caffemodel.h5), by layer name
-    seed: int | None = None
-    eval_batch: int = 256
-    profile_layers: bool = False
-    data_format: str | None = None
-    # The transform; None: not given, so the net file's TRAIN data layer says it, else 1/255 and none (data_layers)
-    scale: float | None = None
-    mean: tuple[float, ...] | str | None = None
-    crop: int | None = None
-    mirror: bool | None = None
-    threads: int = 1
-    layer_plan: Path | None = None   # a file with a `dist` plan (default: the solver file's own, if any)
-    batch_schedule: list[tuple[int, int]] = field(default_factory=list)  # (iteration, batch) changes
-    split_every: int = SPLIT_EVERY   # time the iteration in parts every this many iterations (1: all of them)
-    overlap_allreduce: bool = False  # each gradient's allreduce as backward produces it (the whole iterations)
-    read_limit_mbs: float | None = None  # each training read takes at least its stored bytes / this many MB/s
-    framework: str = DEFAULT_FRAMEWORK   # the backend that trains (firescale.frameworks)
-    precision: str = DEFAULT_PRECISION   # fp32 (Caffe's numerics), tf32 or bf16
-    process_group: str = "auto"          # pytorch: gloo, mpi, nccl, or auto (cluster.collectives.resolve_process_group)
-    command: list[str] = field(default_factory=list)
 
 
 def _say(rank: Rank, text: str) -> None:
@@ -602,7 +560,8 @@ class Training:
             per_iteration=state.split_sums().mean(self.opts.split_every), allreduce=self.allreduce_info.to_dict(),
             hostnames=state.hostnames, versions=self.run_versions, evals=list(state.evals), segments=segments,
             status=status,
-            command=list(self.opts.command), read_limit_mbs=state.read_limit_mbs,
+            command=list(self.opts.command), options=record_options(self.opts),
+            read_limit_mbs=state.read_limit_mbs,
             net_file=file_record(self.net_file.source, self.net_file.sha256) if self.net_file else None,
             test_net_file=self.test_net_file)
 
