@@ -174,7 +174,7 @@ def test_sweep_calibrate_reuses_a_kept_calibration_without_running_a_job(project
     proc = run_firescale("sweep", "calibrate", "local", "--experiment", EXPERIMENT, "--config",
                          "workflow/config.yaml", "--script", rendered, "--out", tmp_path / "other.json", cwd=project)
     assert proc.returncode == 1 and "the calibration job of digits-cal on site local failed" in proc.stderr
-    assert "no `firescale train` command line to repeat" in proc.stderr
+    assert "keeps neither its options nor a `firescale train` command line to repeat" in proc.stderr
     assert (calibration_dir(plan, EXPERIMENT) / "job.log").is_file() and not (tmp_path / "other.json").exists()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from firescale.atomic import atomic_write_json
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_run_arguments(parser, "site whose launcher, environment and horovod: settings start the ranks")
     parser.set_defaults(ranks="2")
     parser.add_argument("--batch-per-rank", default="8,32", help="images per rank per iteration (default 8,32)")
-    parser.add_argument("--framework", default="tensorflow", metavar="NAME",
+    parser.add_argument("--framework", default=DEFAULT_FRAMEWORK, metavar="NAME",
                         help="the trainer's backend, whose knobs --knob sets: tensorflow (default; Horovod's) or "
                              "pytorch (bucket_mb, the overlapped allreduce's bucket)")
     parser.add_argument("--knob", action="append", default=[], metavar="KEY=V1,V2",

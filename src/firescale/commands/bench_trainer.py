@@ -9,6 +9,7 @@ from pathlib import Path
 
 from firescale.atomic import atomic_write_json
 from firescale.errors import FirescaleError
+from firescale.frameworks import DEFAULT_FRAMEWORK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_training_run_arguments(parser, "site whose launcher and environment start the ranks")
     parser.add_argument("--batch-per-rank", type=int, default=64, help="images per rank per iteration (default 64)")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
-    parser.add_argument("--framework", default="tensorflow", metavar="NAME",
+    parser.add_argument("--framework", default=DEFAULT_FRAMEWORK, metavar="NAME",
                         help="the trainer's backend and the bare loop's framework: tensorflow (default) or pytorch")
     parser.add_argument("--process-group", default="auto", metavar="NAME",
                         help="pytorch: the process group of both sides, as firescale train's --process-group (auto, "
