@@ -104,6 +104,8 @@ class TorchSteps:
         """The learnt blobs' gradients and (loss, flag) summed over the ranks in one grouped allreduce; BatchNorm's
         statistics keep their zero gradients, unsent (as the TF backend's sum_learnt)."""
         pair = torch.stack([loss_sum.detach().float(), self._flag(stop_flag)])
+        if self.rank.size == 1:     # nothing to sum: no lists rebuilt every iteration
+            return grads, pair
         sent = self.rank.sum([*self.blobs.learnt_of(grads), pair])
         return self.blobs.every_blob(sent[:-1]), sent[-1]
 

@@ -75,17 +75,24 @@ def sum_in_place(comm: Any, flat: torch.Tensor) -> None:
     comm.Allreduce(MPI.IN_PLACE, _view(flat), op=MPI.SUM)
 
 
-# How long a rank that reaches a sum before its peers sleeps between looks (seconds).
+# A rank that reaches a sum before its peers first looks without pausing for this long, then sleeps this long
+# between looks (seconds).
+PEER_SPIN_S = 1e-3
 PEER_POLL_S = 50e-6
 
 
 def wait_for_peers(comm: Any) -> None:
-    """Return once every rank has reached this sum, sleeping meanwhile: a rank that MPI_Allreduce keeps
-    waiting busy-polls its core, which on a node shared with anything else (a second job, the runner) takes
-    time from its peers' compute; once all are there, the blocking sum runs at MPI's full speed."""
+    """Return once every rank has reached this sum, sleeping after the first millisecond: a rank that
+    MPI_Allreduce keeps waiting busy-polls its core, which on a node shared with anything else (a second job,
+    the runner) takes time from its peers' compute; once all are there, the blocking sum runs at MPI's full
+    speed.  The first millisecond it looks without sleeping: a sleep of 50 µs wakes up to a tenth of a
+    millisecond late, which on a quiet node, where the last peer comes within a millisecond nearly every
+    iteration, cost LeNet's 4 ms iteration 3% (docs/benchmarks/2026-12-03-pytorch-trainer-seam.md)."""
     request = comm.Ibarrier()
+    spin_until = time.perf_counter() + PEER_SPIN_S
     while not request.Test():
-        time.sleep(PEER_POLL_S)
+        if time.perf_counter() > spin_until:
+            time.sleep(PEER_POLL_S)
 
 
 def broadcast_in_place(comm: Any, flat: torch.Tensor) -> None:
