@@ -373,6 +373,9 @@ class Training:
         cfg, c, state = self.solver_cfg, self.log.constants, self.state
         self.loss_reads = LossReads(cfg.average_loss, self.steps.host)
         reached = time_to_accuracy(state.evals, self.target) is not None
+        # Every rank's clock starts together: a rank still preparing would otherwise be waited for in the first
+        # iteration, inside the training time of those that were ready (a bare loop starts its clock so too).
+        self.rank.barrier()
         state.clock.start_training()
         self.log.start(c.RUN_START, metadata={"segment": len(state.earlier), "start_iteration": state.start_iter})
         if cfg.test_initialization and state.iteration == 0 and not state.evals:
