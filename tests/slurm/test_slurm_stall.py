@@ -139,21 +139,21 @@ def test_a_stopped_rank_is_found_cancelled_recorded_stalled_and_resumed_from_its
 
 
 def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp_path, monkeypatch, slurm, digits):
-    """`firescale sweep run --prediction`: predicted 0.25 s an iteration, so stall_after is 100 of them (25 s; the
-    site's floor is 1 s here); each iteration takes at least 2.5 s, ten times the prediction, and they come 8 at a
-    time (the trainer reads 8 batches in one go: 20 s apart)."""
+    """`firescale sweep run --prediction`: predicted 0.1 s an iteration and 32 batches a read, so stall_after is
+    12 reads of them (38.4 s; the site's floor is 1 s here); each iteration takes at least 1 s, ten times the
+    prediction, and they come 32 at a time (the trainer reads 32 batches in one go: 32 s apart)."""
     monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
     data = slurm_here(tmp_path).config
     site = slurm_here(tmp_path, limits={k: v for k, v in {**data["limits"], "stall_after_floor": 1}.items()
                                         if k != "stall_after"})
     run = tmp_path / "run"
     max_iter = 16
-    script = _script(tmp_path, site, _train(digits, run, max_iter, iteration_s=2.5))
+    script = _script(tmp_path, site, _train(digits, run, max_iter, iteration_s=1.0))
     point_file = tmp_path / "point.json"
     _point(run, max_iter).write(point_file)
     prediction = tmp_path / "predict.json"
-    prediction.write_text(json.dumps({"points": {"g2-b32-r0": {"iteration_s": 0.25, "evaluation_s": 0.0,
-                                                              "evaluations": 2}}}))
+    prediction.write_text(json.dumps({"points": {"g2-b32-r0": {"iteration_s": 0.1, "evaluation_s": 0.0,
+                                                              "evaluations": 2, "batches_per_read": 32}}}))
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "firescale", "sweep", "run", str(site.source), "--script", str(script),
                            "--point-file", str(point_file), "--prediction", str(prediction), "--poll-seconds", "1",
@@ -162,10 +162,10 @@ def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
-    assert "stall_after 25 s (from the prediction: iterations of 0.25 s; at least 1 s)" in text, text
+    assert "stall_after 38.4 s (from the prediction: iterations of 0.1 s; at least 1 s)" in text, text
     record = json.loads((out / "result.json").read_text())
     assert record["outcome"] == "succeeded", text
     assert [s["state"] for s in record["submissions"]] == ["COMPLETED"] and "STALLED" not in text, text
     train = record["train"]
     assert train["iterations"] == max_iter and len(train["segments"]) == 1
-    assert train["per_iteration"]["data_wait_s"] >= 2.5 * 0.99   # ten times the prediction, at least
+    assert train["per_iteration"]["data_wait_s"] >= 1.0 * 0.99   # ten times the prediction, at least

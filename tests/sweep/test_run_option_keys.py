@@ -113,7 +113,7 @@ def test_a_limited_runs_data_wait_is_the_models_t_io(tmp_path, digits_dataset):
     # 0.01 MB/s is 102.4 ms of reading, far beyond the step's own compute.  The trainer reads several small
     # batches in one call (a whole read's time comes before its first batch), so the run is a whole number
     # of reads, as a long run nearly is.
-    from firescale.data.readers import batches_per_read
+    from firescale.data.batch import batches_per_read
     iterations = 2 * batches_per_read(16, (8, 8, 1))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run([sys.executable, "-m", "firescale", "train", "--dataset", str(digits_dataset),

@@ -11,6 +11,7 @@ from fake_scheduler import FakeJob, FakeScheduler
 from firescale.jobs.heartbeat import RankBeat, read_beats, write_beat
 from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.schedulers.base import STALLED
+from firescale.data.batch import READ_MAX
 from firescale.jobs.stall import STALL_FLOOR_S, StallWatch, default_stall_after
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect, stall_watch
@@ -111,17 +112,35 @@ def test_a_stopped_rank_is_found_within_stall_after_and_a_poll_cancelled_and_res
     assert record["submissions"][0]["stall"]["stopped"][0]["where"] == "rank 1 on n2"
 
 
-def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp_path):
-    # predicted 0.1 s an iteration: stall_after from the prediction is 100 iterations, 10 s (floor 2 s here)
-    after = default_stall_after({"iteration_s": 0.1, "evaluation_s": 0.0, "evaluations": 0}, floor_s=2.0)
-    assert after == 10.0
-    # 1 s an iteration, read 8 batches at a time: 8 updates at once every 8 s
-    slow = lambda t: [("train", 8 * int(t // 8)), ("train", 8 * int(t // 8))]  # noqa: E731
+@pytest.mark.parametrize("per_read,expected_s", [(1, 10.0), (8, 10.0), (32, 38.4)])
+def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp_path, per_read, expected_s):
+    # predicted 0.1 s an iteration: stall_after from the prediction is 100 iterations or 12 reads' worth,
+    # whichever is more (10 s, or 38.4 s when a read takes 32 batches; floor 2 s here)
+    prediction = {"iteration_s": 0.1, "evaluation_s": 0.0, "evaluations": 0, "batches_per_read": per_read}
+    after = default_stall_after(prediction, floor_s=2.0)
+    assert after == pytest.approx(expected_s)
+    # 1 s an iteration, `per_read` batches read at a time: `per_read` updates at once every `per_read` s
+    slow = lambda t: [("train", per_read * int(t // per_read))] * 2  # noqa: E731
     point, fake, ranks, lines = _point_run(tmp_path, [FakeJob(RUNNING_FOR(120) + ["COMPLETED"], OK, DONE)], [slow],
                                            stall_after=after)
     verdict, subs = point.run()
     assert verdict.outcome == "succeeded" and fake.cancelled == [] and subs[0].stall is None, "\n".join(lines)
     assert max(b.iteration for b in read_beats(tmp_path / "run").values()) >= 20
+
+
+def test_a_job_that_stops_between_its_reads_bursts_is_stalled_after_twelve_reads(tmp_path):
+    # the same slow job reading 32 at a time, but after its first burst nothing moves: stalled, once 12 reads'
+    # worth of predicted iterations (38.4 s) pass without progress, and resubmitted
+    prediction = {"iteration_s": 0.1, "evaluation_s": 0.0, "evaluations": 0, "batches_per_read": 32}
+    stuck = lambda t: [("train", 32 if t >= 32 else 0)] * 2  # noqa: E731
+    first, second = FakeJob(RUNNING_FOR(500)), FakeJob(RUNNING_FOR(5) + ["COMPLETED"], OK, DONE)
+    point, fake, ranks, lines = _point_run(tmp_path, [first, second], [stuck, trains],
+                                           stall_after=default_stall_after(prediction, floor_s=2.0))
+    verdict, subs = point.run()
+    text = "\n".join(lines)
+    assert verdict.outcome == "succeeded" and fake.cancelled == ["1000"], text
+    assert subs[0].state == STALLED and subs[0].stall is not None and subs[0].stall["last_iteration"] == 32, text
+    assert "no progress for 38" in text or "no progress for 39" in text, text
 
 
 @pytest.mark.parametrize("phase", ["startup", "dataset-check", "snapshot"])
@@ -246,10 +265,13 @@ def test_stall_after_at_least_three_heartbeat_intervals(tmp_path):
 
 @pytest.mark.parametrize("prediction,expected", [
     (None, STALL_FLOOR_S),
-    ({"iteration_s": 0.01, "evaluation_s": 1.0, "evaluations": 10}, STALL_FLOOR_S),
-    ({"iteration_s": 6.0, "evaluation_s": 100.0, "evaluations": 2}, 600.0),
-    ({"iteration_s": 1.0, "evaluation_s": 1000.0, "evaluations": 4}, 500.0),   # two evaluations of 250 s
-    ({"iteration_s": 1.0, "evaluation_s": 50.0}, STALL_FLOOR_S),   # an older predict.json: no count, no evaluations
+    ({"iteration_s": 0.01, "evaluation_s": 1.0, "evaluations": 10, "batches_per_read": 32}, STALL_FLOOR_S),
+    ({"iteration_s": 6.0, "evaluation_s": 100.0, "evaluations": 2, "batches_per_read": 1}, 600.0),
+    ({"iteration_s": 1.0, "evaluation_s": 1000.0, "evaluations": 4, "batches_per_read": 1}, 500.0),   # 2 x 250 s
+    ({"iteration_s": 1.0, "evaluation_s": 50.0, "batches_per_read": 4}, STALL_FLOOR_S),   # 100 iterations
+    ({"iteration_s": 1.0, "evaluation_s": 50.0, "batches_per_read": 16}, 192.0),          # 12 reads of 16
+    # an older predict.json: no count, no evaluations, reads as large as the trainer's largest
+    ({"iteration_s": 1.0, "evaluation_s": 50.0}, 12.0 * READ_MAX),
 ])
 def test_the_default_stall_after_from_a_prediction(prediction, expected):
     assert default_stall_after(prediction) == expected
@@ -264,7 +286,8 @@ def test_sweep_runs_stall_after_the_points_own_the_prediction_or_the_floor(tmp_p
     point = PointRecord(site="local", experiment="e", point="g2-b64-r0", gpus=2, nodes=1, batch=64, lr=0.1, repeat=0,
                         baseline=False, walltime="01:00:00", run_dir=str(tmp_path), max_resubmits=2)
     prediction = tmp_path / "predict.json"
-    prediction.write_text(json.dumps({"points": {"g2-b64-r0": {"iteration_s": 2.0, "evaluations": 0}}}))
+    prediction.write_text(json.dumps({"points": {"g2-b64-r0": {"iteration_s": 2.0, "evaluations": 0,
+                                                                 "batches_per_read": 1}}}))
     watch, words = stall_watch(point, site, prediction)
     assert watch is not None and watch.stall_after == 200.0 and "from the prediction" in words
     watch, words = stall_watch(point, site, None)

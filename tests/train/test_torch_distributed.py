@@ -21,6 +21,7 @@ from firescale.cluster.collectives import resolve_process_group
 from firescale.errors import FirescaleError
 from firescale.train.torch import distributed, rendezvous
 from firescale.train.torch.distributed import (
+    FlatSum,
     GradientBuckets,
     Rank,
     choose_process_group,
@@ -249,6 +250,13 @@ def test_one_rank_has_no_process_group_and_sums_nothing(alone):
     rank.close()
 
 
+def test_a_flat_sum_takes_blobs_of_one_dtype_on_one_device_only():
+    assert FlatSum.fits([torch.zeros(2), torch.zeros(3, 1)])
+    assert not FlatSum.fits([]) and not FlatSum.fits([torch.zeros(2), torch.zeros(2, dtype=torch.float64)])
+    with pytest.raises(FirescaleError, match="one dtype on one device"):
+        FlatSum(Rank(0, 1, 0, 1, "cpu", [], "none"), [torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16)])
+
+
 def test_buckets_hold_one_dtype_last_parameter_first_and_close_before_the_bucket_size():
     params = [torch.zeros(10), torch.zeros(2), torch.zeros(2), torch.zeros(3, dtype=torch.float64), torch.zeros(1)]
     # 40, 8, 8, 24, 4 bytes; from the last: [4] then float64 [24], then [8 + 8], then 40 alone (over 20)
@@ -386,6 +394,18 @@ def test_buckets_summed_during_backward_equal_the_grouped_sum_after_it(jobs):
                 assert step["shapes_kept"] and step["unused"] == [0.0, 0.0]
         firsts = [[step["first"] for step in report["buckets"]["steps"]] for report in reports]
         assert firsts[0] == firsts[1] and firsts[0][0] != firsts[0][1]   # one sum on both ranks, a new one each step
+
+
+@pytest.mark.mpi
+def test_the_trainer_s_sum_through_one_buffer_is_the_sum_by_hand_in_its_slots(jobs):
+    for reports in jobs.values():
+        for report in reports:
+            flat = report["flat_sum"]
+            for step in flat["steps"]:
+                assert step["equals_by_hand"] and step["inputs_kept"] and step["in_the_buffer"]
+                assert step["shapes_kept"] == [[2, 3], [4], [1, 1, 2]]
+            # each sum's (loss, flag) is its own: the second sum did not write over the first's
+            assert flat["pairs"] == [[2.0, 0.0], [4.0, 1.0]]
 
 
 @pytest.mark.mpi

@@ -133,16 +133,16 @@ def test_a_rank_stopped_on_the_second_node_is_found_cancelled_and_resumed_from_i
 
 
 def test_a_job_ten_times_slower_than_predicted_that_progresses_is_left_alone(tmp_path, vcluster, digits):
-    # predicted 0.25 s an iteration: 100 of them, 25 s, is the point's stall_after; each takes 2.5 s, and they come
-    # 8 at a time (8 batches a read), 20 s apart
-    stall_after = default_stall_after({"iteration_s": 0.25, "evaluations": 0}, floor_s=1.0)
-    assert stall_after == 25.0
+    # predicted 0.1 s an iteration, 32 batches a read: 12 reads of them, 38.4 s, is the point's stall_after; each
+    # takes 1 s, and they come 32 at a time (32 batches a read), 32 s apart
+    stall_after = default_stall_after({"iteration_s": 0.1, "evaluations": 0, "batches_per_read": 32}, floor_s=1.0)
+    assert stall_after == pytest.approx(38.4)
     lines: list[str] = []
-    point = _run(tmp_path, vcluster, digits, 16, 2.5, stall_after, lines.append)
+    point = _run(tmp_path, vcluster, digits, 16, 1.0, stall_after, lines.append)
     verdict, subs = point.run()
     text = "\n".join(lines)
     assert verdict.outcome == "succeeded" and [s.state for s in subs] == ["COMPLETED"], text
     assert "STALLED" not in text
     result = json.loads((point.run_dir / "result.json").read_text())
     assert result["iterations"] == 16 and len(result["segments"]) == 1
-    assert result["per_iteration"]["data_wait_s"] >= 2.5 * 0.99
+    assert result["per_iteration"]["data_wait_s"] >= 1.0 * 0.99

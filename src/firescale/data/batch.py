@@ -26,3 +26,18 @@ class BatchBuffer:
         if self._array is None or len(self._array) != n:
             self._array = np.empty((n, *self.shape), self.dtype)
         return self._array
+
+
+READ_BYTES = 1 << 20
+READ_MAX = 32
+
+
+def batches_per_read(batch: int, image_shape: tuple[int, ...]) -> int:
+    """Training batches to read and transform in one go: as many as fit in READ_BYTES of float32, between
+    1 and READ_MAX.  A small batch then pays the per-call costs of the reader and of numpy (tens of
+    microseconds between steps that leave the caches cold) once per read, not once per batch: for LeNet's
+    64 digits a rank, 32 a read instead of 8 took a further 0.035 ms, 1%, off each 3.7 ms iteration
+    (docs/benchmarks/2026-12-03-pytorch-trainer-at-the-bare-loop.md).  The stall watch's default counts on
+    reads of at most READ_MAX batches (jobs/stall.py)."""
+    batch_bytes = max(1, batch * int(np.prod(image_shape)) * 4)
+    return int(min(READ_MAX, max(1, READ_BYTES // batch_bytes)))

@@ -203,18 +203,6 @@ PREFETCH_BYTES = 256 << 20
 PREFETCH_MAX = 8
 
 
-READ_BYTES = 1 << 20
-READ_MAX = 8
-
-
-def batches_per_read(batch: int, image_shape: tuple[int, ...]) -> int:
-    """Training batches to read and transform in one go: as many as fit in READ_BYTES of float32, between
-    1 and READ_MAX.  A small batch then pays the per-call costs of the reader and of numpy (a few tenths
-    of a millisecond between steps that leave the caches cold) once per read, not once per batch."""
-    batch_bytes = max(1, batch * int(np.prod(image_shape)) * 4)
-    return int(min(READ_MAX, max(1, READ_BYTES // batch_bytes)))
-
-
 def prefetch_depth(batch: int, image_shape: tuple[int, ...]) -> int:
     """Batches to keep ready: as many as fit in PREFETCH_BYTES of float32, between 2 and PREFETCH_MAX.
 

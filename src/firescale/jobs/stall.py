@@ -24,9 +24,12 @@ from typing import Any
 
 from firescale.jobs.heartbeat import ENDED, PROGRESSING, RankBeat, read_beats
 
-# The default stall_after is at least this many predicted iterations: the trainer reads up to 8 batches at once
-# (data.readers.READ_MAX), so a job ten times slower than predicted updates in bursts 80 predicted iterations apart ...
+# The default stall_after is at least this many predicted iterations ...
 STALL_ITERATIONS = 100
+# ... and this many reads' worth of them: the trainer reads a point's small batches several at once (its
+# prediction's batches_per_read, at most data.batch.READ_MAX), so a job ten times slower than predicted
+# updates in bursts ten reads' worth of predicted iterations apart ...
+STALL_READS = 12
 STALL_EVALUATIONS = 2     # ... and this many predicted evaluations,
 STALL_FLOOR_S = 120.0     # and never less than the site's limits.stall_after_floor (this by default)
 BEATS_PER_STALL = 3       # stall_after is at least this many heartbeat intervals
@@ -34,14 +37,18 @@ BEATS_PER_STALL = 3       # stall_after is at least this many heartbeat interval
 
 def default_stall_after(prediction: Mapping[str, Any] | None, floor_s: float = STALL_FLOOR_S) -> float:
     """A point's stall_after from its prediction (predict.json's entry for the point): the larger of
-    STALL_ITERATIONS predicted iterations and STALL_EVALUATIONS predicted evaluations, never below `floor_s`.
-    Without a prediction, `floor_s`."""
+    STALL_ITERATIONS predicted iterations, STALL_READS reads of its batches (an older prediction, which does
+    not say how many batches a read takes, is taken to read READ_MAX) and STALL_EVALUATIONS predicted
+    evaluations, never below `floor_s`.  Without a prediction, `floor_s`."""
+    from firescale.data.batch import READ_MAX
+
     if not prediction:
         return float(floor_s)
     iteration = float(prediction.get("iteration_s") or 0.0)
+    per_read = int(prediction.get("batches_per_read") or READ_MAX)
     evaluations = int(prediction.get("evaluations") or 0)
     one_eval = float(prediction.get("evaluation_s") or 0.0) / evaluations if evaluations else 0.0
-    candidates = [floor_s, STALL_ITERATIONS * iteration, STALL_EVALUATIONS * one_eval]
+    candidates = [floor_s, max(STALL_ITERATIONS, STALL_READS * per_read) * iteration, STALL_EVALUATIONS * one_eval]
     return float(max(c for c in candidates if math.isfinite(c)))
 
 

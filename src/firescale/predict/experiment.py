@@ -26,6 +26,7 @@ from firescale.predict.phases import predict_phases
 from firescale.predict.trained_net import trained_net
 from firescale.sweep.budget import KNOWN_TRAIN_IMAGES
 from firescale.sweep.plan import SweepPlan
+from firescale.sweep.points import SweepPoint
 
 PREDICTION_FORMAT = "firescale.predict.experiment/1"
 # ILSVRC-2012's training set, for a dataset called ilsvrc12 when neither its manifest nor --dataset-size
@@ -192,6 +193,7 @@ def predict_experiment(plan: SweepPlan, experiment: str, *, calibration: Calibra
         out[p.name] = {"gpus": p.gpus, "batch": p.batch, "lr": p.lr, "epochs": pred.epochs,
                        "iteration_s": pred.iteration_s,
                        "iterations": pred.iterations, "training_s": pred.time_to_accuracy_s,
+                       "batches_per_read": reads_at_once(model.net, p),
                        "evaluation_s": evaluating,
                        "evaluations": evaluation_count(model, pred.iterations, baseline.batch / p.batch),
                        "time_to_accuracy_s": total, "speedup": base_total / total,
@@ -240,6 +242,15 @@ def read_bandwidth_source(platform: Platform) -> str | None:
     if platform.data.read_bandwidth <= 0:
         return None
     return platform.data.read_source or "platform"
+
+
+def reads_at_once(net: NetSpec, p: SweepPoint) -> int:
+    """The most training batches the point's ranks read in one go (data.batch.batches_per_read): its smallest
+    batch per rank over its batch schedule, as the net takes its images (the stall watch counts on it)."""
+    from firescale.data.batch import batches_per_read
+
+    smallest = min([p.batch, *(total for _, total in p.schedule)])
+    return batches_per_read(max(1, smallest // p.ranks), net.input_shape)
 
 
 def stored_image_bytes(plan: SweepPlan, experiment: str) -> float | None:

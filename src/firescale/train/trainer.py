@@ -324,8 +324,9 @@ class Training:
 
     def open_stream(self) -> None:
         """This rank's training batches of the phase at the run's iteration, from the sample it has reached."""
+        from firescale.data.batch import batches_per_read
         from firescale.data.prefetch import PrefetchedBatches
-        from firescale.data.readers import batches_per_read, iter_train_arrays, prefetch_depth
+        from firescale.data.readers import iter_train_arrays, prefetch_depth
         from firescale.data.shard import rank_positions
         from firescale.data.throttle import limit_reads
 

@@ -9,7 +9,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from firescale.train.torch.distributed import GradientBuckets, describe_allreduce, init_rank, summed_gradients, versions
+from firescale.train.torch.distributed import (
+    FlatSum,
+    GradientBuckets,
+    describe_allreduce,
+    init_rank,
+    summed_gradients,
+    versions,
+)
 
 
 def listed(t: torch.Tensor) -> list:
@@ -73,11 +80,31 @@ def buckets(rank) -> dict:
     return out
 
 
+def flat_sum(rank) -> dict:
+    """Two sums through one FlatSum of three blobs' shapes: each rank's gradients, loss and flag its own."""
+    shapes = [torch.zeros(2, 3), torch.zeros(4), torch.zeros(1, 1, 2)]
+    summed = FlatSum(rank, shapes)
+    r, steps, pairs = rank.rank, [], []
+    for step in range(2):
+        grads = [torch.full(t.shape, 10.0 * step + r + k) for k, t in enumerate(shapes)]
+        kept = [g.clone() for g in grads]
+        views, pair = summed(grads, torch.tensor(0.5 + r + step), torch.tensor(float(r == 1 and step == 1)))
+        pairs.append(pair)
+        everyone = rank.gather_object([g.tolist() for g in kept])
+        by_hand = [torch.tensor(a) + torch.tensor(b) for a, b in zip(*everyone)]
+        steps.append({"equals_by_hand": all(torch.equal(a, b) for a, b in zip(views, by_hand)),
+                      "shapes_kept": [list(v.shape) for v in views], "inputs_kept": all(
+                          torch.equal(a, b) for a, b in zip(grads, kept)),
+                      "in_the_buffer": [v.data_ptr() for v in views] == [
+                          summed.flat.data_ptr() + 4 * o for o in (0, 6, 10)]})
+    return {"steps": steps, "pairs": [p.tolist() for p in pairs]}
+
+
 def main() -> None:
     rank = init_rank(process_group=sys.argv[2] if len(sys.argv) > 2 else "auto")
     report = {"rank": rank.rank, "size": rank.size, "local_rank": rank.local_rank, "local_size": rank.local_size,
               "device": rank.device, "process_group": rank.process_group, "rendezvous": rank.rendezvous,
-              "collectives": collectives(rank), "buckets": buckets(rank),
+              "collectives": collectives(rank), "buckets": buckets(rank), "flat_sum": flat_sum(rank),
               "allreduce": describe_allreduce(rank, gradient_bytes=4000, overlap=True, bucket_bytes=1000).to_dict(),
               "versions": {k: v for k, v in versions(rank).items() if k in ("process_group", "mpi_library", "mpi")}}
     rank.barrier()

@@ -21,7 +21,7 @@ from firescale.nets.spec import NetSpec
 from firescale.train.backend import Backend, CollectiveGaveUp
 from firescale.train.placement import LayerPlacement
 from firescale.train.ranks import ProcessGroupAllreduce
-from firescale.train.torch.distributed import GradientBuckets, Rank, default_bucket_bytes
+from firescale.train.torch.distributed import FlatSum, GradientBuckets, Rank, default_bucket_bytes
 from firescale.train.torch.nets import CaffeNet
 from firescale.train.torch.solvers import CaffeSolver
 from firescale.train.torch.steps import Blobs, eval_sums, loss_and_gradients, loss_backward
@@ -54,6 +54,9 @@ class TorchSteps:
         self.buckets = buckets
         self.cuda = self.device.type == "cuda"
         self.blobs = Blobs(net)   # the net's blob lists, made once for every iteration
+        # the gradients' sum through one buffer made once (none for one rank, or blobs of several dtypes)
+        learnt = self.blobs.learnt
+        self.flat_sum = FlatSum(rank, learnt) if rank.size > 1 and FlatSum.fits(learnt) else None
         self._flags: dict[float, torch.Tensor] = {}   # the stop flag's two values, made on the device once
         self._dropout = torch.Generator(device=self.device)   # reseeded for every micro-batch, made once
 
@@ -103,6 +106,9 @@ class TorchSteps:
              stop_flag: float) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The learnt blobs' gradients and (loss, flag) summed over the ranks in one grouped allreduce; BatchNorm's
         statistics keep their zero gradients, unsent (as the TF backend's sum_learnt)."""
+        if self.flat_sum is not None:
+            reduced, pair = self.flat_sum(self.blobs.learnt_of(grads), loss_sum.detach(), self._flag(stop_flag))
+            return self.blobs.every_blob(reduced), pair
         pair = torch.stack([loss_sum.detach().float(), self._flag(stop_flag)])
         if self.rank.size == 1:     # nothing to sum: no lists rebuilt every iteration
             return grads, pair

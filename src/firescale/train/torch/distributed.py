@@ -267,6 +267,40 @@ def init_rank(threads: int = 1, devices: int = 1, *, process_group: str = "auto"
                 backend if place.size > 1 else "none", rendezvous=met, comm=comm, timeout_s=waits)
 
 
+class FlatSum:
+    """The learnt gradients and the (loss, stop flag) pair summed over the ranks in one buffer made once.
+
+    Each iteration copies the gradients and the pair into their slots of the buffer (one call), sums it in
+    place (`Rank.start_sum`) and hands back the slots' views: no buffer allocated, split or reshaped per
+    iteration (DistributedDataParallel's gradient_as_bucket_view does the same for its buckets).  The summed
+    gradients are therefore this iteration's: the next sum writes over them, which the update, their only
+    reader, has used by then.  The pair is copied out, since the loop keeps every pair until it reads them.
+    `shapes` must share one dtype and device (`fits`); one rank sums nothing."""
+
+    def __init__(self, rank: Rank, shapes: Sequence[torch.Tensor]) -> None:
+        if not self.fits(shapes):
+            raise FirescaleError("FlatSum sums tensors of one dtype on one device")
+        self.rank = rank
+        sizes = [t.numel() for t in shapes]
+        total = sum(sizes)
+        self.flat = torch.empty(total + 2, dtype=shapes[0].dtype, device=shapes[0].device)
+        self.views = [piece.view_as(t) for piece, t in zip(self.flat[:total].split(sizes), shapes)]
+        self._slots = [*self.views, self.flat[total], self.flat[total + 1]]   # the pair's: 0-dim views
+        self._pair = self.flat[total:]
+
+    @staticmethod
+    def fits(tensors: Sequence[torch.Tensor]) -> bool:
+        return bool(tensors) and len({(t.dtype, t.device) for t in tensors}) == 1
+
+    def __call__(self, grads: Sequence[torch.Tensor], loss_sum: torch.Tensor,
+                 flag: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(the summed gradients, views of the buffer; the summed (loss, flag), a tensor of its own)."""
+        with torch.no_grad():
+            torch._foreach_copy_(self._slots, [*grads, loss_sum, flag])
+            self.rank.wait(self.rank.start_sum(self.flat))
+            return self.views, self._pair.clone()
+
+
 class GradientBuckets:
     """Gradients summed over the ranks while backward still runs, as DistributedDataParallel sums them.
 
