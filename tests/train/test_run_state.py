@@ -85,3 +85,12 @@ def test_a_run_state_without_a_key_it_needs_is_one_sentence_naming_it():
         RunState.from_dict(data, where="snapshot runs/a/s_iter_4.solverstate")
     with pytest.raises(FirescaleError, match="snapshot x: the run state is not one firescale train writes"):
         RunState.from_dict({**_running().to_dict("running"), "evals": [{"iter": 1}]}, where="snapshot x")
+
+
+def test_writing_an_evaluation_down_counts_as_evaluation_time_not_training_time():
+    state = _running()
+    point = state.evals[-1]
+    state.recorded(point, 0.05)
+    assert point.seconds == pytest.approx(0.25) and state.clock.eval_s == pytest.approx(0.25)
+    segment = state.to_dict("finished")["segments"][0]
+    assert segment["eval_s"] == pytest.approx(sum(e["seconds"] for e in state.to_dict("finished")["evals"]))

@@ -60,6 +60,11 @@ class RunState:
         self.evals.append(point)
         return point
 
+    def recorded(self, point: EvalPoint, seconds: float) -> None:
+        """`point`'s evaluation took `seconds` more to write down: evaluation time too, not training time."""
+        point.seconds += seconds
+        self.clock.eval_s += seconds
+
     # ------------------------------------------------------------ what the record and the snapshot read
     def segment(self, status: str) -> Segment:
         """This segment so far, ending with `status`."""

@@ -526,8 +526,10 @@ class Training:
         self.log.end(c.EVAL_STOP, metadata={"epoch_num": point.epoch})
         _say(self.rank, f"eval iter {it}: top1 {point.top1:.4f} top5 {point.top5:.4f} loss {point.loss:.4f} "
                         f"({int(sums.count)} images in {took:.2f} s, run time {point.wall_s:.2f} s)")
-        if self.rank.is_root:
+        if self.rank.is_root:   # the record of the evaluation so far (a run that dies keeps it)
+            t1 = now()
             write_result(self.out / "result.json", self.result("running"))
+            state.recorded(point, now() - t1)
         return point
 
     # ------------------------------------------------------------ snapshot and result
