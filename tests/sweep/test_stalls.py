@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from fake_scheduler import FakeJob, FakeScheduler
 
+from firescale.data.batch import READ_MAX
 from firescale.jobs.heartbeat import RankBeat, read_beats, write_beat
 from firescale.jobs.schedulers import get_scheduler
 from firescale.jobs.schedulers.base import STALLED
-from firescale.data.batch import READ_MAX
 from firescale.jobs.stall import STALL_FLOOR_S, StallWatch, default_stall_after
 from firescale.sweep.records import PointRecord
 from firescale.sweep.run import PointRun, Polling, collect, stall_watch
