@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from cli import run_firescale
+from firescale.data.batch import batches_per_read
 from firescale.errors import FirescaleError
 from firescale.predict.calibrate import Calibration, save_calibration
 from firescale.predict.experiment import ILSVRC12_TRAIN_IMAGES
@@ -72,8 +73,10 @@ def test_digits_lenet_on_local_with_a_calibration(repo, tmp_path, local_site, di
     for p in points.values():
         assert set(p) == {"gpus", "batch", "lr", "epochs", "iteration_s", "iterations", "training_s", "evaluation_s",
                           "evaluations", "time_to_accuracy_s", "speedup", "allreduce_model", "memory",
-                          "nodes", "comm_s", "comm_intra_s", "comm_inter_s", "io_s", "h2d_s"}
+                          "nodes", "comm_s", "comm_intra_s", "comm_inter_s", "io_s", "h2d_s", "batches_per_read"}
         assert p["allreduce_model"] == "tree"                   # local forces Open MPI's binomial tree
+        # as many batches a read as the trainer takes (the stall watch counts on it): 32 of 64 or 32 digits
+        assert p["batches_per_read"] == batches_per_read(p["batch"] // p["gpus"], (8, 8, 1)) == 32
         assert p["memory"]["fits"] and 0 < max(p["memory"]["peak_bytes"]) < 24e9
     base, two = points["baseline"], points["g2-b64-r0"]
     assert (base["gpus"], base["batch"], two["gpus"], two["batch"]) == (1, 64, 2, 64)
