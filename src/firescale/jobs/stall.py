@@ -36,7 +36,7 @@ BEATS_PER_STALL = 3       # stall_after is at least this many heartbeat interval
 
 
 def default_stall_after(prediction: Mapping[str, Any] | None, floor_s: float = STALL_FLOOR_S) -> float:
-    """A point's stall_after from its prediction (predict.json's entry for the point): the larger of
+    """A point's stall_after from its prediction (predict.json's entry for the point): the largest of
     STALL_ITERATIONS predicted iterations, STALL_READS reads of its batches (an older prediction, which does
     not say how many batches a read takes, is taken to read READ_MAX) and STALL_EVALUATIONS predicted
     evaluations, never below `floor_s`.  Without a prediction, `floor_s`."""
