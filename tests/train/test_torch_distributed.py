@@ -253,6 +253,9 @@ def test_one_rank_has_no_process_group_and_sums_nothing(alone):
 def test_a_flat_sum_takes_blobs_of_one_dtype_on_one_device_only():
     assert FlatSum.fits([torch.zeros(2), torch.zeros(3, 1)])
     assert not FlatSum.fits([]) and not FlatSum.fits([torch.zeros(2), torch.zeros(2, dtype=torch.float64)])
+    alone = FlatSum(Rank(0, 1, 0, 1, "cpu", [], "none"), [torch.zeros(2), torch.zeros(1, 1)])
+    views, pair = alone([torch.tensor([1.0, 2.0]), torch.tensor([[3.0]])], torch.tensor(4.0), torch.tensor(0.0))
+    assert [v.tolist() for v in views] == [[1.0, 2.0], [[3.0]]] and pair.tolist() == [4.0, 0.0]   # one rank: as given
     with pytest.raises(FirescaleError, match="one dtype on one device"):
         FlatSum(Rank(0, 1, 0, 1, "cpu", [], "none"), [torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16)])
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firescale.data.batch import READ_MAX
 from firescale.jobs.heartbeat import ENDED, PROGRESSING, RankBeat, read_beats
 
 # The default stall_after is at least this many predicted iterations ...
@@ -40,8 +41,6 @@ def default_stall_after(prediction: Mapping[str, Any] | None, floor_s: float = S
     STALL_ITERATIONS predicted iterations, STALL_READS reads of its batches (an older prediction, which does
     not say how many batches a read takes, is taken to read READ_MAX) and STALL_EVALUATIONS predicted
     evaluations, never below `floor_s`.  Without a prediction, `floor_s`."""
-    from firescale.data.batch import READ_MAX
-
     if not prediction:
         return float(floor_s)
     iteration = float(prediction.get("iteration_s") or 0.0)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from firescale.cluster.site import SiteProfile
+from firescale.data.batch import batches_per_read
 from firescale.errors import FirescaleError
 from firescale.frameworks import REGISTRY
 from firescale.model.layers import net_cost
@@ -247,8 +248,6 @@ def read_bandwidth_source(platform: Platform) -> str | None:
 def reads_at_once(net: NetSpec, p: SweepPoint) -> int:
     """The most training batches the point's ranks read in one go (data.batch.batches_per_read): its smallest
     batch per rank over its batch schedule, as the net takes its images (the stall watch counts on it)."""
-    from firescale.data.batch import batches_per_read
-
     smallest = min([p.batch, *(total for _, total in p.schedule)])
     return batches_per_read(max(1, smallest // p.ranks), net.input_shape)
 

@@ -297,7 +297,8 @@ class FlatSum:
         """(the summed gradients, views of the buffer; the summed (loss, flag), a tensor of its own)."""
         with torch.no_grad():
             torch._foreach_copy_(self._slots, [*grads, loss_sum, flag])
-            self.rank.wait(self.rank.start_sum(self.flat))
+            if self.rank.size > 1:
+                self.rank.wait(self.rank.start_sum(self.flat))
             return self.views, self._pair.clone()
 
 
